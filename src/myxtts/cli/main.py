@@ -1,0 +1,65 @@
+"""`myxtts` entry point: one thin subcommand module per job, registered here.
+
+Each module in ``myxtts.cli`` exposes ``register(subparsers)``, which adds its
+parser and sets ``func`` to a callable ``(args) -> int``. User errors raise one of
+the project's error types and are printed as a single line (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
+SUBCOMMANDS = [
+    "myxtts.cli.config_cmd",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="myxtts",
+        description="Train XTTS-style voice-cloning TTS models whose GPU never waits for data.",
+    )
+    from myxtts import __version__
+
+    p.add_argument("--version", action="version", version=f"myxtts {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).register(sub)
+    return p
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from myxtts.cli.common import CLIError
+    from myxtts.config import ConfigError
+
+    errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError]
+    for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.records", "DatasetError"),
+                      ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError")]:
+        try:
+            errs.append(getattr(importlib.import_module(mod), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except _user_errors() as e:
+        print(f"myxtts {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"myxtts {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
