@@ -231,6 +231,11 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # PyYAML reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
         return float(value)
