@@ -1,0 +1,77 @@
+"""Waveform clean-up applied when a clip is loaded: silence trimming and loudness levelling.
+
+Why here and not in the model: leading/trailing silence teaches the decoder to emit
+arbitrary-length pauses (and confuses the stop token), and wildly different recording
+levels shift the log-mel by a constant the model would otherwise have to learn per clip.
+Both are cheap numpy passes done once, at prepare time (or per clip on the fly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Frame size for the energy measure: 20 ms windows every 5 ms. Short enough to find a
+# word onset to within a few ms, long enough that a single click is not "speech".
+_FRAME_S = 0.020
+_HOP_S = 0.005
+# Kept on each side of the detected speech so soft onsets/offsets (breaths, fricatives
+# that sit just under the threshold) are not clipped.
+_MARGIN_S = 0.050
+# Ceiling on |sample| after loudness normalisation: a little headroom below full scale
+# so 16-bit export and resampling ripple never clip.
+_PEAK_CEILING = 0.99
+
+
+def frame_rms_db(wav: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
+    """RMS level of each frame in dB (re full scale 1.0); frame i covers [i*hop, i*hop+frame).
+
+    Vectorised with a cumulative sum of squares (float64: no drift on long clips).
+    The last frame is zero-padded, so a clip shorter than one frame gives one frame.
+    """
+    n_samples = len(wav)
+    n_frames = 1 + max(0, -(-(n_samples - frame_length) // hop_length))  # ceil, >= 1
+    csum = np.concatenate([[0.0], np.cumsum(np.square(wav, dtype=np.float64))])  # [T+1]
+    starts = np.arange(n_frames) * hop_length  # [n_frames]
+    ends = np.minimum(starts + frame_length, n_samples)
+    energy = (csum[ends] - csum[starts]) / frame_length  # mean square, [n_frames]
+    return 10.0 * np.log10(np.maximum(energy, 1e-20))
+
+
+def trim_silence(wav: np.ndarray, sample_rate: int, top_db: float,
+                 margin_s: float = _MARGIN_S) -> np.ndarray:
+    """Cut leading and trailing silence; keep ``margin_s`` of context on each side.
+
+    A frame is silence when its RMS level is more than ``top_db`` below the loudest
+    frame of the same clip (relative, so quiet-but-clean recordings are not erased).
+    Returns an empty array when the clip holds no energy at all; the caller decides
+    whether that is an error (``load_audio`` makes it one).
+    """
+    wav = np.asarray(wav)
+    if wav.size == 0 or not np.any(wav):
+        return wav[:0]
+    frame_length = max(1, round(_FRAME_S * sample_rate))
+    hop_length = max(1, round(_HOP_S * sample_rate))
+    level_db = frame_rms_db(wav, frame_length, hop_length)  # [n_frames]
+    loud = np.flatnonzero(level_db > level_db.max() - top_db)  # never empty: max frame counts
+    margin = round(margin_s * sample_rate)
+    start = max(0, int(loud[0]) * hop_length - margin)
+    end = min(len(wav), int(loud[-1]) * hop_length + frame_length + margin)
+    return wav[start:end]
+
+
+def normalize_loudness(wav: np.ndarray, target_dbfs: float,
+                       peak_ceiling: float = _PEAK_CEILING) -> np.ndarray:
+    """Scale the clip so its RMS is ``target_dbfs``, unless that would push a peak past
+    ``peak_ceiling``; then the gain is lowered so the loudest sample sits at the ceiling.
+
+    A plain gain (no compression) keeps the waveform's shape; a silent clip is returned
+    unchanged rather than amplified by infinity.
+    """
+    wav = np.asarray(wav, dtype=np.float32)
+    rms = float(np.sqrt(np.mean(np.square(wav, dtype=np.float64)))) if wav.size else 0.0
+    if rms == 0.0:
+        return wav.copy()
+    gain = 10.0 ** (target_dbfs / 20.0) / rms
+    peak = float(np.max(np.abs(wav)))
+    gain = min(gain, peak_ceiling / peak)
+    return (wav * np.float32(gain)).astype(np.float32, copy=False)

@@ -1,0 +1,109 @@
+"""Config: YAML round trip, presets, overrides, and errors that name the key."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from myxtts.cli.main import main
+from myxtts.config import (
+    MODEL_PRESETS,
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    save_config,
+    to_yaml,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "base"])
+def test_yaml_round_trip_every_preset(preset, tmp_path):
+    cfg = load_config(preset=preset, overrides=["train.lr=3e-4", "data.data_device=cuda:1"])
+    assert cfg.model.d_model == MODEL_PRESETS[preset]["d_model"]
+    assert cfg.train.lr == pytest.approx(3e-4)
+    assert cfg.data.data_device == "cuda:1"
+    path = tmp_path / "c.yaml"
+    save_config(cfg, path)
+    assert load_config(path) == cfg
+
+
+def test_yaml_is_commented_and_complete():
+    text = to_yaml(Config())
+    data = yaml.safe_load(text)
+    assert set(data) == {"audio", "text", "data", "model", "train"}
+    # every key line carries a comment explaining it
+    key_lines = [ln for ln in text.splitlines() if ln.startswith("  ")]
+    assert key_lines and all("  # " in ln for ln in key_lines)
+    assert config_from_dict(data) == Config()
+
+
+def test_explicit_model_key_overrides_preset():
+    cfg = config_from_dict({"model": {"preset": "small", "decoder_layers": 2}})
+    assert cfg.model.decoder_layers == 2
+    assert cfg.model.d_model == MODEL_PRESETS["small"]["d_model"]
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("train.max_step=1", "did you mean 'train.max_steps'"),
+        ("trian.max_steps=1", "did you mean 'train'"),
+        ("audio.hop_length=2048", "audio.hop_length"),
+        ("audio.fmax=20000", "audio.fmax"),
+        ("data.batch_frames=-5", "data.batch_frames must be > 0"),
+        ("model.d_model=-1", "model.d_model"),
+        ("train.lr=fast", "train.lr: expected a number"),
+        ("train.max_steps=1.5", "train.max_steps: expected an integer"),
+        ("train.compile=maybe", "train.compile: expected true/false"),
+        ("model.preset=tinyy", "did you mean 'tiny'"),
+        ("model.n_heads=3", "divisible"),
+        ("text.default_language=fa", "text.default_language"),
+        ("max_steps=3", "section.key"),
+    ],
+)
+def test_bad_values_name_the_key(override, fragment):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[override])
+    assert fragment in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_yaml_file_names_key(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("data:\n  batch_frame: 100\n")
+    with pytest.raises(ConfigError, match=r"data\.batch_frame.*did you mean 'data\.batch_frames'"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_feature_hash_tracks_audio_and_text_only():
+    a = Config()
+    assert a.feature_hash() == load_config(overrides=["train.lr=0.5"]).feature_hash()
+    assert a.feature_hash() != load_config(overrides=["audio.n_mels=64"]).feature_hash()
+    assert a.feature_hash() != load_config(overrides=["text.lowercase=false"]).feature_hash()
+
+
+def test_cli_config_show_loads_back(capsys, tmp_path):
+    assert main(["config", "show", "--preset", "small", "--max-steps", "7", "--batch-size", "3"]) == 0
+    out = capsys.readouterr().out
+    p = tmp_path / "shown.yaml"
+    p.write_text(out)
+    cfg = load_config(p)
+    assert cfg.model.preset == "small" and cfg.train.max_steps == 7 and cfg.data.max_batch_size == 3
+
+
+def test_cli_bad_override_is_one_line_error(capsys):
+    assert main(["config", "show", "--set", "train.max_step=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "train.max_steps" in err
+
+
+def test_shipped_yaml_files_load():
+    files = sorted((REPO / "configs").glob("*.yaml"))
+    assert files, "configs/ should ship example YAML files"
+    for f in files:
+        load_config(f)
