@@ -20,6 +20,20 @@ _MARGIN_S = 0.050
 # Ceiling on |sample| after loudness normalisation: a little headroom below full scale
 # so 16-bit export and resampling ripple never clip.
 _PEAK_CEILING = 0.99
+# A clip whose loudest sample is below this is treated as silent: -70 dBFS is about
+# 10 steps of 16-bit PCM, i.e. dither/hum at most, never usable speech.
+SILENT_PEAK_DBFS = -70.0
+
+
+def peak_dbfs(wav: np.ndarray) -> float:
+    """Level of the loudest sample in dB re full scale (-inf for an all-zero clip)."""
+    peak = float(np.max(np.abs(wav))) if np.size(wav) else 0.0
+    return 20.0 * np.log10(peak) if peak > 0.0 else float("-inf")
+
+
+def is_silent(wav: np.ndarray) -> bool:
+    """True when the clip holds nothing louder than ``SILENT_PEAK_DBFS``."""
+    return peak_dbfs(wav) < SILENT_PEAK_DBFS
 
 
 def frame_rms_db(wav: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
@@ -43,19 +57,22 @@ def trim_silence(wav: np.ndarray, sample_rate: int, top_db: float,
 
     A frame is silence when its RMS level is more than ``top_db`` below the loudest
     frame of the same clip (relative, so quiet-but-clean recordings are not erased).
-    Returns an empty array when the clip holds no energy at all; the caller decides
+    Returns an empty array when the clip is silent (``is_silent``); the caller decides
     whether that is an error (``load_audio`` makes it one).
     """
     wav = np.asarray(wav)
-    if wav.size == 0 or not np.any(wav):
+    if is_silent(wav):
         return wav[:0]
     frame_length = max(1, round(_FRAME_S * sample_rate))
     hop_length = max(1, round(_HOP_S * sample_rate))
     level_db = frame_rms_db(wav, frame_length, hop_length)  # [n_frames]
     loud = np.flatnonzero(level_db > level_db.max() - top_db)  # never empty: max frame counts
+    # Cut at frame centres (+- half a hop): a frame counts as loud as soon as its edge
+    # touches speech, so its start/end would overshoot by up to a frame.
     margin = round(margin_s * sample_rate)
-    start = max(0, int(loud[0]) * hop_length - margin)
-    end = min(len(wav), int(loud[-1]) * hop_length + frame_length + margin)
+    centre = frame_length // 2
+    start = max(0, int(loud[0]) * hop_length + centre - hop_length // 2 - margin)
+    end = min(len(wav), int(loud[-1]) * hop_length + centre + hop_length // 2 + margin)
     return wav[start:end]
 
 

@@ -1,0 +1,141 @@
+"""Reading and writing audio files: the one place a clip on disk becomes a clean float32 array.
+
+Why every failure becomes an ``AudioError`` with the file name and a fix: a dataset
+of 100k clips always holds a few broken ones, and "LibsndfileError: Format not
+recognised" with no path costs the user an afternoon. The CLI prints these as one line.
+
+This module deliberately does not import torch, so data readers and worker processes
+that only need to load or inspect audio stay light.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from myxtts.audio.processing import (
+    SILENT_PEAK_DBFS,
+    is_silent,
+    normalize_loudness,
+    peak_dbfs,
+    trim_silence,
+)
+from myxtts.config import AudioConfig
+from myxtts.utils import atomic_write_bytes
+
+
+class AudioError(ValueError):
+    """A clip cannot be used: unreadable, empty, non-finite, silent or at the wrong rate."""
+
+
+class AudioInfo(NamedTuple):
+    """What the file header says, without decoding the samples."""
+
+    sample_rate: int
+    n_samples: int
+    channels: int
+    duration_s: float
+
+
+_FIX_BROKEN = "re-export it as WAV/FLAC/OGG or remove it from the dataset"
+
+
+def _check_exists(path: Path) -> None:
+    if not path.exists():
+        raise AudioError(f"{path}: audio file does not exist; check the path in the dataset metadata")
+    if not path.is_file():
+        raise AudioError(f"{path}: is not a file; point the dataset metadata at an audio file")
+
+
+def _reason(err: Exception) -> str:
+    # libsndfile's own words ("Format not recognised") without its repeat of the path.
+    text = getattr(err, "error_string", None) or str(err)
+    return " ".join(str(text).split())
+
+
+def audio_info(path: str | Path) -> AudioInfo:
+    """Header-only facts about a clip (fast: no samples are decoded)."""
+    path = Path(path)
+    _check_exists(path)
+    try:
+        info = sf.info(str(path))
+    except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError) as e:
+        raise AudioError(f"{path}: cannot read audio header ({_reason(e)}); {_FIX_BROKEN}") from e
+    sample_rate, n_samples = int(info.samplerate), int(info.frames)
+    if sample_rate <= 0:
+        raise AudioError(f"{path}: header gives sample rate {sample_rate}; {_FIX_BROKEN}")
+    return AudioInfo(sample_rate, n_samples, int(info.channels), n_samples / sample_rate)
+
+
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """Decode a clip as mono float32 at its own rate; errors for unreadable/empty/non-finite.
+
+    Multi-channel audio is mixed down by averaging channels (not by taking the first:
+    some recorders put the voice on one side only).
+    """
+    path = Path(path)
+    _check_exists(path)
+    try:
+        data, sample_rate = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+    except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
+        raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
+    if data.shape[0] == 0 or data.shape[1] == 0:
+        raise AudioError(f"{path}: clip has zero samples; {_FIX_BROKEN}")
+    if not np.isfinite(data).all():
+        n_bad = int(data.size - np.count_nonzero(np.isfinite(data)))
+        raise AudioError(f"{path}: {n_bad} samples are NaN or infinite (corrupt float audio); "
+                         f"{_FIX_BROKEN}")
+    wav = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [T]
+    return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate)
+
+
+def load_audio(path: str | Path, cfg: AudioConfig) -> np.ndarray:
+    """Load a clip ready for feature extraction: float32 [T], mono, at ``cfg.sample_rate``,
+    silence-trimmed if ``cfg.trim_silence`` and loudness-normalised if ``cfg.normalize_loudness``.
+
+    Raises AudioError (naming the file and the fix) for anything that would make the clip
+    useless or poison training: unreadable, empty, non-finite, silent, or at another rate
+    while ``cfg.resample`` is false.
+    """
+    path = Path(path)
+    wav, sample_rate = read_audio(path)
+    if sample_rate != cfg.sample_rate:
+        if not cfg.resample:
+            raise AudioError(
+                f"{path}: sample rate is {sample_rate} Hz but audio.sample_rate is "
+                f"{cfg.sample_rate} Hz and resampling is off; pass --set audio.resample=true "
+                f"or resample the data to {cfg.sample_rate} Hz")
+        wav = soxr.resample(wav, sample_rate, cfg.sample_rate, quality="HQ").astype(np.float32)
+    if is_silent(wav):
+        raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav):.1f} dBFS, below "
+                         f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset")
+    if cfg.trim_silence:
+        wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db)
+        if wav.size == 0:
+            raise AudioError(f"{path}: nothing left after silence trimming; remove the clip or "
+                             "pass --set audio.trim_silence=false")
+    if cfg.normalize_loudness:
+        wav = normalize_loudness(wav, cfg.target_dbfs)
+    return np.ascontiguousarray(wav, dtype=np.float32)
+
+
+def save_wav(path: str | Path, wav, sample_rate: int) -> None:
+    """Write a 16-bit PCM WAV atomically (temp file + rename: a killed run never leaves half a file).
+
+    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels]; values are
+    clipped to [-1, 1] (NaN becomes 0) so a loud synthesis saturates instead of wrapping.
+    """
+    if hasattr(wav, "detach"):  # torch tensor, without importing torch here
+        wav = wav.detach().float().cpu().numpy()
+    wav = np.asarray(wav, dtype=np.float32)
+    if wav.ndim not in (1, 2):
+        raise ValueError(f"save_wav expects [T] or [T, channels] audio, got shape {wav.shape}")
+    wav = np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+    buf = io.BytesIO()
+    sf.write(buf, wav, int(sample_rate), format="WAV", subtype="PCM_16")
+    atomic_write_bytes(Path(path), buf.getvalue())
