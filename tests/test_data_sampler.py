@@ -1,0 +1,330 @@
+"""BucketBatchSampler: plan quality, determinism, distributed balance, exact resume."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from myxtts.data.sampler import BucketBatchSampler, ShapeTable, choose_boundaries
+
+
+def lj_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """LJSpeech-like: lognormal mel lengths in [100, 900] frames, ~0.18 tokens per frame."""
+    rng = np.random.default_rng(seed)
+    x = np.exp(rng.normal(np.log(450), 0.35, 4 * n))
+    mel = x[(x >= 100) & (x <= 900)][:n].astype(np.int64)
+    text = (mel * 0.18 + rng.integers(2, 20, n)).astype(np.int64)
+    return mel, text
+
+
+MEL, TEXT = lj_lengths(2000)
+
+
+def make(mel=MEL, text=TEXT, **kw) -> BucketBatchSampler:
+    args = dict(batch_frames=6000, max_batch_size=24, num_buckets=8, seed=3)
+    args.update(kw)
+    return BucketBatchSampler(mel, text, **args)
+
+
+# ---------------------------------------------------------------- plan
+
+
+def test_batches_respect_budget_buckets_and_shapes():
+    s = make()
+    table = s.shape_table()
+    assert len(s.shapes()) <= 8
+    assert s.boundaries == sorted(s.boundaries) and all(b % 8 == 0 for b in s.boundaries)
+    assert s.boundaries[-1] >= MEL.max()
+    seen_shapes = set()
+    for batch in s:
+        k = int(s.bucket_of[batch[0]])
+        assert all(s.bucket_of[i] == k for i in batch)  # one bucket per batch
+        size, cap, edge = s.bucket_batch_sizes[k], s.text_caps[k], s.boundaries[k]
+        assert len(batch) == size <= 24
+        assert size * edge <= 6000
+        assert MEL[batch].max() <= edge and TEXT[batch].max() <= cap and cap % 8 == 0
+        assert table.shape_for(int(MEL[batch].max())) == (edge, cap)  # collate finds the bucket
+        seen_shapes.add((len(batch), cap, edge))
+    assert seen_shapes == set(s.shapes())
+
+
+def test_unlimited_batch_size_uses_whole_budget():
+    s = make(max_batch_size=0)
+    assert s.bucket_batch_sizes == [6000 // b for b in s.boundaries]
+
+
+def test_every_utterance_every_epoch_fill_repeats_only_within_bucket():
+    s = make()
+    for epoch in range(2):
+        batches = s.batches(epoch)
+        counts = Counter(itertools.chain.from_iterable(batches))
+        assert set(counts) == set(range(len(MEL)))
+        fill = sum(n * b for n, b in zip(s.bucket_num_batches, s.bucket_batch_sizes)) - len(MEL)
+        assert sum(counts.values()) - len(MEL) == fill
+        assert fill < sum(s.bucket_batch_sizes)  # less than one batch per bucket
+        assert len(batches) == len(s) == s.num_batches_global
+
+
+def test_tiny_bucket_repeats_inside_a_batch_but_keeps_shape():
+    mel = np.array([100, 101, 102, 800, 801], dtype=np.int64)
+    s = BucketBatchSampler(mel, mel // 10, batch_frames=4000, max_batch_size=8, num_buckets=2,
+                           fill_cost=0.0)
+    assert len(s.boundaries) == 2
+    for batch in s.batches(0):
+        assert len(batch) == s.bucket_batch_sizes[s.bucket_of[batch[0]]]
+    assert set(itertools.chain.from_iterable(s.batches(0))) == set(range(5))
+
+
+def _epoch_cost(boundaries, mel, batch_frames, max_batch_size, fill_cost):
+    """Reference cost (padding + fill_cost * expected fill frames) of a boundary set."""
+    total = 0.0
+    lo = 0
+    for edge in boundaries:
+        members = mel[(mel > lo) & (mel <= edge)]
+        lo = edge
+        if len(members) == 0:
+            continue
+        size = max(1, min(max_batch_size or 10**9, batch_frames // edge))
+        slots = -(-len(members) // size) * size
+        fill = (slots - len(members)) * members.mean()
+        total += slots * edge - members.sum() - fill + fill_cost * fill
+    return total
+
+
+@pytest.mark.parametrize("fill_cost", [0.0, 1.0])
+def test_boundary_dp_is_optimal_against_brute_force(fill_cost):
+    rng = np.random.default_rng(7)
+    mel = rng.integers(90, 400, 60).astype(np.int64)
+    values = np.unique(-(-mel // 16) * 16)
+    k_max, bf, mbs = 4, 1600, 6
+    best = min(
+        _epoch_cost(list(sub) + [values[-1]], mel, bf, mbs, fill_cost)
+        for k in range(k_max)
+        for sub in itertools.combinations(values[:-1], k)
+    )
+    dp = choose_boundaries(mel, k_max, bf, mbs, 16, fill_cost)
+    assert len(dp) <= k_max and dp[-1] == values[-1]
+    assert _epoch_cost(list(dp), mel, bf, mbs, fill_cost) == pytest.approx(best)
+
+
+def test_padding_efficiency_ljspeech_like_13k():
+    mel, text = lj_lengths(13000, seed=1)
+    s = BucketBatchSampler(mel, text, batch_frames=12000, max_batch_size=64, num_buckets=16)
+    assert len(s.shapes()) <= 16
+    assert s.padding_efficiency() >= 0.95
+    # The figure is what the batches really contain.
+    real = sum(int(mel[b].sum()) for b in s.batches(0))
+    padded = sum(len(b) * s.boundaries[s.bucket_of[b[0]]] for b in s.batches(0))
+    assert s.padding_efficiency(0) == pytest.approx(real / padded)
+
+
+def test_padding_efficiency_100_utterances_and_why_the_default_uses_fewer_buckets():
+    mel, text = lj_lengths(100, seed=2)
+    pad_only = BucketBatchSampler(mel, text, batch_frames=12000, max_batch_size=64,
+                                  num_buckets=16, fill_cost=0.0)
+    assert len(pad_only.shapes()) <= 16
+    assert pad_only.padding_efficiency() >= 0.95
+    # Default (fill_cost=1): fewer, fuller buckets -> far fewer GPU frames per epoch,
+    # because 100 clips cannot fill 16 buckets of ~20-utterance batches without repeats.
+    default = BucketBatchSampler(mel, text, batch_frames=12000, max_batch_size=64, num_buckets=16)
+
+    def gpu_frames(s):
+        return sum(n * b * t for n, b, t in
+                   zip(s.bucket_num_batches, s.bucket_batch_sizes, s.boundaries))
+
+    assert len(default.boundaries) < len(pad_only.boundaries)
+    assert gpu_frames(default) < 0.6 * gpu_frames(pad_only)
+
+
+def test_batch_frames_too_small_is_one_clear_line():
+    mel = np.array([120, 901, 300], dtype=np.int64)
+    with pytest.raises(ValueError) as err:
+        BucketBatchSampler(mel, mel // 5, batch_frames=800)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for part in ("data.batch_frames=800", "901 frames", "at least 904", "data.max_duration_s"):
+        assert part in msg
+    BucketBatchSampler(mel, mel // 5, batch_frames=904)  # exactly enough works
+
+
+@pytest.mark.parametrize("bad", [dict(mel=np.array([], dtype=np.int64)),
+                                 dict(mel=np.array([0, 5])),
+                                 dict(mel=np.array([1.5, 2.0]))])
+def test_rejects_bad_lengths(bad):
+    mel = bad["mel"]
+    with pytest.raises(ValueError):
+        BucketBatchSampler(mel, np.zeros(len(mel), dtype=np.int64), batch_frames=1000)
+
+
+def test_summary_and_shape_table_pickle():
+    s = make()
+    text = s.summary()
+    assert len(text.splitlines()) == len(s.boundaries) + 2
+    assert f"padding efficiency {s.padding_efficiency():.3f}" in text
+    table = pickle.loads(pickle.dumps(s.shape_table()))
+    assert isinstance(table, ShapeTable) and table == s.shape_table()
+    assert table.shape_for(1) == (s.boundaries[0], s.text_caps[0])
+    with pytest.raises(ValueError, match="stale store"):
+        table.shape_for(s.boundaries[-1] + 1)
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_same_seed_and_epoch_same_batches_other_epoch_or_seed_differs():
+    a, b = make(), make()
+    assert a.batches(0) == b.batches(0)
+    assert list(a) == list(b)  # epoch 0 via iteration
+    assert list(a) == b.batches(1)  # both moved on to epoch 1
+    assert a.batches(0) != a.batches(1)
+    assert sorted(map(tuple, a.batches(0))) != sorted(map(tuple, a.batches(1)))  # reshuffled within buckets
+    assert make(seed=4).batches(0) != a.batches(0)
+
+
+def test_no_shuffle_is_stable_and_ordered_by_bucket():
+    s = make(shuffle=False)
+    assert s.batches(0) == s.batches(5)
+    buckets = [int(s.bucket_of[b[0]]) for b in s.batches(0)]
+    assert buckets == sorted(buckets)
+
+
+def test_epochs_advance_automatically_and_set_epoch():
+    s = make()
+    assert [list(s) for _ in range(3)] == [s.batches(e) for e in range(3)]
+    assert s.epoch == 3
+    s.set_epoch(1)
+    assert list(s) == s.batches(1)
+    # A consumer that takes exactly len(s) batches (no StopIteration) still moves on.
+    s.set_epoch(0)
+    taken = list(itertools.islice(iter(s), len(s)))
+    assert taken == s.batches(0) and s.epoch == 1
+
+
+def test_abandoned_pass_restarts_same_epoch():
+    s = make()
+    it = iter(s)
+    first = [next(it) for _ in range(3)]
+    assert list(s) == s.batches(0) and first == s.batches(0)[:3]
+
+
+# ---------------------------------------------------------------- distributed
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ranks_get_equal_batch_counts_and_cover_everything(world_size):
+    ranks = [make(rank=r, world_size=world_size) for r in range(world_size)]
+    lens = {len(s) for s in ranks}
+    assert len(lens) == 1
+    per_rank = [list(s) for s in ranks]
+    assert {len(b) for b in per_rank} == lens
+    covered = set(itertools.chain.from_iterable(itertools.chain.from_iterable(per_rank)))
+    assert covered == set(range(len(MEL)))
+    # Same global plan as a single process, padded by repeating its first batches.
+    single = make().batches(0)
+    glob = ranks[0].global_batches(0)
+    assert [b.tolist() for b in glob[: len(single)]] == single
+    assert [b.tolist() for b in glob[len(single):]] == single[: len(glob) - len(single)]
+    assert len(glob) == len(s := ranks[0]) * world_size and len(s) == -(-len(single) // world_size)
+
+
+def test_more_ranks_than_batches():
+    mel = np.array([200, 210, 220], dtype=np.int64)
+    ranks = [BucketBatchSampler(mel, mel // 5, 12000, rank=r, world_size=4) for r in range(4)]
+    assert [len(list(s)) for s in ranks] == [1, 1, 1, 1]
+
+
+def test_bad_rank():
+    with pytest.raises(ValueError, match="rank"):
+        make(rank=2, world_size=2)
+
+
+# ---------------------------------------------------------------- resume
+
+
+def _reference(epochs: int = 2) -> list[list[int]]:
+    s = make()
+    return [b for _ in range(epochs) for b in s]
+
+
+@pytest.mark.parametrize("k", [0, 1, 17])
+def test_resume_mid_epoch_matches_uninterrupted(k):
+    ref = _reference()
+    s = make()
+    it = iter(s)
+    got = [next(it) for _ in range(k)]
+    state = s.state_dict()
+    assert state["epoch"] == 0 and state["position"] == k
+    fresh = make()
+    fresh.load_state_dict(state)
+    rest = list(fresh) + list(fresh)  # rest of epoch 0, then epoch 1
+    assert got + rest == ref
+
+
+def test_resume_across_epoch_boundary():
+    ref = _reference(3)
+    s = make()
+    list(s)  # epoch 0 done
+    assert s.state_dict()["epoch"] == 1 and s.state_dict()["position"] == 0
+    it = iter(s)
+    got = [next(it) for _ in range(5)]
+    fresh = make()
+    fresh.load_state_dict(s.state_dict())
+    rest = list(fresh) + list(fresh)
+    assert ref[: len(s)] + got + rest == ref
+
+
+def test_resume_with_consumed_behind_prefetch():
+    ref = _reference()
+    s = make()
+    it = iter(s)
+    for _ in range(10):  # a loader pulled 10 index lists, the training loop used 6
+        next(it)
+    fresh = make()
+    fresh.load_state_dict(s.state_dict(consumed=6))
+    assert ref[:6] + list(fresh) + list(fresh) == ref
+    with pytest.raises(ValueError, match="consumed"):
+        s.state_dict(consumed=11)
+
+
+def test_resume_of_a_resumed_pass_and_end_of_epoch_by_consumed():
+    s = make()
+    s.load_state_dict({**s.state_dict(), "position": 7})
+    it = iter(s)
+    next(it), next(it)
+    assert s.state_dict(consumed=1)["position"] == 8  # counted from the pass's start
+    n_left = len(s) - 7
+    list(it)
+    assert s.state_dict(consumed=n_left) == {**s.state_dict(), "epoch": 1, "position": 0}
+
+
+def test_load_state_refusals():
+    s = make(rank=0, world_size=2)
+    state = s.state_dict()
+    with pytest.raises(ValueError, match="world_size=2.*world_size=1"):
+        make().load_state_dict(state)
+    with pytest.raises(ValueError, match="seed"):
+        make(world_size=2, seed=99).load_state_dict(state)
+    with pytest.raises(ValueError, match="different set of utterance lengths"):
+        make(mel=MEL + 1, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"unknown keys \['extra'\]") as err:
+        make(world_size=2).load_state_dict({**state, "extra": 1})
+    assert "\n" not in str(err.value)
+    missing = dict(state)
+    del missing["position"]
+    with pytest.raises(ValueError, match=r"misses keys \['position'\]"):
+        make(world_size=2).load_state_dict(missing)
+
+
+def test_changed_plan_maps_position_proportionally(caplog):
+    s = make()
+    s.load_state_dict({**s.state_dict(), "position": len(s) // 2})
+    other = make(batch_frames=3000)  # e.g. lowered after an OOM
+    with caplog.at_level(logging.WARNING):
+        other.load_state_dict(s.state_dict())
+    assert "batch plan changed" in caplog.text
+    assert abs(other.resume_position - len(other) // 2) <= 1
