@@ -57,7 +57,7 @@ def test_explicit_model_key_overrides_preset():
         ("model.d_model=-1", "model.d_model"),
         ("train.lr=fast", "train.lr: expected a number"),
         ("train.max_steps=1.5", "train.max_steps: expected an integer"),
-        ("train.compile=maybe", "train.compile: expected true/false"),
+        ("train.compile=maybe", "train.compile: 'maybe' is not one of"),
         ("model.preset=tinyy", "did you mean 'tiny'"),
         ("model.n_heads=3", "divisible"),
         ("text.default_language=fa", "text.default_language"),

@@ -14,6 +14,10 @@ import sys
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
 SUBCOMMANDS = [
     "myxtts.cli.config_cmd",
+    "myxtts.cli.train",
+    "myxtts.cli.synthesize",
+    "myxtts.cli.prepare",
+    "myxtts.cli.data_cmds",
 ]
 
 
@@ -37,7 +41,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError]
     for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.records", "DatasetError"),
-                      ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError")]:
+                      ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
+                      ("myxtts.text.tokenizer", "TokenizerError")]:
         try:
             errs.append(getattr(importlib.import_module(mod), name))
         except (ImportError, AttributeError):

@@ -1,0 +1,127 @@
+"""Plain records shared by every dataset reader: one utterance, one problem, one report.
+
+Why a report instead of exceptions: a real dataset has a handful of broken rows among
+thousands. Stopping at the first one turns cleaning into a slow edit-run loop; collecting
+every problem (file, line, reason, fix) lets the user repair them all in one pass, while
+the usable rest still trains. Only a dataset that cannot be read at all raises
+``DatasetError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Reasons are short, stable categories (problems are grouped and counted by them);
+# the specifics of one occurrence go into ``Problem.detail``.
+MALFORMED_ROW = "malformed row"
+MISSING_AUDIO = "missing audio"
+MISSING_TRANSCRIPT = "missing transcript"
+EMPTY_TEXT = "empty text"
+DUPLICATE_ID = "duplicate id"
+NOT_UTF8 = "not UTF-8"
+UNKNOWN_LANGUAGE = "unknown language"
+UNREADABLE_AUDIO = "unreadable audio"
+WRONG_SAMPLE_RATE = "wrong sample rate"
+TOO_SHORT = "too short"
+TOO_LONG = "too long"
+
+
+class DatasetError(ValueError):
+    """The dataset cannot be read at all (one line naming the path, the cause and the fix).
+
+    ``report`` carries the problems collected before giving up (e.g. when every row was
+    broken), so a command can still show them.
+    """
+
+    def __init__(self, message: str, report: DataReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One clip and its transcript. ``duration_s`` is None until a header was read."""
+
+    id: str
+    audio_path: Path
+    text: str
+    speaker: str
+    language: str
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the dataset, located precisely enough to fix it.
+
+    ``source`` is the file to edit (metadata file, transcript or clip), ``line`` its
+    1-based line number when the problem is a row of a text file.
+    """
+
+    source: str
+    line: int | None
+    utterance_id: str | None
+    reason: str
+    fix: str
+    detail: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
+
+    def format(self) -> str:
+        uid = f" [{self.utterance_id}]" if self.utterance_id else ""
+        detail = f": {self.detail}" if self.detail else ""
+        return f"{self.location}{uid} {self.reason}{detail}; fix: {self.fix}"
+
+
+@dataclass
+class DataReport:
+    """Problems found while reading or inspecting a dataset, in the order found."""
+
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, source: str | Path, line: int | None, utterance_id: str | None, reason: str,
+            fix: str, detail: str = "") -> Problem:
+        p = Problem(str(source), line, utterance_id, reason, fix, detail)
+        self.problems.append(p)
+        return p
+
+    def extend(self, other: DataReport) -> None:
+        self.problems.extend(other.problems)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self):
+        return iter(self.problems)
+
+    def counts_by_reason(self) -> dict[str, int]:
+        """``{reason: count}``, most frequent first (ties alphabetical)."""
+        c = Counter(p.reason for p in self.problems)
+        return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def by_reason(self, reason: str) -> list[Problem]:
+        return [p for p in self.problems if p.reason == reason]
+
+    def format(self, max_per_reason: int = 5, indent: str = "  ") -> str:
+        """Human-readable summary grouped by reason, at most ``max_per_reason`` lines each."""
+        if not self.problems:
+            return "no problems found"
+        lines = [f"{len(self.problems)} problem(s):"]
+        for reason, n in self.counts_by_reason().items():
+            lines.append(f"{indent}{reason} ({n}):")
+            group = self.by_reason(reason)
+            for p in group[:max_per_reason]:
+                lines.append(f"{indent}{indent}{p.format()}")
+            if n > max_per_reason:
+                lines.append(f"{indent}{indent}... and {n - max_per_reason} more")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({"counts": self.counts_by_reason(),
+                           "problems": [asdict(p) for p in self.problems]},
+                          indent=1, ensure_ascii=False)
