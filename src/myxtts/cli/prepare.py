@@ -1,0 +1,55 @@
+"""`myxtts prepare DATA --out STORE`: extract features once into a packed store;
+`myxtts prepare --verify STORE`: check a store's sizes, checksums and index."""
+
+from __future__ import annotations
+
+import argparse
+
+from myxtts.cli.common import CLIError, add_config_args, config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare", help="extract features from a dataset into a packed store (resumable)",
+        description="Read DATA (LJSpeech folder, speaker folders or a manifest), clean and "
+                    "tokenize the texts, extract log-mels in parallel and pack them into STORE. "
+                    "A killed prepare resumes where it stopped when re-run with the same command.")
+    p.add_argument("data", nargs="?", help="dataset folder or manifest file")
+    p.add_argument("--out", "-o", metavar="STORE", help="store folder to write")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="extraction processes (default: every available CPU)")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild STORE even if it was prepared with other settings")
+    p.add_argument("--verify", metavar="STORE",
+                   help="check an existing store (sizes, sha256 checksums, index) and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_args(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from myxtts.utils import available_cpus
+
+    if args.verify:
+        from myxtts.data.store import verify_store
+
+        problems = verify_store(args.verify)
+        for line in problems:
+            print(f"problem: {line}")
+        if problems:
+            print(f"{args.verify}: {len(problems)} problem(s); rebuild with "
+                  f"`myxtts prepare DATA --out {args.verify} --force`")
+            return 1
+        print(f"{args.verify}: ok (sizes, checksums and index consistent)")
+        return 0
+    if not args.data or not args.out:
+        raise CLIError("usage: myxtts prepare DATA --out STORE (or myxtts prepare --verify STORE)")
+    if args.workers is not None and args.workers < 1:
+        raise CLIError(f"--workers {args.workers}: extraction needs at least one process; use "
+                       f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
+    from myxtts.data.prepare import prepare_store
+
+    cfg = config_from_args(args)
+    prepare_store(args.data, args.out, cfg, workers=args.workers, force=args.force,
+                  progress=not args.quiet)
+    return 0

@@ -1,0 +1,177 @@
+"""Map-style dataset over a prepared store: utterance index -> per-utterance item dict.
+
+Why it is this thin: all decoding and feature work happened in ``prepare``; an item is
+a few slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop.
+
+Item (numpy, see HELPERS.md): ``tokens`` int32 [L] (memmap view), ``mel`` float32
+[T, n_mels], ``ref_mel`` float32 [R' <= ref_frames, n_mels], ``speaker_id``,
+``language_id``, ``index``.
+
+Why the dataset converts float16 -> float32 (and not the collator while copying): numpy's
+half-precision cast runs ~9x slower than torch's vectorised one, and it is the bulk of
+a batch's cost. The conversion is done in pieces below torch's parallelisation grain
+(``_SERIAL_ELEMENTS``), so it always runs on the calling thread: waking an OpenMP pool
+for a 50k-element copy costs more than the copy, and on a busy machine made the loader
+~40x slower when measured.
+
+Reference crops are deterministic: which reference and where the crop starts come from
+a hash of ``(seed, epoch, index)``, so a resumed run sees the same crops as an
+uninterrupted one, independent of worker count and fetch order. The epoch arrives with
+the indices (``EpochBatches`` tags every batch with the sampler's epoch), because a
+``set_epoch`` on the dataset in the main process never reaches persistent workers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from myxtts.data.store import FeatureStore
+
+_MASK64 = (1 << 64) - 1
+_SERIAL_ELEMENTS = 32767  # torch runs element-wise ops on fewer elements than 32768 inline
+
+
+def mix64(*values: int) -> int:
+    """A 64-bit hash of small integers (splitmix64 finaliser per value): ~1 us, no RNG object."""
+    x = 0x9E3779B97F4A7C15
+    for v in values:
+        x = (x ^ (int(v) & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
+        x ^= x >> 31
+        x = x * 0x94D049BB133111EB & _MASK64
+        x ^= x >> 29
+    return x
+
+
+class StoreDataset(Dataset):
+    """Items of one split of a ``FeatureStore``; picklable (workers re-map the files).
+
+    ``__getitems__`` fetches a whole batch in one call (torch's DataLoader uses it with a
+    ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from
+    :class:`EpochBatches`. ``epoch`` (default 0) is used for plain index lists.
+    """
+
+    def __init__(self, store: FeatureStore | str | Path, ref_frames: int, seed: int = 0,
+                 split: str = "train") -> None:
+        if not isinstance(store, FeatureStore):
+            store = FeatureStore.open(store, split)
+        if ref_frames < 1:
+            raise ValueError(f"ref_frames must be >= 1 (data.ref_frames), got {ref_frames}")
+        self.store = store
+        self.ref_frames = int(ref_frames)
+        self.seed = int(seed)
+        self.epoch = 0
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # Numpy arrays, gathered per BATCH (one fancy-index + tolist per field): per-item
+        # numpy scalar access would be slow, and per-utterance Python lists would cost
+        # ~250 bytes/utterance in every worker (refcount writes defeat fork's page sharing).
+        st = self.store
+        self._mel_off, self._mel_len = st.mel_offsets, st.mel_lengths
+        self._tok_off, self._tok_len = st.token_offsets, st.token_lengths
+        self._speaker, self._language = st.speaker_ids, st.language_ids
+        self._refs = st.ref_table  # int32 [N, R], valid entries first, -1 after
+        self._n_refs = (st.ref_table >= 0).sum(axis=1)  # [N]
+        self._mel_t: torch.Tensor | None = None  # torch view of the mel memmap (per process)
+        self._rows = max(1, _SERIAL_ELEMENTS // st.n_mels)
+
+    def _mel_tensor(self) -> torch.Tensor:
+        if self._mel_t is None:
+            with warnings.catch_warnings():  # read-only memmap: we only ever read through it
+                warnings.simplefilter("ignore", UserWarning)
+                self._mel_t = torch.from_numpy(self.store.mel_array)  # float16 [frames, n_mels]
+        return self._mel_t
+
+    def _float32(self, mel: torch.Tensor, offset: int, n_frames: int) -> np.ndarray:
+        """Frames ``[offset, offset + n_frames)`` as a new float32 array [n_frames, n_mels]."""
+        out = np.empty((n_frames, mel.shape[1]), np.float32)
+        dst = torch.from_numpy(out)
+        for a in range(0, n_frames, self._rows):  # serial-sized pieces (module docstring)
+            b = min(n_frames, a + self._rows)
+            dst[a:b].copy_(mel[offset + a:offset + b])
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
+        return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
+                "epoch": self.epoch}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._refresh()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self._mel_len)
+
+    def _batch(self, indices: Sequence[int], epoch: int) -> list[dict[str, Any]]:
+        idx = np.asarray(indices, dtype=np.int64)  # [B]
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"utterance index out of range for {len(self)} utterances")
+        mel, tokens = self._mel_tensor(), self.store.token_array  # looked up once per batch
+        hashes = [mix64(self.seed, epoch, i) for i in idx.tolist()]
+        n_refs = self._n_refs[idx].tolist()
+        pick = [h % n for h, n in zip(hashes, n_refs)]
+        ref = self._refs[idx, pick].astype(np.int64)  # [B] chosen reference utterance
+        ref_off, ref_len = self._mel_off[ref].tolist(), self._mel_len[ref].tolist()
+        items = []
+        for j, (i, off, n, t_off, t_len, spk, lang) in enumerate(zip(
+                idx.tolist(), self._mel_off[idx].tolist(), self._mel_len[idx].tolist(),
+                self._tok_off[idx].tolist(), self._tok_len[idx].tolist(),
+                self._speaker[idx].tolist(), self._language[idx].tolist())):
+            r_off, r_len = ref_off[j], ref_len[j]
+            if r_len > self.ref_frames:  # random crop, start from the hash's upper half
+                r_off += (hashes[j] >> 32) % (r_len - self.ref_frames + 1)
+                r_len = self.ref_frames
+            items.append({"tokens": tokens[t_off:t_off + t_len],  # int32 [L] view
+                          "mel": self._float32(mel, off, n),  # float32 [T, n_mels]
+                          "ref_mel": self._float32(mel, r_off, r_len),  # float32 [R', n_mels]
+                          "speaker_id": spk, "language_id": lang, "index": i})
+        return items
+
+    def item(self, i: int, epoch: int) -> dict[str, Any]:
+        """Utterance ``i`` as served in ``epoch`` (same crop as in a batch of that epoch)."""
+        return self._batch([i], epoch)[0]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = int(i)
+        return self.item(i + len(self) if i < 0 else i, self.epoch)
+
+    def __getitems__(self, indices: Sequence[int] | tuple[int, Sequence[int]]) -> list[dict[str, Any]]:
+        epoch = self.epoch
+        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
+            epoch, indices = indices
+        return self._batch(indices, int(epoch))
+
+
+class EpochBatches:
+    """Wraps a batch sampler so every batch travels as ``(epoch, indices)``.
+
+    The sampler's epoch is read when a pass starts (``iter``), which is when the
+    BucketBatchSampler fixes the epoch it iterates. ``len`` and attribute access pass
+    through, so code can treat this like the sampler.
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        epoch = int(getattr(self.sampler, "epoch", 0))
+        for batch in self.sampler:
+            yield epoch, batch
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "sampler":  # not set yet (unpickling): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self.sampler, name)

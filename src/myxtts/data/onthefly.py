@@ -1,0 +1,363 @@
+"""On-the-fly loading: the store's batches straight from raw audio, without ``prepare``.
+
+Split of the work, and why:
+
+* Loader workers (CPU processes) read, resample and trim the clips and the reference
+  clips, and pad them into wav batches. They never run the mel: CUDA cannot be
+  initialised in forked workers, and one batched STFT is far cheaper than B small ones.
+* The main process computes the log-mels of the whole batch at once with
+  ``MelSpectrogram`` on ``data.data_device`` ('cpu' or 'cuda:N'): the same module
+  ``prepare`` uses, so features equal the store's (up to the store's float16 rounding).
+  Putting it on a second GPU is the base of a dual-GPU mode (one GPU makes features,
+  the other trains).
+
+Reference crops are taken in the waveform with a margin of ``ceil(n_fft / 2 / hop)``
+frames around the wanted frames, so the crop's frames are bit-for-bit the full clip's
+frames (the STFT window never reaches the cut, and at the clip's own edges the reflect
+padding sees the same samples) while only ~ref_frames of audio are transformed. With
+the same references (``choose_refs``, same seed) and the same hash as the store path,
+an utterance gets the same reference crop on both paths.
+
+Bucketing needs lengths before any audio is decoded: they come from the file headers
+(untrimmed, so an upper bound of the trimmed length). A batch is padded to the bucket
+the sampler drew it from, so shapes stay bounded; padding is somewhat higher than with
+a store, whose lengths are exact. Clips outside ``data.min/max_duration_s`` by their
+header length are left out; a clip that fails to load in a worker is dropped from its
+batch with a warning (prepare catches such clips up front; here they surface late).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from myxtts.config import AudioConfig, Config, ConfigError
+from myxtts.data.dataset import EpochBatches, mix64
+from myxtts.data.loader import build_sampler, worker_init
+from myxtts.data.prepare import choose_refs, plan_texts
+from myxtts.data.sampler import ShapeTable
+from myxtts.data.store import SPLITS, FeatureStore, StoreError
+from myxtts.utils import available_cpus
+
+log = logging.getLogger(__name__)
+
+
+def crop_window(n_samples: int, start_frame: int, n_frames: int, cfg: AudioConfig) -> tuple[int, int, int]:
+    """Samples ``[a, b)`` whose centered STFT contains the full clip's frames
+    ``[start_frame, start_frame + n_frames)`` exactly, from crop frame ``first`` on."""
+    half = cfg.n_fft // 2
+    margin = -(-half // cfg.hop_length)  # frames whose window may reach the cut
+    a = max(0, (start_frame - margin) * cfg.hop_length)
+    last = start_frame + n_frames - 1
+    b = min(n_samples, last * cfg.hop_length + half + 1)  # +1: the reflection needs half+1 samples
+    return a, b, start_frame - a // cfg.hop_length
+
+
+def frames_for(n_samples: int, cfg: AudioConfig) -> int:
+    """Frames MelSpectrogram gives a clip of ``n_samples`` (centered STFT)."""
+    half = cfg.n_fft // 2
+    return 1 + (n_samples + 2 * half - cfg.n_fft) // cfg.hop_length
+
+
+@dataclass
+class RawSplit:
+    """One split of a raw dataset, tokenized, with header lengths and references."""
+
+    ids: list[str]
+    paths: list[str]
+    tokens: list[np.ndarray]  # int32 [L] each
+    speaker_ids: np.ndarray  # int64 [N]
+    language_ids: np.ndarray  # int64 [N]
+    est_frames: np.ndarray  # int64 [N], upper bound of the mel frames (header, untrimmed)
+    refs: np.ndarray  # int32 [N, refs_per_utterance], -1 = unused
+
+
+class RawAudioDataset(Dataset):
+    """Worker side: utterance index -> wav, tokens, reference wav crop (no features)."""
+
+    def __init__(self, split: RawSplit, audio: AudioConfig, ref_frames: int, seed: int) -> None:
+        self.split = split
+        self.audio = audio
+        self.ref_frames = int(ref_frames)
+        self.seed = int(seed)
+        self._warned: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.split.paths)
+
+    def _load(self, i: int) -> np.ndarray | None:
+        from myxtts.audio.io import AudioError, load_audio
+
+        try:
+            return load_audio(self.split.paths[i], self.audio)  # float32 [samples]
+        except AudioError as e:
+            if self.split.paths[i] not in self._warned:
+                self._warned.add(self.split.paths[i])
+                log.warning("on-the-fly: skipping a clip that cannot be used: %s", e)
+            return None
+
+    def item(self, i: int, epoch: int) -> dict[str, Any] | None:
+        wav = self._load(i)
+        if wav is None:
+            return None
+        h = mix64(self.seed, epoch, i)
+        row = self.split.refs[i]
+        refs = row[row >= 0]
+        r = int(refs[h % len(refs)])
+        ref_wav = wav if r == i else self._load(r)
+        if ref_wav is None:
+            ref_wav = wav  # a broken reference clip: clone from the utterance itself
+        n_ref = frames_for(len(ref_wav), self.audio)
+        want = min(self.ref_frames, n_ref)
+        start = (h >> 32) % (n_ref - want + 1)
+        a, b, first = crop_window(len(ref_wav), start, want, self.audio)
+        return {"wav": wav, "tokens": self.split.tokens[i], "ref_wav": ref_wav[a:b],
+                "ref_first": first, "ref_frames": want, "speaker_id": int(self.split.speaker_ids[i]),
+                "language_id": int(self.split.language_ids[i]), "index": i}
+
+    def __getitem__(self, i: int) -> dict[str, Any] | None:
+        return self.item(int(i), 0)
+
+    def __getitems__(self, indices: Any) -> list[dict[str, Any] | None]:
+        epoch = 0
+        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
+            epoch, indices = indices
+        return [self.item(int(i), epoch) for i in indices]
+
+
+class WavCollator:
+    """Worker side: pad wavs / reference wavs / tokens of a batch (picklable)."""
+
+    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray) -> None:
+        self.shape_table = shape_table
+        self.est_frames = est_frames
+
+    def __call__(self, items: list[dict[str, Any] | None]) -> dict[str, torch.Tensor] | None:
+        items = [it for it in items if it is not None]
+        if not items:
+            return None
+        batch = len(items)
+        index = np.array([it["index"] for it in items], np.int64)
+        n_frames, n_tokens = self.shape_table.shape_for(int(self.est_frames[index].max()))
+        wav_lens = np.array([len(it["wav"]) for it in items], np.int64)
+        ref_lens = np.array([len(it["ref_wav"]) for it in items], np.int64)
+        tok_lens = np.array([len(it["tokens"]) for it in items], np.int64)
+        wav = np.zeros((batch, int(wav_lens.max())), np.float32)
+        ref = np.zeros((batch, int(ref_lens.max())), np.float32)
+        tokens = np.zeros((batch, max(n_tokens, int(tok_lens.max()))), np.int64)
+        for i, it in enumerate(items):
+            wav[i, :wav_lens[i]] = it["wav"]
+            ref[i, :ref_lens[i]] = it["ref_wav"]
+            tokens[i, :tok_lens[i]] = it["tokens"]
+        as_long = lambda key: torch.tensor([it[key] for it in items], dtype=torch.long)  # noqa: E731
+        return {"wav": torch.from_numpy(wav), "wav_lengths": torch.from_numpy(wav_lens),
+                "ref_wav": torch.from_numpy(ref), "ref_wav_lengths": torch.from_numpy(ref_lens),
+                "ref_first": as_long("ref_first"), "ref_frames": as_long("ref_frames"),
+                "tokens": torch.from_numpy(tokens), "token_lengths": torch.from_numpy(tok_lens),
+                "speaker_ids": as_long("speaker_id"), "language_ids": as_long("language_id"),
+                "indices": torch.from_numpy(index), "n_frames": torch.tensor(n_frames)}
+
+
+class OnTheFlyLoader:
+    """Iterates batch dicts (HELPERS.md format) with features computed on ``device``.
+
+    ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from ``mel_stats`` or, when none was
+    given, from one pass over this loader's split on first access.
+    """
+
+    def __init__(self, loader: DataLoader, sampler: Any, cfg: Config, device: torch.device,
+                 tokenizer: Any, speakers: list[str], raw: RawSplit,
+                 mel_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
+        from myxtts.audio.mel import MelSpectrogram
+
+        self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
+        self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
+        self.languages = tokenizer.languages
+        self.n_mels = cfg.audio.n_mels
+        self.ref_frames = cfg.data.ref_frames
+        self.mel = MelSpectrogram(cfg.audio).to(device)
+        self._stats = mel_stats
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for raw in self.loader:
+            if raw is not None:
+                yield self.featurize(raw)
+
+    @torch.no_grad()
+    def featurize(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Worker wav batch -> model batch: two batched MelSpectrogram calls on ``device``."""
+        dev = self.device
+        n_frames = int(raw.pop("n_frames"))  # bucket edge (an upper bound of every F); read on the host
+        raw = {k: v.to(dev, non_blocking=True) for k, v in raw.items()}
+        mel, mel_lengths = self.mel(raw["wav"], raw["wav_lengths"])  # [B, F, n_mels], [B]
+        if mel.shape[1] < n_frames:
+            mel = torch.nn.functional.pad(mel, (0, 0, 0, n_frames - mel.shape[1]))
+        else:  # cannot happen unless a header lied about the length; keep the shape fixed
+            mel, mel_lengths = mel[:, :n_frames], mel_lengths.clamp(max=n_frames)
+        frame = torch.arange(n_frames, device=dev)
+        stop = (frame[None, :] >= (mel_lengths - 1)[:, None]).float()  # [B, T]
+        ref_full, _ = self.mel(raw["ref_wav"], raw["ref_wav_lengths"])  # [B, Fc, n_mels]
+        slot = torch.arange(self.ref_frames, device=dev)  # [R]
+        ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B]
+        take = (raw["ref_first"][:, None] + slot[None, :]).clamp(max=ref_full.shape[1] - 1)
+        ref = ref_full.gather(1, take[..., None].expand(-1, -1, self.n_mels))  # [B, R, n_mels]
+        ref = ref * (slot[None, :] < ref_lengths[:, None])[..., None]
+        return {"tokens": raw["tokens"], "token_lengths": raw["token_lengths"], "mel": mel,
+                "mel_lengths": mel_lengths, "stop_target": stop, "ref_mel": ref,
+                "ref_lengths": ref_lengths, "speaker_ids": raw["speaker_ids"],
+                "language_ids": raw["language_ids"], "indices": raw["indices"]}
+
+    @property
+    def mel_mean(self) -> np.ndarray:
+        return self.mel_stats()[0]
+
+    @property
+    def mel_std(self) -> np.ndarray:
+        return self.mel_stats()[1]
+
+    def mel_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-band mean/std (float32 [n_mels]) of this split's real frames, cached.
+
+        One pass over EVERY utterance of the split exactly once (its own unshuffled,
+        single-rank sampler: fill repeats and a rank's share would bias the statistics,
+        and all ranks must agree on them).
+        """
+        from myxtts.data.prepare import MIN_MEL_STD
+
+        if self._stats is None:
+            sampler = build_sampler(self.raw.est_frames, np.array([len(t) for t in self.raw.tokens]),
+                                    self.cfg, shuffle=False)
+            loader = DataLoader(self.loader.dataset, batch_sampler=sampler,
+                                collate_fn=WavCollator(sampler.shape_table(), self.raw.est_frames),
+                                num_workers=self.loader.num_workers,
+                                worker_init_fn=worker_init if self.loader.num_workers else None)
+            total = torch.zeros(self.n_mels, dtype=torch.float64)
+            total_sq = torch.zeros(self.n_mels, dtype=torch.float64)
+            frames = 0
+            seen: set[int] = set()
+            for raw in loader:
+                if raw is None:
+                    continue
+                batch = self.featurize(raw)
+                first = []
+                for i in batch["indices"].tolist():
+                    first.append(i not in seen)
+                    seen.add(i)
+                keep = torch.tensor(first, device=batch["mel"].device)
+                real = torch.arange(batch["mel"].shape[1], device=keep.device)[None, :] \
+                    < batch["mel_lengths"][:, None]  # [B, T]
+                m = batch["mel"][real & keep[:, None]].double().cpu()  # [frames, n_mels]
+                total += m.sum(0)
+                total_sq += (m * m).sum(0)
+                frames += m.shape[0]
+            mean = total / max(frames, 1)
+            std = (total_sq / max(frames, 1) - mean**2).clamp(min=0).sqrt().clamp(min=MIN_MEL_STD)
+            self._stats = (mean.float().numpy(), std.float().numpy())
+        return self._stats
+
+
+def _resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"data.data_device={name!r} but CUDA is not available here; use "
+                          f"--set data.data_device=cpu")
+    return device
+
+
+def read_raw_splits(data: str | Path, cfg: Config, tokenizer: Any = None
+                    ) -> tuple[dict[str, RawSplit], Any, list[str]]:
+    """Read + clean + tokenize ``data`` (as prepare does) and read every clip's header.
+
+    Returns ``({split: RawSplit}, tokenizer, speakers)``.
+    """
+    from myxtts.audio.io import AudioError, audio_info
+
+    planned, tokenizer, _, _ = plan_texts(Path(data), cfg, tokenizer)
+    a = cfg.audio
+    kept: dict[str, list[tuple[Any, int]]] = {s: [] for s in SPLITS}
+    for split in SPLITS:
+        for u in planned[split]:
+            try:
+                info = audio_info(u.audio_path)
+            except AudioError as e:
+                log.warning("on-the-fly: skipping %s", e)
+                continue
+            if not cfg.data.min_duration_s <= info.duration_s <= cfg.data.max_duration_s:
+                continue
+            # +1 sample: resampling may round up; never underestimate (the bucket must hold it).
+            n = math.ceil(info.n_samples * a.sample_rate / info.sample_rate) + 1
+            kept[split].append((u, frames_for(n, a)))
+    if not kept["train"]:
+        raise StoreError(f"{data}: no training utterance is usable on the fly (lengths outside "
+                         f"data.min/max_duration_s, unreadable or rejected texts); run "
+                         f"`myxtts prepare {data} --out STORE` to see the reasons in report.json")
+    speakers = sorted({u.speaker for s in SPLITS for u, _ in kept[s]})
+    speaker_index = {s: i for i, s in enumerate(speakers)}
+    out: dict[str, RawSplit] = {}
+    for split_no, split in enumerate(SPLITS):
+        rows = kept[split]
+        spk = np.array([speaker_index[u.speaker] for u, _ in rows], np.int64)
+        out[split] = RawSplit(
+            ids=[u.id for u, _ in rows], paths=[u.audio_path for u, _ in rows],
+            tokens=[np.asarray(u.tokens, np.int32) for u, _ in rows], speaker_ids=spk,
+            language_ids=np.array([tokenizer.language_id(u.language) for u, _ in rows], np.int64),
+            est_frames=np.array([f for _, f in rows], np.int64),
+            refs=choose_refs(spk, cfg.data.refs_per_utterance, [cfg.data.split_seed, split_no]))
+    return out, tokenizer, speakers
+
+
+def default_onthefly_workers(cpus: int | None = None) -> int:
+    """Decoding audio is the heavy part here: every CPU but the main process's."""
+    cpus = available_cpus() if cpus is None else cpus
+    return max(1, cpus - 1)
+
+
+def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train",
+                          tokenizer: Any = None,
+                          mel_stats: FeatureStore | tuple[np.ndarray, np.ndarray] | None = None,
+                          rank: int = 0, world_size: int = 1, seed: int | None = None,
+                          shuffle: bool = True, num_workers: int | None = None,
+                          raw_splits: tuple[dict[str, RawSplit], Any, list[str]] | None = None,
+                          ) -> tuple[OnTheFlyLoader, Any]:
+    """Like ``build_loader`` but over a raw dataset; features on ``cfg.data.data_device``.
+
+    ``tokenizer``: reuse a vocabulary (e.g. a checkpoint's); default: built from the
+    dataset's cleaned texts, like prepare. ``mel_stats``: a FeatureStore or ``(mean, std)``;
+    default: computed by one pass on first use of ``loader.mel_mean``. ``raw_splits``:
+    the result of :func:`read_raw_splits`, to build the train and val loaders from one read.
+    Returns ``(loader, sampler)``.
+    """
+    if split not in SPLITS:
+        raise StoreError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    device = _resolve_device(cfg.data.data_device)
+    splits, tokenizer, speakers = raw_splits or read_raw_splits(data, cfg, tokenizer)
+    raw = splits[split]
+    if not raw.paths:
+        raise ConfigError(f"{data}: the {split} split is empty; set data.val_fraction > 0")
+    seed = cfg.data.shuffle_seed if seed is None else int(seed)
+    text_lengths = np.array([len(t) for t in raw.tokens], np.int64)
+    sampler = build_sampler(raw.est_frames, text_lengths, cfg, rank=rank, world_size=world_size,
+                            seed=seed, shuffle=shuffle)
+    if isinstance(mel_stats, FeatureStore):
+        mel_stats = (mel_stats.mel_mean, mel_stats.mel_std)
+    workers = cfg.data.num_workers if num_workers is None else int(num_workers)
+    if workers < 0:
+        workers = default_onthefly_workers()
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        extra = dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
+    loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
+                        batch_sampler=EpochBatches(sampler),
+                        collate_fn=WavCollator(sampler.shape_table(), raw.est_frames),
+                        num_workers=workers, pin_memory=device.type == "cuda", **extra)
+    return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats), sampler
