@@ -1,0 +1,239 @@
+"""XTTS-style voice-cloning acoustic model: reference audio + text -> log-mel.
+
+Wiring: ``ConditioningEncoder`` (reference mel -> C latents) and ``TextEncoder`` (tokens ->
+L encodings) form the memory [latents; text] that the autoregressive ``Decoder`` attends to
+while predicting r = ``frames_per_step`` frames per step; a residual ``Postnet`` refines the
+result.
+
+Mel domains: the batch carries raw log-mels; the model normalises them with its buffers
+``mel_mean`` / ``mel_std`` [n_mels] (set from the store's statistics at build time, saved in
+every checkpoint). ``forward`` returns predictions and target in the *normalised* domain (the
+losses work there so every mel band weighs the same); ``generate`` returns *raw log-mel*
+(``denormalize`` converts).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from myxtts.config import Config, ModelConfig
+from myxtts.model.conditioning import ConditioningEncoder
+from myxtts.model.decoder import Decoder, Postnet, fourier_features, normalised_positions
+from myxtts.model.layers import init_weights, key_mask, lengths_to_mask
+from myxtts.model.text_encoder import TextEncoder
+
+ASSUMED_VOCAB_SIZE = 100  # for count_parameters before a tokenizer exists
+
+
+class XTTS(nn.Module):
+    """See the module docstring. All inputs follow the batch-dict contract of HELPERS.md."""
+
+    def __init__(self, cfg: ModelConfig, n_mels: int, n_tokens: int, n_languages: int,
+                 mel_mean: Tensor | None = None, mel_std: Tensor | None = None) -> None:
+        super().__init__()
+        self.cfg, self.n_mels, self.r = cfg, n_mels, cfg.frames_per_step
+        d, h, ff, p = cfg.d_model, cfg.n_heads, cfg.ff_mult, cfg.dropout
+        self.cond_encoder = ConditioningEncoder(n_mels, d, h, ff, cfg.cond_layers,
+                                                cfg.cond_latents, p)
+        self.text_encoder = TextEncoder(n_tokens, n_languages, d, h, ff, cfg.text_layers, p)
+        self.decoder = Decoder(n_mels, self.r, d, h, ff, cfg.decoder_layers, cfg.prenet_dim,
+                               cfg.prenet_dropout, p)
+        self.postnet = Postnet(n_mels, cfg.postnet_channels, cfg.postnet_layers,
+                               cfg.postnet_kernel, p)
+        mean = torch.zeros(n_mels) if mel_mean is None else torch.as_tensor(mel_mean).float()
+        std = torch.ones(n_mels) if mel_std is None else torch.as_tensor(mel_std).float()
+        if mean.shape != (n_mels,) or std.shape != (n_mels,):
+            raise ValueError(f"mel_mean/mel_std must have shape [{n_mels}] (audio.n_mels), got "
+                             f"{tuple(mean.shape)} / {tuple(std.shape)}; recompute the store stats")
+        self.register_buffer("mel_mean", mean.clone())
+        self.register_buffer("mel_std", std.clamp(min=1e-3).clone())
+        for module, depth in ((self.cond_encoder, cfg.cond_layers), (self.text_encoder, cfg.text_layers),
+                              (self.decoder, cfg.decoder_layers)):
+            init_weights(module, depth)
+        self._init_input_scales()
+        nn.init.constant_(self.decoder.stop_head.bias, -3.0)  # stopping is rare: start "go on"
+
+    @torch.no_grad()
+    def _init_input_scales(self) -> None:
+        """Inputs start at the sinusoids' scale (rms ~0.7), not at the 0.02 of the residual init:
+        otherwise positions drown the tokens and previous frames for the first hundreds of
+        steps, and alignment (which needs both) forms late."""
+        nn.init.normal_(self.text_encoder.token_emb.weight, 0.0, 1.0)
+        self.text_encoder.token_emb.weight[0].zero_()  # PAD
+        nn.init.normal_(self.text_encoder.lang_emb.weight, 0.0, 0.5)
+        for lin in (self.decoder.prenet.fc1, self.decoder.prenet.fc2, self.decoder.prenet.proj):
+            nn.init.normal_(lin.weight, 0.0, lin.in_features**-0.5)  # unit gain
+
+    # ------------------------------------------------------------- helpers
+
+    def normalize(self, mel: Tensor) -> Tensor:
+        """Raw log-mel [..., n_mels] -> normalised."""
+        return (mel - self.mel_mean) / self.mel_std
+
+    def denormalize(self, mel: Tensor) -> Tensor:
+        """Normalised [..., n_mels] -> raw log-mel."""
+        return mel * self.mel_std + self.mel_mean
+
+    def encode(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
+               ref_mel: Tensor, ref_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """-> memory [B, C+L, d], mem_mask [B, 1, 1, C+L] bool, text Fourier features [B, L, 2K].
+
+        tokens [B, L], token_lengths [B], language_ids [B], ref_mel [B, R, n_mels] raw,
+        ref_lengths [B]."""
+        ref = self.normalize(ref_mel) * lengths_to_mask(ref_lengths, ref_mel.shape[1])[..., None]
+        latents = self.cond_encoder(ref, ref_lengths)  # [B, C, d]
+        text = self.text_encoder(tokens, token_lengths, language_ids)  # [B, L, d]
+        memory = torch.cat([latents, text.to(latents.dtype)], dim=1)  # [B, C+L, d]
+        b, n_latents = latents.shape[:2]
+        latent_mask = torch.ones(b, 1, 1, n_latents, dtype=torch.bool, device=tokens.device)
+        mem_mask = torch.cat([latent_mask, key_mask(token_lengths, tokens.shape[1])],
+                             dim=-1)  # [B, 1, 1, C+L]: latents always real, text by length
+        feats = fourier_features(normalised_positions(token_lengths, tokens.shape[1]))  # [B,L,2K]
+        return memory, mem_mask, feats
+
+    def _teacher_inputs(self, mel: Tensor, mel_lengths: Tensor) -> tuple[Tensor, Tensor, int]:
+        """raw mel [B, T, n] -> (target [B, T', n] normalised & zero-padded, prev groups
+        [B, S, r*n], S) with T' = S*r the length padded up to a multiple of r."""
+        b, t, n = mel.shape
+        steps = -(-t // self.r)
+        real = lengths_to_mask(mel_lengths, t)[..., None]  # [B, T, 1]
+        target = self.normalize(mel) * real.to(mel.dtype)  # [B, T, n]
+        target = nn.functional.pad(target, (0, 0, 0, steps * self.r - t))  # [B, T', n]
+        groups = target.reshape(b, steps, self.r * n)  # [B, S, r*n]
+        prev = nn.functional.pad(groups, (0, 0, 1, 0))[:, :steps]  # shift right by one step
+        return target, prev, steps
+
+    # ------------------------------------------------------------- training
+
+    def forward(self, batch: dict[str, Tensor], prenet_dropout: bool | None = None
+                ) -> dict[str, Tensor]:
+        """Teacher-forced pass. ``prenet_dropout`` defaults to ``self.training``.
+
+        Returns (normalised domain, T = batch mel length):
+          mel_pre [B, T, n_mels]   decoder output;  mel_post [B, T, n_mels] after the postnet
+          mel_target [B, T, n_mels] normalised target (zeros on padding)
+          stop_logits [B, T] float32
+          align_moments [B, S, 2K] float32, S = ceil(T / r): guided-attention moments
+          step_lengths [B] long = ceil(mel_lengths / r): real decoder steps
+        """
+        dropout = self.training if prenet_dropout is None else prenet_dropout
+        mel, mel_lengths = batch["mel"], batch["mel_lengths"]
+        b, t, n = mel.shape
+        memory, mem_mask, feats = self.encode(batch["tokens"], batch["token_lengths"],
+                                              batch["language_ids"], batch["ref_mel"],
+                                              batch["ref_lengths"])
+        target, prev, steps = self._teacher_inputs(mel, mel_lengths)
+        n_latents = self.cfg.cond_latents
+        groups, stop, align = self.decoder(prev, memory, mem_mask, n_latents, feats, dropout)
+        mel_pre = groups.reshape(b, steps * self.r, n)  # [B, T', n]
+        frame_mask = lengths_to_mask(mel_lengths, steps * self.r)  # [B, T']
+        mel_post = self.postnet(mel_pre, frame_mask)  # [B, T', n]
+        return {
+            "mel_pre": mel_pre[:, :t],
+            "mel_post": mel_post[:, :t],
+            "mel_target": target[:, :t],
+            "stop_logits": stop.reshape(b, steps * self.r)[:, :t],
+            "align_moments": align,
+            "step_lengths": (mel_lengths + self.r - 1) // self.r,
+        }
+
+    @torch.no_grad()
+    def alignment(self, batch: dict[str, Tensor]) -> Tensor:
+        """Explicit text attention of the guided layer, [B, S, L] (teacher forced, no dropout),
+        for alignment images. Materialises weights: call outside the training step."""
+        memory, mem_mask, _ = self.encode(batch["tokens"], batch["token_lengths"],
+                                          batch["language_ids"], batch["ref_mel"],
+                                          batch["ref_lengths"])
+        _, prev, _ = self._teacher_inputs(batch["mel"], batch["mel_lengths"])
+        return self.decoder.alignment_weights(prev, memory, mem_mask, self.cfg.cond_latents)
+
+    # ------------------------------------------------------------- inference
+
+    @torch.inference_mode()
+    def generate_frames(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
+                        ref_mel: Tensor, ref_lengths: Tensor, max_frames: int | None = None,
+                        stop_threshold: float | None = None, prenet_dropout: bool = True
+                        ) -> dict[str, Tensor]:
+        """Free-running decoding (no postnet), batched; each utterance stops on its own.
+
+        Returns ``mel_pre`` [B, F, n_mels] normalised decoder frames (F = frames decoded),
+        ``stop_logits`` [B, F] and ``lengths`` [B] long: the first frame whose stop
+        probability exceeds the threshold, inclusive, else ``max_frames``.
+        """
+        max_frames = self.cfg.max_decoder_frames if max_frames is None else int(max_frames)
+        threshold = self.cfg.stop_threshold if stop_threshold is None else float(stop_threshold)
+        if max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+        was_training = self.training
+        self.eval()  # attention/FF dropout off; the prenet's is governed by prenet_dropout
+        try:
+            memory, mem_mask, _ = self.encode(tokens, token_lengths, language_ids, ref_mel,
+                                              ref_lengths)
+            b = tokens.shape[0]
+            max_steps = -(-max_frames // self.r)
+            cache = self.decoder.init_cache(memory, mem_mask, max_steps)
+            prev = memory.new_zeros(b, self.r * self.n_mels)  # the "go" frame group
+            lengths = torch.full((b,), max_frames, dtype=torch.long, device=memory.device)
+            done = torch.zeros(b, dtype=torch.bool, device=memory.device)
+            offsets = torch.arange(self.r, device=memory.device)  # [r]
+            groups, stops = [], []
+            for step in range(max_steps):
+                prev, stop = self.decoder.step(prev, cache, step, prenet_dropout)  # [B, r*n], [B, r]
+                groups.append(prev)
+                stops.append(stop)
+                fired = torch.sigmoid(stop) > threshold  # [B, r]
+                # first firing frame in this group (r if none) -> absolute stop length
+                first = torch.where(fired, offsets, self.r).amin(dim=1)  # [B]
+                newly = ~done & (first < self.r)
+                lengths = torch.where(newly, step * self.r + first + 1, lengths)
+                done = done | newly
+                if bool(done.all()):  # one host sync per step; decoding is sequential anyway
+                    break
+            lengths = lengths.clamp(max=max_frames)
+            n_frames = len(groups) * self.r
+            mel = torch.stack(groups, 1).reshape(b, n_frames, self.n_mels)[:, :max_frames]
+            stop_logits = torch.stack(stops, 1).reshape(b, n_frames)[:, :max_frames]
+        finally:
+            self.train(was_training)
+        return {"mel_pre": mel, "stop_logits": stop_logits, "lengths": lengths}
+
+    @torch.inference_mode()
+    def generate(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
+                 ref_mel: Tensor, ref_lengths: Tensor, max_frames: int | None = None,
+                 stop_threshold: float | None = None, prenet_dropout: bool = True
+                 ) -> tuple[Tensor, Tensor]:
+        """Synthesize log-mels: -> (mel [B, F, n_mels] raw log-mel, zero beyond each length;
+        mel_lengths [B] long). F = max(mel_lengths).
+
+        tokens [B, L] (PAD=0), token_lengths [B], language_ids [B], ref_mel [B, R, n_mels] raw
+        log-mel, ref_lengths [B]. ``max_frames`` defaults to model.max_decoder_frames,
+        ``stop_threshold`` to model.stop_threshold; ``prenet_dropout`` (default on, the Tacotron
+        trick) can be switched off for deterministic output.
+        """
+        out = self.generate_frames(tokens, token_lengths, language_ids, ref_mel, ref_lengths,
+                                   max_frames, stop_threshold, prenet_dropout)
+        lengths = out["lengths"]
+        n_frames = int(lengths.max())
+        was_training = self.training
+        self.eval()
+        try:
+            mask = lengths_to_mask(lengths, n_frames)  # [B, F]
+            post = self.postnet(out["mel_pre"][:, :n_frames], mask)  # [B, F, n]
+        finally:
+            self.train(was_training)
+        return self.denormalize(post) * mask[..., None].to(post.dtype), lengths
+
+
+def build_model(cfg: Config, n_tokens: int, n_languages: int, mel_mean: Tensor | None,
+                mel_std: Tensor | None) -> XTTS:
+    """The model of ``cfg`` for a vocabulary of ``n_tokens`` ids and ``n_languages`` languages;
+    ``mel_mean``/``mel_std`` [n_mels] are the store's log-mel statistics (None: 0 / 1)."""
+    return XTTS(cfg.model, cfg.audio.n_mels, n_tokens, n_languages, mel_mean, mel_std)
+
+
+def count_parameters(cfg: Config, n_tokens: int = ASSUMED_VOCAB_SIZE) -> int:
+    """Trainable parameters of ``cfg``'s model, built on the meta device (no memory, ~ms)."""
+    with torch.device("meta"):
+        model = build_model(cfg, n_tokens, len(cfg.text.languages), None, None)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
