@@ -16,6 +16,7 @@ SUBCOMMANDS = [
     "myxtts.cli.config_cmd",
     "myxtts.cli.train",
     "myxtts.cli.synthesize",
+    "myxtts.cli.demo",
     "myxtts.cli.prepare",
     "myxtts.cli.data_cmds",
 ]

@@ -102,16 +102,20 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     if workers < 0:
         workers = default_num_workers()
     pin = device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
+    # Own generator: DataLoader draws a base seed at every iter(); from the global RNG that
+    # would shift the model's dropout stream and break bit-exact resume.
+    gen = torch.Generator().manual_seed(seed)
     if workers == 0:
         loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
-                            num_workers=0)
+                            num_workers=0, generator=gen)
         return StoreLoader(loader, None, pin), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
                                               cfg.data.ref_frames))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs.
     loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=slots,
                         num_workers=workers, persistent_workers=True,
-                        prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init)
+                        prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
+                        generator=gen)
     return StoreLoader(loader, slots, pin), sampler
 
 

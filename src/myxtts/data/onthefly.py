@@ -240,7 +240,8 @@ class OnTheFlyLoader:
             loader = DataLoader(self.loader.dataset, batch_sampler=sampler,
                                 collate_fn=WavCollator(sampler.shape_table(), self.raw.est_frames),
                                 num_workers=self.loader.num_workers,
-                                worker_init_fn=worker_init if self.loader.num_workers else None)
+                                worker_init_fn=worker_init if self.loader.num_workers else None,
+                                generator=torch.Generator().manual_seed(0))
             total = torch.zeros(self.n_mels, dtype=torch.float64)
             total_sq = torch.zeros(self.n_mels, dtype=torch.float64)
             frames = 0
@@ -359,5 +360,6 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
                         batch_sampler=EpochBatches(sampler),
                         collate_fn=WavCollator(sampler.shape_table(), raw.est_frames),
-                        num_workers=workers, pin_memory=device.type == "cuda", **extra)
+                        num_workers=workers, pin_memory=device.type == "cuda",
+                        generator=torch.Generator().manual_seed(seed), **extra)
     return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats), sampler

@@ -1,0 +1,50 @@
+"""`myxtts train DATA`: train on a prepared store (or, on the fly, on a raw dataset)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from myxtts.cli.common import add_config_args, config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="train a model on a prepared store (or a raw dataset, features on the fly)",
+        description="Train on STORE (from `myxtts prepare`) or a raw dataset folder/manifest "
+                    "(features computed on the fly on data.data_device). Re-running the same "
+                    "command continues from the newest checkpoint in --output-dir.")
+    p.add_argument("data", help="prepared store folder, or a raw dataset for on-the-fly features")
+    p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint file "
+                   "(default: the newest one in the output folder, if any)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--compile", dest="compile", action="store_const", const="on",
+                   help="force torch.compile of the training step (train.compile=on)")
+    g.add_argument("--no-compile", dest="compile", action="store_const", const="off",
+                   help="train eagerly (train.compile=off)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], help="train.precision")
+    p.add_argument("--device", help="train.device: auto, cpu, cuda, cuda:N")
+    p.add_argument("--data-device", help="on-the-fly mode: device computing mels (data.data_device)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = []
+    if args.compile:
+        extra.append(f"train.compile={args.compile}")
+    if args.precision:
+        extra.append(f"train.precision={args.precision}")
+    if args.device:
+        extra.append(f"train.device={args.device}")
+    if args.data_device:
+        extra.append(f"data.data_device={args.data_device}")
+    cfg = config_from_args(args, base_overrides=extra)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from myxtts.train.loop import train
+
+    result = train(cfg, args.data, resume=args.resume, progress=not args.quiet)
+    print(f"trained to step {result.step}; run folder {result.output_dir}"
+          + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
+    return 130 if result.stopped_by_signal else 0

@@ -1,0 +1,121 @@
+"""What the trainer needs from the data side, from a prepared store or a raw dataset.
+
+Two sources, one result (:class:`TrainData`): a store folder (has ``manifest.json``)
+gives memory-mapped features; anything else is read as a raw dataset and featurised on
+the fly on ``data.data_device``. On resume the checkpoint's vocabulary and mel
+statistics must match (a store) or are reused (on the fly), and the sampler continues
+mid-epoch from the checkpoint's position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from myxtts.config import Config
+from myxtts.data.store import MANIFEST, FeatureStore
+from myxtts.text import Tokenizer
+from myxtts.train import checkpoint as ck
+from myxtts.train.distributed import DistInfo
+from myxtts.train.errors import TrainError
+
+VAL_SEED = 0  # validation batches and reference crops are the same at every validation
+
+
+@dataclass
+class TrainData:
+    loader: Any
+    sampler: Any
+    val_loader: Any | None
+    val_sampler: Any | None
+    tokenizer: Tokenizer
+    mel_mean: np.ndarray
+    mel_std: np.ndarray
+    synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
+    synth_names: list[str] = field(default_factory=list)
+    epoch: int = 0
+    consumed: int = 0  # batches of the current loader pass already trained on (always 0 at start)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def languages(self) -> list[str]:
+        return self.tokenizer.languages
+
+
+def is_store(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
+                    state: dict[str, Any] | None) -> TrainData:
+    path = Path(data_path)
+    if not path.exists():
+        raise TrainError(f"{path} does not exist: pass a store from `myxtts prepare` or a dataset folder")
+    data = _from_store(cfg, path, device, dist) if is_store(path) else \
+        _on_the_fly(cfg, path, device, dist, state)
+    if state is not None:
+        if data.tokenizer.to_dict() != state[ck.VOCAB]:
+            raise TrainError(f"{path} has another vocabulary than the checkpoint; resume on the data "
+                             f"the run started with, or start a new run with another --output-dir")
+        try:
+            data.sampler.load_state_dict(state[ck.SAMPLER])
+        except ValueError as e:
+            raise TrainError(f"cannot continue the data order from the checkpoint: {e}") from e
+    data.epoch = data.sampler.epoch
+    _pick_synth_batch(cfg, data)
+    return data
+
+
+def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -> TrainData:
+    from myxtts.data.loader import build_loader
+
+    train_store = FeatureStore.open(path, "train", cfg)
+    loader, sampler = build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
+                                   device=device)
+    val_loader = val_sampler = None
+    val_store = FeatureStore.open(path, "val", cfg)
+    if len(val_store) > 0:
+        val_loader, val_sampler = build_loader(val_store, cfg, split="val", device=device,
+                                               seed=VAL_SEED, shuffle=False, num_workers=0)
+    return TrainData(loader, sampler, val_loader, val_sampler, train_store.tokenizer,
+                     train_store.mel_mean, train_store.mel_std)
+
+
+def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
+                state: dict[str, Any] | None) -> TrainData:
+    from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
+
+    tok = Tokenizer.from_dict(state[ck.VOCAB]) if state is not None else None
+    stats = None
+    if state is not None:
+        stats = (state[ck.MEL_MEAN].numpy(), state[ck.MEL_STD].numpy())
+    raw = read_raw_splits(path, cfg, tok)
+    loader, sampler = build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=stats,
+                                            rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
+    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio if not resuming
+    val_loader = val_sampler = None
+    if raw[0]["val"].paths:
+        val_loader, val_sampler = build_onthefly_loader(
+            path, cfg, split="val", tokenizer=raw[1], mel_stats=(mean, std), seed=VAL_SEED,
+            shuffle=False, num_workers=0, raw_splits=raw)
+    return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std)
+
+
+def _pick_synth_batch(cfg: Config, data: TrainData) -> None:
+    """The first validation utterances (fixed): sentences and reference voices to synthesise."""
+    n = cfg.train.synth_sentences
+    if n == 0 or data.val_loader is None:
+        return
+    data.val_sampler.set_epoch(0)
+    batch = next(iter(data.val_loader))
+    data.val_sampler.set_epoch(0)
+    n = min(n, batch["tokens"].shape[0])
+    data.synth_batch = {k: v[:n].cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    data.synth_names = [f"utt{int(i)}" for i in data.synth_batch["indices"]]

@@ -1,0 +1,60 @@
+"""torchrun / DDP in a few lines: detect from the environment, one process per GPU.
+
+Launch with ``torchrun --nproc_per_node=2 -m myxtts.cli.main train STORE ...`` (multi-node:
+add ``--nnodes``/``--rdzv-endpoint`` as usual). Each rank reads its own share of batches
+(the sampler gives every rank the same number), rank 0 alone logs and checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as tdist
+
+
+@dataclass
+class DistInfo:
+    enabled: bool = False
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    def close(self) -> None:
+        if self.enabled and tdist.is_initialized():
+            tdist.destroy_process_group()
+
+
+def init_distributed() -> DistInfo:
+    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return DistInfo()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not tdist.is_initialized():
+        tdist.init_process_group(backend=backend)
+    return DistInfo(True, rank, world, local, device)
+
+
+def wrap_ddp(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module | None:
+    if not dist.enabled:
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [dist.device.index] if dist.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def all_reduce_mean(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
+    if dist.enabled:
+        t = t.clone()
+        tdist.all_reduce(t)
+        t /= dist.world_size
+    return t

@@ -1,0 +1,286 @@
+"""The training loop: set up, then step / log / validate / synthesise / checkpoint.
+
+Read top to bottom: ``train()`` builds everything from the config, restores a
+checkpoint when the run folder has one, and runs ``_loop``. The GPU-facing rules:
+batches arrive already on the device (side-stream prefetch), the step never syncs,
+and the host reads device-side accumulators only every ``log_every`` steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from myxtts.config import Config, config_from_dict, save_config
+from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.observe.loggers import build_logger
+from myxtts.observe.meters import StepTimer
+from myxtts.observe.progress import Progress
+from myxtts.train import checkpoint as ck
+from myxtts.train.data import TrainData, open_train_data
+from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
+from myxtts.train.errors import TrainError
+from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.step import TrainStep, resolve_compile
+from myxtts.train.validate import synthesize_samples, validation_loss
+
+log = logging.getLogger(__name__)
+
+# Architecture keys come from the checkpoint on resume (a changed preset cannot load).
+_ARCH_SECTIONS = ("audio", "text", "model")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    output_dir: Path
+    last_checkpoint: Path | None
+    best_val_loss: float
+    stopped_by_signal: bool = False
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TrainError(f"train.device={name} but no CUDA GPU is visible; use --set train.device=cpu")
+    return dev
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits at a step boundary."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopFlag:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[s] = signal.signal(s, self._handle)
+            except ValueError:  # not the main thread (e.g. inside some test runners)
+                pass
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("received %s: saving a checkpoint at the end of this step",
+                    signal.Signals(signum).name)
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
+    """Keep the run's training knobs, but take architecture and features from the checkpoint."""
+    merged = cfg.to_dict()
+    for section in _ARCH_SECTIONS:
+        if merged[section] != saved[section]:
+            log.warning("config section '%s' differs from the checkpoint's; using the checkpoint's",
+                        section)
+        merged[section] = saved[section]
+    return config_from_dict(merged)
+
+
+def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
+          progress: bool = True) -> TrainResult:
+    dist = init_distributed()
+    device = dist.device if dist.enabled else resolve_device(cfg.train.device)
+    out = Path(cfg.train.output_dir)
+    manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
+
+    state: dict[str, Any] | None = None
+    resume_path = Path(resume) if resume else manager.latest()
+    if resume_path is not None:
+        state = ck.load(resume_path)
+        cfg = _resume_config(cfg, state[ck.CONFIG])
+        log.info("resuming from %s (step %d)", resume_path, state[ck.STEP])
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    seed_everything(cfg.train.seed + dist.rank)
+    data = open_train_data(cfg, data_path, device, dist, state)
+    from myxtts.model.xtts import build_model
+
+    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
+    opt, fused = build_optimizer(model, cfg.train)
+    sched = build_scheduler(opt, cfg.train)
+    step_fn = TrainStep(model, opt, sched, cfg, device, fused,
+                        compile_model=resolve_compile(cfg.train.compile, device),
+                        ddp_model=wrap_ddp(model, dist))
+    step, best_val, counters = 0, math.inf, {}
+    if state is not None:
+        model.load_state_dict(state[ck.MODEL])
+        opt.load_state_dict(state[ck.OPTIMIZER])
+        sched.load_state_dict(state[ck.SCHEDULER])
+        step_fn.scaler.load_state_dict(state[ck.SCALER])
+        step_fn.nonfinite_total.fill_(state[ck.COUNTERS].get("nonfinite_steps", 0.0))
+        step, best_val = int(state[ck.STEP]), float(state[ck.BEST_VAL])
+        ck.set_rng_state(state[ck.RNG])
+        counters = dict(state[ck.COUNTERS])
+    if dist.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out / "config.yaml")
+        data.tokenizer.save(out / "vocab.json")
+    logger = build_logger(out, dist.rank, cfg.train.tensorboard)
+    n_params = sum(p.numel() for p in model.parameters())
+    if dist.rank == 0:
+        log.info("model %s: %.2f M parameters on %s, precision %s, compile %s, %d train batches/epoch",
+                 cfg.model.preset, n_params / 1e6, device, str(step_fn.dtype).replace("torch.", ""),
+                 step_fn.compiled, len(data.sampler))
+    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, counters)
+    try:
+        with _StopFlag() as stop:
+            step, best_val, last = ctx.run(step, best_val, stop, progress and dist.rank == 0)
+        return TrainResult(step, out, last, best_val, stopped_by_signal=stop.signum is not None)
+    finally:
+        logger.close()
+        dist.close()
+
+
+class _LoopContext:
+    def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
+                 manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
+                 out: Path, counters: dict[str, Any]):
+        self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
+        self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
+        self.counters = counters
+        self.epoch = data.epoch
+        self.consumed = data.consumed  # batches of this epoch already trained on
+        self.fps = cfg.audio.frames_per_second
+
+    def batches(self) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
+        """Endless stream of (device batch, real frames); tracks (epoch, consumed) for resume.
+
+        The real-frame count is taken on the host before the copy (a CPU sum of B ints),
+        so throughput is exact without reading anything back from the device."""
+        while True:
+            for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
+                                          self.cfg.data.prefetch_batches):
+                self.consumed += 1
+                yield batch, batch.pop("real_frames")
+            self.epoch += 1
+            self.consumed = 0
+
+    def state(self, step: int, best_val: float) -> dict[str, Any]:
+        return {
+            ck.MODEL: self.model.state_dict(),
+            ck.OPTIMIZER: self.step_fn.opt.state_dict(),
+            ck.SCHEDULER: self.step_fn.sched.state_dict(),
+            ck.SCALER: self.step_fn.scaler.state_dict(),
+            ck.SAMPLER: self.data.sampler.state_dict(consumed=self.consumed),
+            ck.RNG: ck.rng_state(),
+            ck.STEP: step,
+            ck.CONFIG: self.cfg.to_dict(),
+            ck.VOCAB: self.data.tokenizer.to_dict(),
+            ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
+            ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32),
+            ck.BEST_VAL: best_val,
+            ck.COUNTERS: {"nonfinite_steps": float(self.step_fn.nonfinite_total.item()),
+                          "epoch": self.epoch},
+        }
+
+    def save(self, step: int, best_val: float, val_loss: float | None = None,
+             is_best: bool = False) -> Path | None:
+        if self.dist.rank != 0:
+            return None
+        return self.manager.save(self.state(step, best_val), step, val_loss, is_best)
+
+    def run(self, step: int, best_val: float, stop: _StopFlag, show: bool) -> tuple[int, float, Path | None]:
+        t = self.cfg.train
+        timer = StepTimer(self.device)
+        bar = Progress(total=t.max_steps, initial=step, enabled=show)
+        stream = self.batches()
+        last: Path | None = None
+        self.model.train()
+        while step < t.max_steps:
+            micro, frames = [], 0
+            for _ in range(t.grad_accum_steps):
+                timer.wait_begin()
+                batch, n_frames = next(stream)
+                timer.wait_end()
+                micro.append(batch)
+                frames += n_frames
+            try:
+                self.step_fn(micro)
+            except torch.cuda.OutOfMemoryError as e:
+                raise TrainError(_oom_message(micro, self.cfg)) from e
+            step += 1
+            timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
+            if step % t.log_every == 0 or step == t.max_steps:
+                self._log(step, timer, bar)
+            if step % t.val_every == 0 or step == t.max_steps:
+                val = validation_loss(self.model, self.step_fn, self.data, self.device)
+                if val is not None:
+                    self.logger.scalars(step, val, prefix="val/")
+                    bar.note(f"step {step}: val loss {val['loss']:.4f}")
+                    is_best = val["loss"] < best_val
+                    best_val = min(best_val, val["loss"])
+                    last = self.save(step, best_val, val["loss"], is_best)
+                self.model.train()
+            if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
+                synthesize_samples(self.model, self.data, self.cfg, self.logger, step,
+                                   self.out / "samples", self.device, self.dist.rank)
+                self.model.train()
+            if step % t.ckpt_every == 0 or step == t.max_steps:
+                if last is None or not last.name.endswith(f"{step:08d}.pt"):
+                    last = self.save(step, best_val)
+            if stop.signum is not None:
+                last = self.save(step, best_val)
+                bar.note(f"stopped by signal at step {step}; checkpoint {last}")
+                break
+        bar.close()
+        return step, best_val, last
+
+    def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
+        values = self.step_fn.read()
+        iv = timer.collect()
+        peak = values.get("nonfinite_run_peak", 0.0)
+        if peak >= self.cfg.train.max_nonfinite_in_row:
+            self.save(step, math.inf)
+            raise TrainError(
+                f"{int(peak)} consecutive steps had a non-finite loss (step {step}); lower "
+                f"train.lr (now {self.cfg.train.lr}), keep train.grad_clip > 0, or try "
+                f"--set train.precision=fp32 to rule out overflow")
+        values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
+                      audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
+        if self.device.type == "cuda":
+            values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        self.logger.scalars(step, values, prefix="train/")
+        bar.update_to(step, values)
+
+
+def _with_frames(loader: Any) -> Iterator[dict[str, Any]]:
+    for batch in loader:
+        batch["real_frames"] = int(batch["mel_lengths"].sum())
+        yield batch
+
+
+def _oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
+    b = micro[0]
+    bsz, t_frames = b["mel"].shape[0], b["mel"].shape[1]
+    suggest = int(cfg.data.batch_frames * 0.7)
+    return (f"out of GPU memory on a batch of {bsz} utterances x {t_frames} frames "
+            f"(text {b['tokens'].shape[1]} tokens, data.batch_frames={cfg.data.batch_frames}); "
+            f"try --batch-frames {suggest} or --set train.grad_accum_steps="
+            f"{cfg.train.grad_accum_steps * 2} with a smaller batch")

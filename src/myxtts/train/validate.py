@@ -1,0 +1,79 @@
+"""Validation: teacher-forced loss over the val split, and free-running samples.
+
+Both run under ``no_grad``/``inference_mode`` and read results back once at the end
+(one sync per validation, not per batch).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from myxtts.config import Config
+from myxtts.data.prefetch import DevicePrefetcher
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any,
+                    device: torch.device) -> dict[str, float] | None:
+    """Mean teacher-forced losses over the whole val split (same batches and crops each time)."""
+    val_loader = data.val_loader
+    if val_loader is None:
+        return None
+    data.val_sampler.set_epoch(0)
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    n = 0
+    for batch in DevicePrefetcher(val_loader, device, 2):
+        losses = step_fn.loss(batch)
+        for k, v in losses.items():
+            v = v.detach().float()
+            sums[k] = sums[k] + v if k in sums else v.clone()
+        n += 1
+    if n == 0:
+        return None
+    keys = sorted(sums)
+    values = torch.stack([sums[k] for k in keys]).cpu().tolist()
+    return {k: v / n for k, v in zip(keys, values)}
+
+
+def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: Any, step: int,
+                       out_dir: Path, device: torch.device, rank: int) -> list[Path]:
+    """Free-running synthesis of fixed validation sentences with their own reference speakers."""
+    if rank != 0 or not data.synth_batch:
+        return []
+    from myxtts.audio.io import save_wav
+    from myxtts.model.vocoder import GriffinLim
+
+    batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
+    model.eval()
+    # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
+    # and one resumed from a checkpoint see the same random stream afterwards.
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(step)
+        mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
+                                       batch["language_ids"], batch["ref_mel"], batch["ref_lengths"])
+    with torch.no_grad():
+        align = model.alignment(batch)
+    wavs = GriffinLim(cfg.audio).to(device)(mels.float(), lengths)
+    paths = []
+    step_dir = out_dir / f"step_{step:08d}"
+    for i in range(mels.shape[0]):
+        n = int(lengths[i])
+        wav = wavs[i].float().cpu().numpy()[: n * cfg.audio.hop_length]
+        path = step_dir / f"val{i}_{data.synth_names[i]}.wav"
+        save_wav(path, wav, cfg.audio.sample_rate)
+        paths.append(path)
+        logger.audio(f"synth/{i}", wav, cfg.audio.sample_rate, step)
+        logger.image(f"synth_mel/{i}", mels[i, :n].float().cpu().numpy().T, step)
+        true_n = int(batch["mel_lengths"][i])
+        logger.image(f"align/{i}", np.asarray(align[i].float().cpu().numpy().T), step)
+        logger.scalars(step, {f"length_ratio_{i}": n / max(1, true_n)}, prefix="synth/")
+    return paths

@@ -1,0 +1,197 @@
+"""Trainer mechanics on a micro model: exact resume, checkpoints, signals, skips, accumulation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import micro_config
+
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import _oom_message, train
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return ck.load(ck.CheckpointManager(run / "checkpoints", 10).latest())[ck.MODEL]
+
+
+def _losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, monkeypatch):
+    # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch).
+    overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5")
+    assert train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False).step == 10
+
+    from myxtts.train.step import TrainStep
+
+    real_call, calls = TrainStep.__call__, []
+
+    def crash_on_8th(self, batches):
+        calls.append(1)
+        if len(calls) == 8:
+            raise RuntimeError("simulated crash")
+        return real_call(self, batches)
+
+    monkeypatch.setattr(TrainStep, "__call__", crash_on_8th)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False)
+    monkeypatch.setattr(TrainStep, "__call__", real_call)
+    # the newest checkpoint is step 6; the same command continues from it
+    assert ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.STEP] == 6
+    assert train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False).step == 10
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after resume"
+    la, lb = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+    for step in (8, 10):
+        assert la[step] == lb[step]
+
+
+def test_checkpoint_contents_and_retention(micro_store, tmp_path):
+    cfg = micro_config(tmp_path / "run", "train.max_steps=12", "train.keep_last=2")
+    train(cfg, micro_store, progress=False)
+    ckdir = tmp_path / "run" / "checkpoints"
+    kept = sorted(p.name for p in ckdir.glob("ckpt_*.pt"))
+    assert kept == ["ckpt_00000008.pt", "ckpt_00000012.pt"]
+    assert (ckdir / "best.pt").is_file() and (ckdir / "latest.txt").read_text() == "ckpt_00000012.pt"
+    state = ck.load(ckdir / "ckpt_00000012.pt")
+    for key in (ck.MODEL, ck.OPTIMIZER, ck.SCHEDULER, ck.SCALER, ck.SAMPLER, ck.RNG, ck.STEP,
+                ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD, ck.BEST_VAL):
+        assert key in state
+    assert state[ck.STEP] == 12 and state[ck.CONFIG]["train"]["keep_last"] == 2
+    assert (tmp_path / "run" / "config.yaml").is_file() and (tmp_path / "run" / "vocab.json").is_file()
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    bad = tmp_path / "ckpt_00000001.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(TrainError, match="cannot be read"):
+        ck.load(bad)
+
+
+def test_checkpoint_refuses_pickled_objects(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({ck.FORMAT: ck.FORMAT_VERSION, "x": Evil()}, path)
+    with pytest.raises(TrainError):
+        ck.load(path)
+
+
+def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, tmp_path):
+    run = tmp_path / "sig"
+    cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
+           "--output-dir", str(run), "--max-steps", "400", "--set", "train.ckpt_every=1000",
+           "--set", "train.val_every=1000"]
+    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
+                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
+                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
+                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
+                 "train.log_every=2", "train.synth_every=0"]:
+        cmd += ["--set", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    saved = ck.CheckpointManager(run / "checkpoints", 1).latest()
+    assert saved is not None, out
+    step = ck.load(saved)[ck.STEP]
+    assert 4 <= step < 400
+    # re-running the same command (with a smaller budget) resumes instead of starting over
+    again = subprocess.run([*cmd[:cmd.index("--max-steps") + 1], str(step + 2),
+                            *cmd[cmd.index("--max-steps") + 2:]],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"trained to step {step + 2}" in again.stdout
+
+
+def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path):
+    from myxtts.data.loader import build_loader
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.max_steps=10")
+    loader, _ = build_loader(micro_store, cfg)
+    batch = next(iter(loader))
+    torch.manual_seed(0)
+    model = build_model(cfg, 64, 1, None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
+                     fused, compile_model=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    poisoned = dict(batch, mel=batch["mel"].clone())
+    poisoned["mel"][0, 0, 0] = float("nan")
+    step([poisoned])
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} changed on a non-finite step"
+    step([batch])
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    values = step.read()
+    assert values["nonfinite_steps"] == 1.0 and values["nonfinite_run_peak"] == 1.0
+
+
+def test_too_many_nonfinite_steps_stop_the_run(micro_store, tmp_path):
+    cfg = micro_config(tmp_path / "nan", "train.max_steps=20", "train.lr=1e30",
+                       "train.warmup_steps=0", "train.max_nonfinite_in_row=3", "train.grad_clip=0")
+    with pytest.raises(TrainError, match="consecutive steps had a non-finite loss"):
+        train(cfg, micro_store, progress=False)
+
+
+def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
+    from myxtts.data.loader import build_loader
+    from myxtts.model.losses import compute_losses
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.grad_accum_steps=2", "train.grad_clip=0",
+                       "model.dropout=0", "model.prenet_dropout=0")
+    loader, _ = build_loader(micro_store, cfg)
+    it = iter(loader)
+    b1, b2 = next(it), next(it)
+    torch.manual_seed(0)
+    model = build_model(cfg, 64, 1, None, None)
+    ref = build_model(cfg, 64, 1, None, None)
+    ref.load_state_dict(model.state_dict())
+    loss = sum(compute_losses(ref(b), b, cfg.train)["loss"] for b in (b1, b2)) / 2
+    loss.backward()
+    expected = {n: p.grad.clone() for n, p in ref.named_parameters() if p.grad is not None}
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
+                     fused, compile_model=False)
+    grads = {}
+    hooks = [p.register_post_accumulate_grad_hook(lambda p, n=n: grads.__setitem__(n, p.grad.clone()))
+             for n, p in model.named_parameters()]
+    step([b1, b2])
+    for h in hooks:
+        h.remove()
+    for n, g in expected.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-6)
+
+
+def test_oom_message_names_batch_and_fix():
+    from myxtts.config import load_config
+
+    cfg = load_config(overrides=["data.batch_frames=20000"])
+    batch = {"mel": torch.zeros(12, 800, 80), "tokens": torch.zeros(12, 96, dtype=torch.long)}
+    msg = _oom_message([batch], cfg)
+    assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
