@@ -207,3 +207,18 @@ def test_audio_error_is_printed_as_a_cli_user_error():
     from myxtts.cli.main import _user_errors
 
     assert AudioError in _user_errors()
+
+
+@pytest.mark.parametrize("frame_length,hop_length", [(441, 110), (320, 80), (100, 100), (7, 3)])
+def test_frame_rms_db_equals_per_frame_mean_square(frame_length, hop_length):
+    from myxtts.audio.processing import frame_rms_db
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, frame_length - 1, frame_length, frame_length + 1, 5 * hop_length + 3, 4000):
+        wav = (rng.standard_normal(n) * rng.uniform(1e-3, 1.0)).astype(np.float32)
+        n_frames = 1 + max(0, -(-(n - frame_length) // hop_length))
+        padded = np.concatenate([wav.astype(np.float64), np.zeros(frame_length + hop_length)])
+        expected = [10 * np.log10(max(np.mean(padded[i * hop_length:i * hop_length + frame_length] ** 2),
+                                      1e-20)) for i in range(n_frames)]
+        np.testing.assert_allclose(frame_rms_db(wav, frame_length, hop_length), expected,
+                                   rtol=0, atol=1e-4)

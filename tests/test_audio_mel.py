@@ -186,3 +186,25 @@ def test_cpu_and_cuda_agree():
         gpu, n_gpu = module.to("cuda")(batch.cuda(), lengths.cuda())
     assert gpu.device.type == "cuda" and torch.equal(n_cpu, n_gpu.cpu())
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_fast_paths_equal_the_plain_formula():
+    # CPU inference takes shortcuts (numpy complex abs, banded filterbank skipping exact
+    # zeros, mirror-copy padding); autograd/GPU take the plain torch path. Both must give
+    # |STFT| @ mel_basis, for a default and an unusual configuration.
+    for cfg in (AudioConfig(), AudioConfig(sample_rate=16000, n_fft=512, hop_length=128,
+                                           win_length=400, n_mels=64, fmin=55.0, fmax=7600.0)):
+        module = MelSpectrogram(cfg)
+        wav = torch.from_numpy(_chirp_plus_noise(9000, sr=cfg.sample_rate, seed=4))[None]
+        padded = torch.from_numpy(np.pad(wav[0].numpy(), cfg.n_fft // 2, mode="reflect"))
+        spec = torch.stft(padded, cfg.n_fft, cfg.hop_length, cfg.win_length, module.window,
+                          center=False, return_complex=True)  # [n_freqs, F]
+        plain = spec.abs().T @ module.mel_basis  # [F, n_mels]
+        with torch.no_grad():
+            fast, _ = module.magnitude(wav)
+        graph, _ = module.magnitude(wav.clone().requires_grad_(True))
+        assert graph.requires_grad  # the autograd path really ran
+        torch.testing.assert_close(fast[0], plain, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(graph[0].detach(), plain, rtol=1e-5, atol=1e-6)
+        assert module.n_used_freqs < cfg.n_fft // 2 + 1  # bins above fmax are skipped ...
+        assert torch.all(module.mel_basis[module.n_used_freqs:] == 0)  # ... and weigh nothing

@@ -219,3 +219,29 @@ def test_a_second_concurrent_prepare_is_refused(data, tmp_path):
             prepare_store(data, out, Config(), workers=1, **QUIET)
     prepare_store(data, out, Config(), workers=1, **QUIET)  # lock released: fine
     assert not (out / ".lock").exists() and verify_store(out) == []
+
+
+def test_damaged_chunk_is_extracted_again(data, reference_store, tmp_path, monkeypatch):
+    # Chunks are committed by rename without fsync; an OS crash can leave one renamed but
+    # empty or cut short. Resume must redo such a chunk, not trust it or crash on it.
+    from myxtts.data import prepare as prep
+
+    out = tmp_path / "store"
+    monkeypatch.setenv(CHUNK_SIZE_ENV, "4")
+    real_pack = prep._pack
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("crash after extraction")
+
+    monkeypatch.setattr(prep, "_pack", crash)
+    with pytest.raises(RuntimeError, match="crash after extraction"):
+        prepare_store(data, out, Config(), workers=1, **QUIET)
+    monkeypatch.setattr(prep, "_pack", real_pack)
+    chunks = sorted((out / ".work" / "chunks").glob("*.npz"))
+    assert len(chunks) == 6  # 20 clips in chunks of 4 per split (train 18, val 2)
+    chunks[0].write_bytes(b"")  # renamed but never flushed
+    chunks[1].write_bytes(chunks[1].read_bytes()[:-100])  # cut short
+    result = prepare_store(data, out, Config(), workers=1, **QUIET)
+    assert result.resumed_chunks == 4
+    assert _checksums(out) == _checksums(reference_store)
+    assert verify_store(out) == []

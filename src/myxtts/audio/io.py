@@ -72,6 +72,13 @@ def audio_info(path: str | Path) -> AudioInfo:
     return AudioInfo(sample_rate, n_samples, int(info.channels), n_samples / sample_rate)
 
 
+def _pcm16_to_float(data: np.ndarray) -> np.ndarray:
+    """int16 [T, C] -> float32 [T, C] in [-1, 1), as libsndfile scales it (x / 32768)."""
+    out = np.empty(data.shape, np.float32)
+    np.multiply(data, np.float32(1.0 / 32768.0), out=out)
+    return out
+
+
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """Decode a clip as mono float32 at its own rate; errors for unreadable/empty/non-finite.
 
@@ -81,12 +88,24 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     path = Path(path)
     _check_exists(path)
     try:
-        data, sample_rate = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+        with sf.SoundFile(str(path)) as f:
+            sample_rate = f.samplerate
+            is_pcm16 = f.subtype == "PCM_16"
+            if is_pcm16:
+                # The common case (LJSpeech, most corpora). libsndfile's own int->float
+                # conversion was measured ~2x slower than reading int16 and scaling in
+                # numpy; the values are identical (x / 32768 is exact in float32).
+                data = _pcm16_to_float(f.read(dtype="int16", always_2d=True))  # [T, C]
+            else:
+                data = f.read(dtype="float32", always_2d=True)  # [T, C]
     except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
         raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
     if data.shape[0] == 0 or data.shape[1] == 0:
         raise AudioError(f"{path}: clip has zero samples; {_FIX_BROKEN}")
-    if not np.isfinite(data).all():
+    # Integer PCM cannot hold NaN/inf; float files can (and corrupt ones do). A finite sum
+    # proves every sample finite without a clip-sized temporary; only a non-finite sum
+    # (or a huge one that overflowed) needs the sample-by-sample count.
+    if not is_pcm16 and not np.isfinite(data.sum()) and not np.isfinite(data).all():
         n_bad = int(data.size - np.count_nonzero(np.isfinite(data)))
         raise AudioError(f"{path}: {n_bad} samples are NaN or infinite (corrupt float audio); "
                          f"{_FIX_BROKEN}")
