@@ -27,6 +27,18 @@ def micro_config(output_dir: Path, *overrides: str) -> Config:
     ])
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one intra-op thread is fastest, and immune to a busy machine (with 2
+    threads on a loaded 2-core box, OpenMP waits made tiny-model tests 15x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def micro_store(tmp_path_factory) -> Path:
     """A prepared store of 2 demo speakers x 16 short utterances (seconds to build)."""

@@ -15,14 +15,7 @@ from myxtts.model.xtts import build_model
 
 N_MELS, N_TOKENS = 16, 40
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is fastest, and immune to a busy machine (with 2
-    threads on a loaded 2-core box, OpenMP waits made these tests 15x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 

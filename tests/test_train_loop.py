@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import micro_config
 
+from conftest import micro_config
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import _oom_message, train
@@ -195,3 +195,23 @@ def test_oom_message_names_batch_and_fix():
     batch = {"mel": torch.zeros(12, 800, 80), "tokens": torch.zeros(12, 96, dtype=torch.long)}
     msg = _oom_message([batch], cfg)
     assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
+
+
+def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
+    """DDP on CPU (gloo): both ranks take the same number of steps and rank 0 checkpoints."""
+    run = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+           "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet", "--output-dir", str(run),
+           "--max-steps", "6"]
+    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
+                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
+                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
+                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
+                 "train.log_every=2", "train.synth_every=0", "train.val_every=6", "train.ckpt_every=6"]:
+        cmd += ["--set", item]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.count("trained to step 6") == 2  # both ranks reached the same step
+    state = ck.load(run / "checkpoints" / "ckpt_00000006.pt")
+    assert state[ck.SAMPLER]["world_size"] == 2

@@ -11,13 +11,17 @@ class CLIError(Exception):
     """A user error: printed as one line, exit code 2, no traceback."""
 
 
-def add_config_args(p: argparse.ArgumentParser) -> None:
+def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
+    """``--config`` and ``--set`` always; the training shortcuts only where they matter
+    (``training=False`` for commands such as prepare that never read them)."""
     g = p.add_argument_group("configuration")
     g.add_argument("--config", metavar="YAML", help="config file (see `myxtts config show`)")
-    g.add_argument("--model-size", "--preset", dest="preset", choices=["tiny", "small", "base"],
-                   help="model size preset (overrides the file's model section)")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one config value, e.g. --set train.lr=3e-4 (repeatable)")
+    if not training:
+        return
+    g.add_argument("--model-size", "--preset", dest="preset", choices=["tiny", "small", "base"],
+                   help="model size preset (overrides the file's model section)")
     g.add_argument("--batch-frames", type=int, help="frame budget per batch (data.batch_frames)")
     g.add_argument("--batch-size", type=int, help="max utterances per batch (data.max_batch_size)")
     g.add_argument("--num-workers", type=int, help="loader worker processes (data.num_workers; -1 = auto)")

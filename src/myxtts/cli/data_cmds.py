@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--max-problems", type=int, default=5, metavar="N",
                    help="problems listed per reason (default 5; all are counted)")
     q.add_argument("--json", metavar="FILE", help="also write every problem to FILE as JSON")
-    add_config_args(q)
+    add_config_args(q, training=False)
     q.set_defaults(func=_inspect)
 
 

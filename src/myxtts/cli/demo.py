@@ -29,7 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo_out", help="folder for data, store, run and wavs")
     p.add_argument("--speakers", type=int, default=4, help="demo speakers (>= 2)")
     p.add_argument("--utterances", type=int, default=250, help="utterances per speaker")
-    p.add_argument("--steps", type=int, help="training steps (default: the demo config's)")
     p.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_config_args(p)
@@ -47,8 +46,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.out)
     extra = [f"train.output_dir={out / 'run'}", f"train.device={args.device}"]
-    if args.steps is not None:
-        extra.append(f"train.max_steps={args.steps}")
     if args.config is None:
         args.config = str(demo_config_path())
     cfg = config_from_args(args, base_overrides=extra)

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify", metavar="STORE",
                    help="check an existing store (sizes, sha256 checksums, index) and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_config_args(p)
+    add_config_args(p, training=False)
     p.set_defaults(func=_run)
 
 

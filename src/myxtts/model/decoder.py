@@ -116,6 +116,11 @@ class Decoder(nn.Module):
         super().__init__()
         self.n_mels, self.r, self.d_model, self.n_heads = n_mels, frames_per_step, d_model, n_heads
         self.prenet = Prenet(frames_per_step * n_mels, prenet_dim, d_model, prenet_dropout)
+        # Global voice vector added to every step's input. Why: under teacher forcing the
+        # previous frames already carry the voice, so a decoder that must *find* the voice by
+        # cross-attending to the latents learns to ignore them, and free-running output (which
+        # starts from silence) has no voice at all. A direct additive path is used from step 1.
+        self.speaker_proj = nn.Linear(d_model, d_model)
         self.pos_scale = nn.Parameter(torch.tensor(1.0))
         self.layers = nn.ModuleList(
             DecoderLayer(d_model, n_heads, ff_mult, dropout) for _ in range(n_layers)
@@ -125,11 +130,11 @@ class Decoder(nn.Module):
         self.mel_head = nn.Linear(d_model, frames_per_step * n_mels)
         self.stop_head = nn.Linear(d_model, frames_per_step)
 
-    def _embed(self, prev: Tensor, start: int, prenet_dropout: bool) -> Tensor:
-        """prev [B, S, r*n_mels] (steps start..start+S-1) -> [B, S, d]."""
+    def _embed(self, prev: Tensor, start: int, prenet_dropout: bool, speaker: Tensor) -> Tensor:
+        """prev [B, S, r*n_mels] (steps start..start+S-1), speaker [B, d] -> [B, S, d]."""
         x = self.prenet(prev, prenet_dropout)
         pos = sinusoids(torch.arange(start, start + prev.shape[1], device=prev.device), self.d_model)
-        return x + self.pos_scale * pos.to(x.dtype)
+        return x + self.pos_scale * pos.to(x.dtype) + self.speaker_proj(speaker)[:, None].to(x.dtype)
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [B, S, d] -> (mel groups [B, S, r*n_mels], stop logits [B, S, r])."""
@@ -137,16 +142,18 @@ class Decoder(nn.Module):
         return self.mel_head(x), self.stop_head(x).float()
 
     def forward(self, prev: Tensor, memory: Tensor, mem_mask: Tensor, n_latents: int,
-                text_features: Tensor, prenet_dropout: bool) -> tuple[Tensor, Tensor, Tensor]:
+                text_features: Tensor, prenet_dropout: bool, speaker: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
         """Teacher-forced pass over all steps.
 
         prev [B, S, r*n_mels]: step s holds frame group s-1 (zeros at s=0), normalised.
         memory [B, C+L, d] = [latents; text]; mem_mask [B, 1, 1, C+L]; n_latents = C.
         text_features [B, L, 2K]: ``fourier_features`` of the text positions.
+        speaker [B, d]: the pooled conditioning latents (global voice vector).
         Returns mel groups [B, S, r*n_mels], stop logits [B, S, r] (float32) and the
         alignment moments [B, S, 2K] (float32, head-averaged) of ``align_layer``.
         """
-        x = self._embed(prev, 0, prenet_dropout)  # [B, S, d]
+        x = self._embed(prev, 0, prenet_dropout, speaker)  # [B, S, d]
         align = x.new_zeros(0)
         for i, layer in enumerate(self.layers):
             k, v = layer.cross_attn.memory_kv(memory)  # [B, H, C+L, hd]
@@ -171,11 +178,11 @@ class Decoder(nn.Module):
         return m[..., :n_feat].float().mean(dim=1)  # [B, S, 2K]
 
     @torch.no_grad()
-    def alignment_weights(self, prev: Tensor, memory: Tensor, mem_mask: Tensor, n_latents: int
-                          ) -> Tensor:
+    def alignment_weights(self, prev: Tensor, memory: Tensor, mem_mask: Tensor, n_latents: int,
+                          speaker: Tensor) -> Tensor:
         """Explicit text attention of ``align_layer`` for images: -> [B, S, L] (rows sum to 1
         over real text, head-averaged). Materialises the weights: logging only."""
-        x = self._embed(prev, 0, False)
+        x = self._embed(prev, 0, False, speaker)
         for i, layer in enumerate(self.layers):
             k, v = layer.cross_attn.memory_kv(memory)
             x, q = layer(x, k, v, mem_mask)
@@ -188,7 +195,8 @@ class Decoder(nn.Module):
 
     # ------------------------------------------------------------- incremental decoding
 
-    def init_cache(self, memory: Tensor, mem_mask: Tensor, max_steps: int) -> list[dict[str, Tensor]]:
+    def init_cache(self, memory: Tensor, mem_mask: Tensor, max_steps: int, speaker: Tensor
+                   ) -> list[dict[str, Tensor]]:
         """Per-layer state: cross-attention K/V projected once, self-attention K/V preallocated
         for ``max_steps`` (no per-step concatenation, so total cost is linear in length)."""
         b = memory.shape[0]
@@ -199,12 +207,13 @@ class Decoder(nn.Module):
             shape = (b, self.n_heads, max_steps, hd)
             cache.append({"k": memory.new_zeros(shape), "v": memory.new_zeros(shape),
                           "mem_k": mem_k, "mem_v": mem_v, "mem_mask": mem_mask})
+        cache[0]["speaker"] = speaker  # [B, d]
         return cache
 
     def step(self, prev: Tensor, cache: list[dict[str, Tensor]], pos: int, prenet_dropout: bool
              ) -> tuple[Tensor, Tensor]:
         """prev [B, r*n_mels] (group pos-1, normalised) -> (group [B, r*n_mels], stop [B, r])."""
-        x = self._embed(prev[:, None], pos, prenet_dropout)  # [B, 1, d]
+        x = self._embed(prev[:, None], pos, prenet_dropout, cache[0]["speaker"])  # [B, 1, d]
         for layer, c in zip(self.layers, cache):
             x = layer.step(x, c, pos)
         mel, stop = self._heads(x)
@@ -218,18 +227,26 @@ class Postnet(nn.Module):
     at zero so training begins with the postnet as the identity.
     """
 
-    def __init__(self, n_mels: int, channels: int, n_layers: int, kernel: int, dropout: float) -> None:
+    def __init__(self, n_mels: int, channels: int, n_layers: int, kernel: int, dropout: float,
+                 d_model: int) -> None:
         super().__init__()
         dims = [n_mels] + [channels] * (n_layers - 1) + [n_mels]
         self.convs = nn.ModuleList(MaskedConv1d(a, b, kernel) for a, b in zip(dims[:-1], dims[1:]))
+        # The postnet restores harmonic detail, whose spacing *is* the voice's pitch: it gets
+        # the global voice vector too instead of guessing the pitch from a smooth mel.
+        self.speaker_proj = nn.Linear(d_model, channels)
         self.norms = nn.ModuleList(RMSNorm(channels) for _ in range(n_layers - 1))
         self.drop = nn.Dropout(dropout)
         nn.init.zeros_(self.convs[-1].weight)
         nn.init.zeros_(self.convs[-1].bias)
 
-    def forward(self, mel: Tensor, mask: Tensor) -> Tensor:
-        """mel [B, T, n_mels] (normalised), mask [B, T] bool -> refined mel [B, T, n_mels]."""
+    def forward(self, mel: Tensor, mask: Tensor, speaker: Tensor) -> Tensor:
+        """mel [B, T, n_mels] (normalised), mask [B, T] bool, speaker [B, d]
+        -> refined mel [B, T, n_mels]."""
         x = mel
-        for conv, norm in zip(self.convs[:-1], self.norms):
-            x = self.drop(torch.tanh(norm(conv(x, mask))))  # [B, T, C]
+        for i, (conv, norm) in enumerate(zip(self.convs[:-1], self.norms)):
+            h = conv(x, mask)  # [B, T, C]
+            if i == 0:
+                h = h + self.speaker_proj(speaker)[:, None].to(h.dtype)
+            x = self.drop(torch.tanh(norm(h)))  # [B, T, C]
         return mel + self.convs[-1](x, mask)

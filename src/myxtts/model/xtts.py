@@ -40,7 +40,7 @@ class XTTS(nn.Module):
         self.decoder = Decoder(n_mels, self.r, d, h, ff, cfg.decoder_layers, cfg.prenet_dim,
                                cfg.prenet_dropout, p)
         self.postnet = Postnet(n_mels, cfg.postnet_channels, cfg.postnet_layers,
-                               cfg.postnet_kernel, p)
+                               cfg.postnet_kernel, p, d)
         mean = torch.zeros(n_mels) if mel_mean is None else torch.as_tensor(mel_mean).float()
         std = torch.ones(n_mels) if mel_std is None else torch.as_tensor(mel_std).float()
         if mean.shape != (n_mels,) or std.shape != (n_mels,):
@@ -62,7 +62,8 @@ class XTTS(nn.Module):
         nn.init.normal_(self.text_encoder.token_emb.weight, 0.0, 1.0)
         self.text_encoder.token_emb.weight[0].zero_()  # PAD
         nn.init.normal_(self.text_encoder.lang_emb.weight, 0.0, 0.5)
-        for lin in (self.decoder.prenet.fc1, self.decoder.prenet.fc2, self.decoder.prenet.proj):
+        for lin in (self.decoder.prenet.fc1, self.decoder.prenet.fc2, self.decoder.prenet.proj,
+                    self.decoder.speaker_proj):
             nn.init.normal_(lin.weight, 0.0, lin.in_features**-0.5)  # unit gain
 
     # ------------------------------------------------------------- helpers
@@ -76,8 +77,9 @@ class XTTS(nn.Module):
         return mel * self.mel_std + self.mel_mean
 
     def encode(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
-               ref_mel: Tensor, ref_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """-> memory [B, C+L, d], mem_mask [B, 1, 1, C+L] bool, text Fourier features [B, L, 2K].
+               ref_mel: Tensor, ref_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """-> memory [B, C+L, d], mem_mask [B, 1, 1, C+L] bool, text Fourier features [B, L, 2K],
+        speaker [B, d] (the latents' mean: the decoder's global voice vector).
 
         tokens [B, L], token_lengths [B], language_ids [B], ref_mel [B, R, n_mels] raw,
         ref_lengths [B]."""
@@ -90,7 +92,7 @@ class XTTS(nn.Module):
         mem_mask = torch.cat([latent_mask, key_mask(token_lengths, tokens.shape[1])],
                              dim=-1)  # [B, 1, 1, C+L]: latents always real, text by length
         feats = fourier_features(normalised_positions(token_lengths, tokens.shape[1]))  # [B,L,2K]
-        return memory, mem_mask, feats
+        return memory, mem_mask, feats, latents.mean(dim=1)
 
     def _teacher_inputs(self, mel: Tensor, mel_lengths: Tensor) -> tuple[Tensor, Tensor, int]:
         """raw mel [B, T, n] -> (target [B, T', n] normalised & zero-padded, prev groups
@@ -120,15 +122,16 @@ class XTTS(nn.Module):
         dropout = self.training if prenet_dropout is None else prenet_dropout
         mel, mel_lengths = batch["mel"], batch["mel_lengths"]
         b, t, n = mel.shape
-        memory, mem_mask, feats = self.encode(batch["tokens"], batch["token_lengths"],
-                                              batch["language_ids"], batch["ref_mel"],
-                                              batch["ref_lengths"])
+        memory, mem_mask, feats, speaker = self.encode(batch["tokens"], batch["token_lengths"],
+                                                       batch["language_ids"], batch["ref_mel"],
+                                                       batch["ref_lengths"])
         target, prev, steps = self._teacher_inputs(mel, mel_lengths)
         n_latents = self.cfg.cond_latents
-        groups, stop, align = self.decoder(prev, memory, mem_mask, n_latents, feats, dropout)
+        groups, stop, align = self.decoder(prev, memory, mem_mask, n_latents, feats, dropout,
+                                           speaker)
         mel_pre = groups.reshape(b, steps * self.r, n)  # [B, T', n]
         frame_mask = lengths_to_mask(mel_lengths, steps * self.r)  # [B, T']
-        mel_post = self.postnet(mel_pre, frame_mask)  # [B, T', n]
+        mel_post = self.postnet(mel_pre, frame_mask, speaker)  # [B, T', n]
         return {
             "mel_pre": mel_pre[:, :t],
             "mel_post": mel_post[:, :t],
@@ -142,11 +145,12 @@ class XTTS(nn.Module):
     def alignment(self, batch: dict[str, Tensor]) -> Tensor:
         """Explicit text attention of the guided layer, [B, S, L] (teacher forced, no dropout),
         for alignment images. Materialises weights: call outside the training step."""
-        memory, mem_mask, _ = self.encode(batch["tokens"], batch["token_lengths"],
-                                          batch["language_ids"], batch["ref_mel"],
-                                          batch["ref_lengths"])
+        memory, mem_mask, _, speaker = self.encode(batch["tokens"], batch["token_lengths"],
+                                                   batch["language_ids"], batch["ref_mel"],
+                                                   batch["ref_lengths"])
         _, prev, _ = self._teacher_inputs(batch["mel"], batch["mel_lengths"])
-        return self.decoder.alignment_weights(prev, memory, mem_mask, self.cfg.cond_latents)
+        return self.decoder.alignment_weights(prev, memory, mem_mask, self.cfg.cond_latents,
+                                              speaker)
 
     # ------------------------------------------------------------- inference
 
@@ -158,8 +162,9 @@ class XTTS(nn.Module):
         """Free-running decoding (no postnet), batched; each utterance stops on its own.
 
         Returns ``mel_pre`` [B, F, n_mels] normalised decoder frames (F = frames decoded),
-        ``stop_logits`` [B, F] and ``lengths`` [B] long: the first frame whose stop
-        probability exceeds the threshold, inclusive, else ``max_frames``.
+        ``stop_logits`` [B, F], ``lengths`` [B] long: the first frame whose stop
+        probability exceeds the threshold, inclusive, else ``max_frames``, and ``speaker``
+        [B, d], the voice vector (the postnet needs it).
         """
         max_frames = self.cfg.max_decoder_frames if max_frames is None else int(max_frames)
         threshold = self.cfg.stop_threshold if stop_threshold is None else float(stop_threshold)
@@ -168,11 +173,11 @@ class XTTS(nn.Module):
         was_training = self.training
         self.eval()  # attention/FF dropout off; the prenet's is governed by prenet_dropout
         try:
-            memory, mem_mask, _ = self.encode(tokens, token_lengths, language_ids, ref_mel,
-                                              ref_lengths)
+            memory, mem_mask, _, speaker = self.encode(tokens, token_lengths, language_ids,
+                                                       ref_mel, ref_lengths)
             b = tokens.shape[0]
             max_steps = -(-max_frames // self.r)
-            cache = self.decoder.init_cache(memory, mem_mask, max_steps)
+            cache = self.decoder.init_cache(memory, mem_mask, max_steps, speaker)
             prev = memory.new_zeros(b, self.r * self.n_mels)  # the "go" frame group
             lengths = torch.full((b,), max_frames, dtype=torch.long, device=memory.device)
             done = torch.zeros(b, dtype=torch.bool, device=memory.device)
@@ -196,7 +201,7 @@ class XTTS(nn.Module):
             stop_logits = torch.stack(stops, 1).reshape(b, n_frames)[:, :max_frames]
         finally:
             self.train(was_training)
-        return {"mel_pre": mel, "stop_logits": stop_logits, "lengths": lengths}
+        return {"mel_pre": mel, "stop_logits": stop_logits, "lengths": lengths, "speaker": speaker}
 
     @torch.inference_mode()
     def generate(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
@@ -219,7 +224,7 @@ class XTTS(nn.Module):
         self.eval()
         try:
             mask = lengths_to_mask(lengths, n_frames)  # [B, F]
-            post = self.postnet(out["mel_pre"][:, :n_frames], mask)  # [B, F, n]
+            post = self.postnet(out["mel_pre"][:, :n_frames], mask, out["speaker"])  # [B, F, n]
         finally:
             self.train(was_training)
         return self.denormalize(post) * mask[..., None].to(post.dtype), lengths

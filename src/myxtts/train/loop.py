@@ -245,12 +245,24 @@ class _LoopContext:
             if step % t.ckpt_every == 0 or step == t.max_steps:
                 if last is None or not last.name.endswith(f"{step:08d}.pt"):
                     last = self.save(step, best_val)
-            if stop.signum is not None:
+            if self._should_stop(stop, step):
                 last = self.save(step, best_val)
                 bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                 break
         bar.close()
         return step, best_val, last
+
+    def _should_stop(self, stop: _StopFlag, step: int) -> bool:
+        """Single process: stop at the first step boundary after a signal. Distributed: every
+        rank must stop at the same step (a rank that leaves early would hang the others in an
+        all-reduce), so ranks agree on it at log intervals, where the loop syncs anyway."""
+        if not self.dist.enabled:
+            return stop.signum is not None
+        if step % self.cfg.train.log_every:
+            return False
+        flag = torch.tensor([1.0 if stop.signum is not None else 0.0], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
         values = self.step_fn.read()
