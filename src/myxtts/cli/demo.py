@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="End to end on a generated multi-speaker dataset: about five "
                                    "minutes on a 2-core CPU, much less on a GPU.")
     p.add_argument("--out", default="demo_out", help="folder for data, store, run and wavs")
-    p.add_argument("--speakers", type=int, default=4, help="demo speakers (>= 2)")
-    p.add_argument("--utterances", type=int, default=250, help="utterances per speaker")
+    p.add_argument("--speakers", type=int, default=8,
+                   help="demo speakers (>= 2); many voices teach the model to clone unseen ones")
+    p.add_argument("--utterances", type=int, default=125, help="utterances per speaker")
     p.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_config_args(p)
