@@ -57,7 +57,14 @@ def trained(tmp_path_factory):
         "\n".join(ln for ln in lines if ln.split("|")[3] != f"spk{HELD_OUT}") + "\n", encoding="utf-8")
     cfg = _cfg(root / "run")
     prepare_store(data, root / "store", cfg, progress=False, echo=lambda *a: None)
-    result = train(cfg, root / "store", progress=False)
+    # One intra-op thread: immune to OpenMP oversubscription on a busy machine (2 threads made
+    # tiny steps up to 15x slower there), and it reproduces the calibration runs exactly.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = train(cfg, root / "store", progress=False)
+    finally:
+        torch.set_num_threads(threads)
     return {"cfg": cfg, "store": root / "store", "run": result.output_dir, "full": full,
             "held_clips": [full / "wavs" / f"{ln.split('|')[0]}.wav" for ln in held]}
 
