@@ -101,9 +101,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "ljspeech-mini"
-CPU_BATCH_FRAMES = {"tiny": 1500, "small": 1000, "base": 1000}  # ~0.2-1 s steps on 2 cores
+CPU_BATCH_FRAMES = {"tiny": 1500, "small": 1000, "base": 1000}  # ~0.15-1 s steps on 2 cores
 LOADER, STAGED = "loader", "pre-staged"
 EAGER, COMPILED = "eager", "compiled"
+LABEL = 60  # width of the table's first column
 
 
 def _say(msg: str) -> None:
@@ -192,8 +193,10 @@ class GpuUtilSampler:
         return self.handle is not None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
+        while True:  # sample first: even a window shorter than one period gets a value
             self.samples.append(float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
+            if self._stop.wait(self.period_s):
+                return
 
     def start(self) -> None:
         if self.available:
@@ -285,6 +288,9 @@ class Bench:
                     break
             if len(self.staged) == len(wanted):
                 break
+        missing = wanted - set(self.staged)
+        if missing:
+            raise RuntimeError(f"no batch of shape(s) {sorted(missing)} in 4 epochs of the loader")
         self.sync()
         counts = Counter(k for k, _ in _plan_keys(self.data.sampler, 0))
         self.by_frequency = [k for k, _ in counts.most_common()]
@@ -519,7 +525,8 @@ def part_measure(job: dict) -> dict:
 
     def summary(arm: dict) -> dict:
         ws = arm["windows"]
-        return {m: _median([w[m] for w in ws]) for m in ws[0]}
+        metrics = {m for w in ws for m in w}
+        return {m: _median([w[m] for w in ws if m in w]) for m in sorted(metrics)}
 
     result["arms"] = {a["name"]: summary(a) for a in arms + sub_arms}
     ratios = {}
@@ -568,7 +575,7 @@ def _table(results: list[dict], header: list[str], peak_tflops: float) -> str:
     width = max(22, *(len(n) for n in names))
 
     def row(label: str, cells: list[str]) -> str:
-        return f"{label:<50}" + "".join(f"{c:>{width}}" for c in cells)
+        return f"{label:<{LABEL}}" + "".join(f"{c:>{width}}" for c in cells)
 
     def cells(fn: Any) -> list[str]:
         out = []
@@ -590,7 +597,7 @@ def _table(results: list[dict], header: list[str], peak_tflops: float) -> str:
             return None
         return f"{format(a[metric] / scale, fmt)} / {format(b[metric] / scale, fmt)}"
 
-    lines = header + ["", row("preset", names), "-" * (50 + width * len(names))]
+    lines = header + ["", row("preset", names), "-" * (LABEL + width * len(names))]
     lines.append(row("parameters (M)", cells(lambda r: f"{r['params_m']:.1f}")))
     lines.append(row("device / precision / threads",
                      cells(lambda r: f"{r['device']} {r['precision']} {r['threads']}t")))

@@ -107,3 +107,25 @@ def test_shipped_yaml_files_load():
     assert files, "configs/ should ship example YAML files"
     for f in files:
         load_config(f)
+
+
+@pytest.mark.parametrize("value", ["on", "off", "auto"])
+def test_compile_on_off_survive_yaml_booleans(value, tmp_path):
+    assert load_config(overrides=[f"train.compile={value}"]).train.compile == value
+    p = tmp_path / "c.yaml"
+    p.write_text(f"train:\n  compile: {value}\n")
+    assert load_config(p).train.compile == value
+
+
+def test_train_cli_compile_flags_reach_the_config():
+    import argparse
+
+    from myxtts.cli import train as train_cmd
+    from myxtts.cli.common import config_from_args
+
+    parser = argparse.ArgumentParser()
+    train_cmd.register(parser.add_subparsers())
+    for flag, expected in (("--compile", "on"), ("--no-compile", "off")):
+        args = parser.parse_args(["train", "STORE", flag])
+        cfg = config_from_args(args, base_overrides=[f"train.compile={args.compile}"])
+        assert cfg.train.compile == expected

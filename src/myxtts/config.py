@@ -149,8 +149,8 @@ class TrainConfig:
         "auto", "auto = bf16 where the GPU supports it, fp16 + grad scaler on older GPUs, fp32 on CPU"
     )
     compile: Literal["auto", "on", "off"] = _f(
-        "auto", "torch.compile the training step: auto = on for CUDA, off on CPU (compile time "
-        "outweighs the gain in short CPU runs); falls back to eager with a warning if it fails"
+        "auto", "torch.compile the training step: auto = on for CUDA, off on CPU (measured on CPU: "
+        "tiny compiled 0.79x eager, 85-140 s warm-up per shape); eager fallback if it fails"
     )
     seed: int = _f(1234, "seed of weights, dropout and data order")
     device: str = _f("auto", "training device: auto, cpu, cuda, cuda:N")
@@ -206,6 +206,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         choices = typing.get_args(tp)
+        if isinstance(value, bool) and {"on", "off"} <= set(choices):
+            value = "on" if value else "off"  # YAML 1.1 reads bare on/off as booleans
         if value not in choices:
             close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
