@@ -149,3 +149,45 @@ def test_preset_parameter_counts():
     cfg = small_cfg()
     real = sum(p.numel() for p in build_model(cfg, 100, 2, None, None).parameters())
     assert count_parameters(cfg) == real
+
+
+def test_self_feed_replaces_inputs_with_the_models_own_predictions():
+    """Scheduled sampling: probability 0 is plain teacher forcing; probability 1 feeds every
+    step the model's own prediction of the previous group, so a change to the ground truth
+    at group k reaches the output one step later than under teacher forcing (k + 2, via the
+    first pass's prediction of group k + 1), and the outputs differ from teacher forcing."""
+    model, batch = make_model(), batch3()  # eval mode: no dropout, deterministic
+    r, k = 2, 5
+    teacher = model(batch)
+    zero = model(batch, self_feed=torch.tensor(0.0))
+    for key in ("mel_pre", "mel_post", "stop_logits"):
+        assert torch.equal(zero[key], teacher[key])
+    own = model(batch, self_feed=torch.tensor(1.0))
+    assert not torch.allclose(own["mel_pre"][:, r:], teacher["mel_pre"][:, r:], atol=1e-3)
+    # step 0 is fed the go frame either way
+    torch.testing.assert_close(own["mel_pre"][:, :r], teacher["mel_pre"][:, :r])
+    changed = {key: v.clone() for key, v in batch.items()}
+    changed["mel"][:, k * r:] += torch.randn_like(changed["mel"][:, k * r:]) * 3
+    own2 = model(changed, self_feed=torch.tensor(1.0))
+    safe = (k + 2) * r  # steps 0..k+1 never see group k or later
+    torch.testing.assert_close(own2["mel_pre"][:, :safe], own["mel_pre"][:, :safe])
+    assert not torch.allclose(own2["mel_pre"][1, safe:], own["mel_pre"][1, safe:])
+    # the target stays the ground truth
+    assert torch.equal(own["mel_target"], teacher["mel_target"])
+
+
+def test_frame_dropout_hides_the_ground_truth_inputs_in_training_only():
+    """With (nearly) every input group dropped, the teacher-forced outputs no longer depend on
+    the ground-truth frames; in eval mode frame dropout is off and they do."""
+    cfg = small_cfg(frame_dropout=0.999, dropout=0.0, prenet_dropout=0.0)
+    model, batch = make_model(cfg), batch3()
+    changed = {k: v.clone() for k, v in batch.items()}
+    changed["mel"] += torch.randn_like(changed["mel"]) * 3
+    model.train()
+    torch.manual_seed(0)
+    a = model(batch)
+    torch.manual_seed(0)
+    b = model(changed)
+    torch.testing.assert_close(a["mel_pre"], b["mel_pre"])
+    model.eval()
+    assert not torch.allclose(model(batch)["mel_pre"], model(changed)["mel_pre"])

@@ -1,10 +1,12 @@
-"""Evidence that it learns: train the tiny preset on generated data (CPU, ~4-5 minutes), then
-check teacher-forced loss, free-running stopping, and voice cloning by pitch, including a demo
-speaker held out of training.
+"""Evidence that it learns: train the tiny preset with the demo's settings on generated data
+(CPU, one thread, ~7-8 minutes), then check the teacher-forced loss, free-running synthesis
+(where it stops, and how close its mels are to the ground truth) and voice cloning by pitch,
+including a demo speaker held out of training.
 
 One model is trained once per session and shared by every test here. Thresholds were set
-from repeated runs (see the closing note of the model/trainer issue): each sits with a
-margin above what the runs reached and far below what an untrained model gives.
+from repeated runs (seeds 1234 and 7, and variants of the settings; see the closing note of
+the model/trainer issue): each sits with a margin beyond what the runs reached and far from
+what an untrained model or a trivial output gives.
 """
 
 from __future__ import annotations
@@ -24,18 +26,18 @@ from myxtts.config import load_config
 SPEAKERS = 10
 HELD_OUT = 5  # a middle voice: never seen in training, cloned from audio alone
 UTTERANCES = int(os.environ.get("MYXTTS_LEARN_UTTERANCES", "40"))
-STEPS = int(os.environ.get("MYXTTS_LEARN_STEPS", "800"))
+STEPS = int(os.environ.get("MYXTTS_LEARN_STEPS", "1600"))
 
 pytestmark = pytest.mark.slow
 
 
 def _cfg(out: Path):
-    return load_config(overrides=[
-        "model.preset=tiny", f"train.output_dir={out}", f"train.max_steps={STEPS}",
-        "train.lr=2e-3", "train.warmup_steps=100", "train.log_every=50",
-        f"train.val_every={STEPS}", f"train.ckpt_every={STEPS}", "train.synth_every=0",
-        "train.tensorboard=false", "data.batch_frames=3000", "data.max_batch_size=32",
-        "data.num_buckets=6", "data.val_fraction=0.05",
+    """The demo's settings (presets/demo.yaml), with this test's run folder and schedule."""
+    from myxtts.cli.demo import demo_config_path
+
+    return load_config(demo_config_path(), overrides=[
+        f"train.output_dir={out}", f"train.max_steps={STEPS}", f"train.val_every={STEPS}",
+        f"train.ckpt_every={STEPS}", "train.synth_every=0", "train.tensorboard=false",
     ])
 
 
@@ -79,10 +81,11 @@ def _val_metrics(run: Path) -> dict[str, float]:
 def test_teacher_forced_validation_loss(trained):
     val = _val_metrics(trained["run"])
     # Normalised log-mel L1 (unit variance per band): an untrained model sits at ~0.8.
-    # Runs (r=3, 800 steps) reached mel 0.29-0.33, post-net 0.22-0.26, guided 0.014-0.047.
-    assert val["val/post_l1"] < 0.35, val
-    assert val["val/mel_l1"] < 0.42, val
-    assert val["val/guided"] < 0.06, val  # attention is near the diagonal
+    # Runs (demo settings, 1600 steps) reached mel 0.376-0.388, post-net 0.322-0.325,
+    # guided 0.019-0.020.
+    assert val["val/post_l1"] < 0.38, val
+    assert val["val/mel_l1"] < 0.45, val
+    assert val["val/guided"] < 0.05, val  # attention is near the diagonal
 
 
 def _inputs(trained, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -117,19 +120,47 @@ def _free_running(trained, n: int = 8):
     mels, out_len = synth.model.generate(tok, lengths, torch.zeros(len(tok), dtype=torch.long),
                                          ref, ref_len)
     val = FeatureStore.open(trained["store"], "val")
-    truths = [torch.from_numpy(np.asarray(val.mel(i), dtype=np.float32)) for i in range(len(tok))]
-    return mels, out_len, truths, synth
+    truths = [np.asarray(val.mel(i), dtype=np.float32) for i in range(len(tok))]
+    # "right voice, wrong words": another utterance of the same speaker (the reference clip)
+    others = [np.asarray(val.mel(int(val.refs(i)[0])), dtype=np.float32) for i in range(len(tok))]
+    return mels.numpy(), out_len.numpy(), truths, others, synth
 
 
-def test_free_running_synthesis_stops_near_the_true_length(trained):
-    mels, out_len, truths, synth = _free_running(trained, n=8)
-    ratios = np.array([int(out_len[b]) / t.shape[0] for b, t in enumerate(truths)])
-    # Runs: every held-out sentence stopped by itself at 0.76-1.09 of the true length, the
-    # median at ~0.88 (the model speaks slightly fast); 5-6 of 8 within +-15 %. An untrained
-    # model never stops (it runs into the max-length guard).
-    assert abs(np.median(ratios) - 1) < 0.15, ratios
-    assert np.all((ratios > 0.7) & (ratios < 1.3)), ratios
-    assert np.all(out_len.numpy() < synth.cfg.model.max_decoder_frames), out_len
+@pytest.fixture(scope="module")
+def free_running(trained):
+    return _free_running(trained, n=8)
+
+
+def test_free_running_synthesis_stops_near_the_true_length(free_running):
+    mels, out_len, truths, _, synth = free_running
+    ratios = np.array([out_len[b] / t.shape[0] for b, t in enumerate(truths)])
+    # Each sentence stops by itself (an untrained model never does: it runs into the
+    # max-length guard). Runs, 8 sentences each: 0.91-1.16 (seed 1234), 0.93-1.11 (seed 7),
+    # medians 0.99 / 1.02; 31 of 32 sentence syntheses over four runs within +-15 %. The one
+    # outside (1.16-1.22 in three runs) is read by the fastest training voice (speaking rate
+    # 0.92): the model copies a voice's rate from the reference only in part.
+    assert np.all(out_len < synth.cfg.model.max_decoder_frames), out_len
+    assert np.all(np.abs(ratios - 1) < 0.25), ratios
+    assert np.sum(np.abs(ratios - 1) < 0.15) >= len(ratios) - 1, ratios
+    assert abs(np.median(ratios) - 1) < 0.06, ratios
+
+
+def test_free_running_mels_are_close_to_the_ground_truth(free_running):
+    from myxtts.inference.metrics import dtw_l1
+
+    mels, out_len, truths, others, synth = free_running
+    std = synth.model.mel_std.numpy()
+    model = np.array([dtw_l1(mels[b, :out_len[b]], t, std) for b, t in enumerate(truths)])
+    wrong_words = np.array([dtw_l1(o, t, std) for o, t in zip(others, truths)])
+    # DTW-aligned normalised log-mel L1 (see myxtts.inference.metrics), medians over the 8
+    # sentences. Baselines: the same speaker saying another sentence (real speech, right
+    # voice, wrong words) 0.56; an untrained model 0.58; a constant mean frame 0.66.
+    # Runs: 0.376 (seed 1234), 0.416 (seed 7), 0.37-0.41 for variants of the settings. The
+    # previous settings (r=3, pure teacher forcing, 800 steps of 3000 frames) free-ran into
+    # a blurred mean spectrum (0.68; 0.46-0.57 with only one of the two exposure-bias
+    # remedies) that this bound rejects.
+    assert np.median(model) < 0.46, (model, wrong_words)
+    assert np.median(model) < 0.82 * np.median(wrong_words), (model, wrong_words)
 
 
 def estimate_f0(wav: np.ndarray, sample_rate: int, fmin: float = 60.0, fmax: float = 400.0) -> float:
@@ -172,8 +203,9 @@ def test_voice_follows_the_reference_speaker_also_unseen(trained):
         measured[spk] = estimate_f0(wav, sr)
     expected = {s: demo_speaker_f0(s, SPEAKERS) for s in measured}
     # Pitch follows the reference: right order, each within 25 % of the reference voice.
-    # Runs: 127/140/256 Hz for 114/162 (held out)/231 Hz; training voices 101-260 Hz came
-    # out within 25 % except the lowest (90 Hz), whose estimate is octave-unstable.
+    # Runs: 134/144/230 Hz (seed 1234) and 132/143/230 Hz (seed 7) for 114/162 (held
+    # out)/231 Hz; all ten voices 90-260 Hz came out within 25 % of their reference (the
+    # farthest: spk6, 183 Hz -> 212-225 Hz).
     assert measured[low] < measured[HELD_OUT] < measured[high], (measured, expected)
     for s in measured:
         assert abs(measured[s] / expected[s] - 1) < 0.25, (measured, expected)

@@ -28,9 +28,12 @@ def _losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
-def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, monkeypatch):
-    # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch).
-    overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5")
+@pytest.mark.parametrize("self_feed", [0.0, 0.5])
+def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, monkeypatch, self_feed):
+    # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch); with
+    # scheduled sampling on, its random choices must resume exactly too.
+    overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
+                 f"train.self_feed={self_feed}", "train.self_feed_after=2")
     assert train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False).step == 10
 
     from myxtts.train.step import TrainStep
@@ -57,6 +60,51 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, mon
     la, lb = _losses(tmp_path / "full"), _losses(tmp_path / "part")
     for step in (8, 10):
         assert la[step] == lb[step]
+
+
+def test_self_feed_ramps_up_after_teacher_forcing_steps():
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(Path("unused"), "train.self_feed=0.6", "train.self_feed_after=100")
+    probe = TrainStep.__new__(TrainStep)
+    probe.cfg = cfg
+    got = [probe.self_feed_probability(s) for s in (0, 100, 150, 200, 5000)]
+    assert got == pytest.approx([0.0, 0.0, 0.3, 0.6, 0.6])
+    probe.cfg = micro_config(Path("unused"))
+    assert probe.self_feed_probability(5000) == 0.0  # off by default
+
+
+def test_self_feed_is_training_only_validation_stays_teacher_forced(tmp_path):
+    """The step feeds the model its own predictions while training; validation losses stay
+    pure teacher forcing (deterministic and comparable across a run)."""
+    from myxtts.model.dummy import random_batch, randomize_weights
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.self_feed=1.0", "train.self_feed_after=0",
+                       "model.dropout=0.0", "model.prenet_dropout=0.0", "audio.n_mels=16")
+    torch.manual_seed(0)
+    model = build_model(cfg, 30, len(cfg.text.languages), None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
+                     compile_model=False)
+    randomize_weights(model, 0)  # an untrained model's outputs barely depend on its inputs
+    assert step.self_feed_probability(5) == 1.0
+    step.self_feed.fill_(1.0)
+    batch = random_batch(16, 30, [5, 9], [11, 23], [6, 12], n_languages=len(cfg.text.languages))
+    model.eval()
+    a, b = step.loss(batch), step.loss(batch)
+    assert torch.equal(a["loss"], b["loss"])
+    assert torch.equal(a["loss"], compute_losses_of(model, batch, cfg))  # == plain teacher forcing
+    model.train()
+    assert not torch.allclose(step.loss(batch)["mel_l1"], a["mel_l1"])  # own predictions fed
+
+
+def compute_losses_of(model, batch, cfg):
+    from myxtts.model.losses import compute_losses
+
+    return compute_losses(model(batch), batch, cfg.train)["loss"]
 
 
 def test_checkpoint_contents_and_retention(micro_store, tmp_path):
@@ -215,3 +263,25 @@ def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
     assert r.stdout.count("trained to step 6") == 2  # both ranks reached the same step
     state = ck.load(run / "checkpoints" / "ckpt_00000006.pt")
     assert state[ck.SAMPLER]["world_size"] == 2
+
+
+def test_free_running_samples_are_written_and_scored(micro_store, tmp_path):
+    """synth_every: wavs of fixed validation sentences, plus their length ratio and DTW mel
+    distance to the ground truth in the metrics log."""
+    import math
+
+    import soundfile as sf
+
+    cfg = micro_config(tmp_path / "run", "train.max_steps=4", "train.synth_every=4",
+                       "train.synth_sentences=2", "model.max_decoder_frames=60")
+    train(cfg, micro_store, progress=False)
+    wavs = sorted((tmp_path / "run" / "samples" / "step_00000004").glob("val*.wav"))
+    assert len(wavs) == 2
+    for w in wavs:
+        info = sf.info(str(w))
+        assert info.samplerate == cfg.audio.sample_rate and 0 < info.frames <= 60 * cfg.audio.hop_length
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    synth = {k: v for r in rows for k, v in r.items() if k.startswith("synth/")}
+    for i in range(2):
+        assert 0 < synth[f"synth/length_ratio_{i}"] and math.isfinite(synth[f"synth/dtw_l1_{i}"])
+        assert synth[f"synth/dtw_l1_{i}"] > 0  # an untrained model is far from the truth

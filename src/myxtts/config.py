@@ -105,6 +105,8 @@ class ModelConfig:
     cond_latents: int = _f(16, "conditioning latents produced from the reference (Perceiver queries)")
     prenet_dim: int = _f(128, "prenet width; its dropout stays on at inference (Tacotron trick)")
     prenet_dropout: float = _f(0.5, "prenet dropout, also at inference")
+    frame_dropout: float = _f(0.0, "training only: probability that a decoder step's input "
+                              "frame group is replaced by the mean frame (forces use of the text)")
     dropout: float = _f(0.1, "dropout inside transformers")
     postnet_channels: int = _f(128, "postnet conv channels")
     postnet_layers: int = _f(5, "postnet conv layers")
@@ -157,6 +159,10 @@ class TrainConfig:
     mel_l2_weight: float = _f(0.0, "weight of an extra masked L2 mel loss (0 = L1 only)")
     guided_attn_weight: float = _f(1.0, "weight of the guided (near-diagonal) attention loss")
     guided_attn_sigma: float = _f(0.2, "width of the diagonal band the guided loss favours")
+    self_feed: float = _f(0.0, "scheduled sampling: max probability that a decoder step is fed "
+                          "the model's own previous prediction instead of the ground truth")
+    self_feed_after: int = _f(0, "steps of pure teacher forcing before self_feed ramps up "
+                              "(linearly, over as many steps again)")
     stop_pos_weight: float = _f(4.0, "BCE positive weight of the stop target (stop frames are rare)")
     log_every: int = _f(25, "steps between console/TensorBoard logs (the only host syncs)")
     val_every: int = _f(500, "steps between teacher-forced validation passes")
@@ -388,7 +394,7 @@ def validate(cfg: Config) -> None:
              "postnet_kernel", "frames_per_step", "max_decoder_frames")
     if m.d_model % m.n_heads:
         raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
-    for k in ("dropout", "prenet_dropout"):
+    for k in ("dropout", "prenet_dropout", "frame_dropout"):
         if not 0.0 <= getattr(m, k) < 1.0:
             raise ConfigError(f"model.{k} must be in [0, 1), got {getattr(m, k)}")
     if not 0.0 < m.stop_threshold < 1.0:
@@ -397,7 +403,9 @@ def validate(cfg: Config) -> None:
              "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row")
     positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
              "synth_sentences", "keep_last", "mel_l2_weight", "guided_attn_weight",
-             "min_lr_ratio", allow_zero=True)
+             "min_lr_ratio", "self_feed_after", allow_zero=True)
+    if not 0.0 <= t.self_feed <= 1.0:
+        raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
     if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:
         raise ConfigError(f"train.beta1/beta2 must be in [0, 1), got {t.beta1}, {t.beta2}")
 

@@ -142,8 +142,8 @@ class Decoder(nn.Module):
         return self.mel_head(x), self.stop_head(x).float()
 
     def forward(self, prev: Tensor, memory: Tensor, mem_mask: Tensor, n_latents: int,
-                text_features: Tensor, prenet_dropout: bool, speaker: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
+                text_features: Tensor, prenet_dropout: bool, speaker: Tensor,
+                moments: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """Teacher-forced pass over all steps.
 
         prev [B, S, r*n_mels]: step s holds frame group s-1 (zeros at s=0), normalised.
@@ -151,14 +151,15 @@ class Decoder(nn.Module):
         text_features [B, L, 2K]: ``fourier_features`` of the text positions.
         speaker [B, d]: the pooled conditioning latents (global voice vector).
         Returns mel groups [B, S, r*n_mels], stop logits [B, S, r] (float32) and the
-        alignment moments [B, S, 2K] (float32, head-averaged) of ``align_layer``.
+        alignment moments [B, S, 2K] (float32, head-averaged) of ``align_layer``; with
+        ``moments=False`` they are not computed (an empty tensor).
         """
         x = self._embed(prev, 0, prenet_dropout, speaker)  # [B, S, d]
         align = x.new_zeros(0)
         for i, layer in enumerate(self.layers):
             k, v = layer.cross_attn.memory_kv(memory)  # [B, H, C+L, hd]
             x, q = layer(x, k, v, mem_mask)
-            if i == self.align_layer:
+            if moments and i == self.align_layer:
                 align = self._align_moments(q, k[:, :, n_latents:], mem_mask[..., n_latents:],
                                             text_features)
         mel, stop = self._heads(x)

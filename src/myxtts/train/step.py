@@ -53,10 +53,24 @@ class TrainStep:
         self.nonfinite_total, self.nonfinite_run, self.nonfinite_peak = z(), z(), z()
         self._sums: dict[str, torch.Tensor] = {}
         self._n = 0
+        # scheduled-sampling probability lives on the device: changing it never recompiles
+        self.self_feed = z() if cfg.train.self_feed > 0 else None
 
     # ------------------------------------------------------------------ compile
     def _forward_loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return compute_losses(self.runner(batch), batch, self.cfg.train)
+        if self.self_feed is None or not self.model.training:  # validation: pure teacher forcing
+            out = self.runner(batch)
+        else:
+            out = self.runner(batch, self_feed=self.self_feed)
+        return compute_losses(out, batch, self.cfg.train)
+
+    def self_feed_probability(self, step: int) -> float:
+        """train.self_feed ramped: 0 for self_feed_after steps, then linear over as many again."""
+        t = self.cfg.train
+        if t.self_feed <= 0:
+            return 0.0
+        ramp = max(1, t.self_feed_after)
+        return t.self_feed * min(1.0, max(0.0, (step - t.self_feed_after) / ramp))
 
     def _setup_compile(self) -> None:
         try:
@@ -92,6 +106,8 @@ class TrainStep:
     def __call__(self, batches: list[dict[str, torch.Tensor]]) -> None:
         """Forward/backward each micro-batch, then one clipped, possibly skipped, update."""
         n = len(batches)
+        if self.self_feed is not None:  # a kernel launch with a scalar, not a host sync
+            self.self_feed.fill_(self.self_feed_probability(self.sched.last_epoch))
         loss_total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             sync_ctx = contextlib.nullcontext()

@@ -49,6 +49,7 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
     if rank != 0 or not data.synth_batch:
         return []
     from myxtts.audio.io import save_wav
+    from myxtts.inference.metrics import dtw_l1
     from myxtts.model.vocoder import GriffinLim
 
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
@@ -63,6 +64,7 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
     with torch.no_grad():
         align = model.alignment(batch)
     wavs = GriffinLim(cfg.audio).to(device)(mels.float(), lengths)
+    std = model.mel_std.float().cpu().numpy()  # distances in units of each band's spread
     paths = []
     step_dir = out_dir / f"step_{step:08d}"
     for i in range(mels.shape[0]):
@@ -75,5 +77,8 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
         logger.image(f"synth_mel/{i}", mels[i, :n].float().cpu().numpy().T, step)
         true_n = int(batch["mel_lengths"][i])
         logger.image(f"align/{i}", np.asarray(align[i].float().cpu().numpy().T), step)
-        logger.scalars(step, {f"length_ratio_{i}": n / max(1, true_n)}, prefix="synth/")
+        truth = batch["mel"][i, :true_n].float().cpu().numpy()
+        scores = {f"length_ratio_{i}": n / max(1, true_n),
+                  f"dtw_l1_{i}": dtw_l1(mels[i, :n].float().cpu().numpy(), truth, std)}
+        logger.scalars(step, scores, prefix="synth/")
     return paths
