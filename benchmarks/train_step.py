@@ -31,7 +31,7 @@ What is measured, per preset (each in its own subprocess, so compile caches, cou
 and memory of one preset do not leak into the next):
 
 * loader: the trainer's own path -- prepared store -> ``open_train_data`` (``build_loader``)
-  -> the training loop's batch stream (``_LoopContext.batches``: ``DevicePrefetcher``
+  -> the training loop's batch stream (``myxtts.train.loop.BatchStream``: ``DevicePrefetcher``
   with the real-frame count) -> ``TrainStep`` -- timed with the loop's ``StepTimer``;
   the host syncs only at the end of each measured window (the loop does so at log steps).
 * pre-staged: as above with the pre-staged batches (the speed of light).
@@ -430,8 +430,7 @@ class Bench:
 def part_measure(job: dict) -> dict:
     import torch
 
-    from myxtts.train.distributed import DistInfo
-    from myxtts.train.loop import _LoopContext
+    from myxtts.train.loop import BatchStream
 
     b = Bench(job)
     cfg, data = b.cfg, b.data
@@ -490,9 +489,8 @@ def part_measure(job: dict) -> dict:
     if b.cuda:
         torch.cuda.reset_peak_memory_stats(b.device)
 
-    ctx = _LoopContext(cfg, data, b.model, steps[main_mode], None, None, DistInfo(), b.device,
-                       Path(job["tmp"]), {})
-    stream = ctx.batches()
+    ctx = BatchStream(cfg, data, b.device)
+    stream = iter(ctx)
     gpu = GpuUtilSampler(b.device) if b.cuda else None
     gpu = gpu if gpu is not None and gpu.available else None
     # Loader warm-up: first batches of the stream (worker start, page cache, pinned pool).

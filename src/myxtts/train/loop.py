@@ -158,22 +158,20 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         dist.close()
 
 
-class _LoopContext:
-    def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
-                 manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
-                 out: Path, counters: dict[str, Any]):
-        self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
-        self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
-        self.counters = counters
+class BatchStream:
+    """The trainer's endless stream of (device batch, real frames), exactly as training sees
+    it (loader -> side-stream prefetch), tracking (epoch, consumed) so a checkpoint can
+    record the sampler position. Public so benchmarks measure the real input path.
+
+    The real-frame count is taken on the host before the copy (a CPU sum of B ints), so
+    throughput is exact without reading anything back from the device."""
+
+    def __init__(self, cfg: Config, data: TrainData, device: torch.device) -> None:
+        self.cfg, self.data, self.device = cfg, data, device
         self.epoch = data.epoch
-        self.consumed = data.consumed  # batches of this epoch already trained on
-        self.fps = cfg.audio.frames_per_second
+        self.consumed = data.consumed  # batches of this epoch already handed out
 
-    def batches(self) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
-        """Endless stream of (device batch, real frames); tracks (epoch, consumed) for resume.
-
-        The real-frame count is taken on the host before the copy (a CPU sum of B ints),
-        so throughput is exact without reading anything back from the device."""
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
         while True:
             for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
                                           self.cfg.data.prefetch_batches):
@@ -182,13 +180,24 @@ class _LoopContext:
             self.epoch += 1
             self.consumed = 0
 
+
+class _LoopContext:
+    def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
+                 manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
+                 out: Path, counters: dict[str, Any]):
+        self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
+        self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
+        self.counters = counters
+        self.stream = BatchStream(cfg, data, device)
+        self.fps = cfg.audio.frames_per_second
+
     def state(self, step: int, best_val: float) -> dict[str, Any]:
         return {
             ck.MODEL: self.model.state_dict(),
             ck.OPTIMIZER: self.step_fn.opt.state_dict(),
             ck.SCHEDULER: self.step_fn.sched.state_dict(),
             ck.SCALER: self.step_fn.scaler.state_dict(),
-            ck.SAMPLER: self.data.sampler.state_dict(consumed=self.consumed),
+            ck.SAMPLER: self.data.sampler.state_dict(consumed=self.stream.consumed),
             ck.RNG: ck.rng_state(),
             ck.STEP: step,
             ck.CONFIG: self.cfg.to_dict(),
@@ -197,7 +206,7 @@ class _LoopContext:
             ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32),
             ck.BEST_VAL: best_val,
             ck.COUNTERS: {"nonfinite_steps": float(self.step_fn.nonfinite_total.item()),
-                          "epoch": self.epoch},
+                          "epoch": self.stream.epoch},
         }
 
     def save(self, step: int, best_val: float, val_loss: float | None = None,
@@ -210,7 +219,7 @@ class _LoopContext:
         t = self.cfg.train
         timer = StepTimer(self.device)
         bar = Progress(total=t.max_steps, initial=step, enabled=show)
-        stream = self.batches()
+        stream = iter(self.stream)
         last: Path | None = None
         self.model.train()
         while step < t.max_steps:
