@@ -22,8 +22,15 @@ class DistInfo:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
 
-    def close(self) -> None:
+    def close(self, wait_for_all: bool = False) -> None:
+        """Release the process group. ``wait_for_all`` (the normal end of a run): every rank
+        arrives before any tears the group down. Rank 0 finishes later (it writes the last
+        checkpoint), and a gloo peer closing its sockets while another rank still used the
+        group made that rank abort (seen once in CI). Not on error paths: a rank that died
+        would leave the others waiting at the barrier."""
         if self.enabled and tdist.is_initialized():
+            if wait_for_all:
+                tdist.barrier()
             tdist.destroy_process_group()
 
 

@@ -149,13 +149,15 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                  cfg.model.preset, n_params / 1e6, device, str(step_fn.dtype).replace("torch.", ""),
                  step_fn.compiled, len(data.sampler))
     ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, counters)
+    finished = False
     try:
         with _StopFlag() as stop:
             step, best_val, last = ctx.run(step, best_val, stop, progress and dist.rank == 0)
+        finished = True
         return TrainResult(step, out, last, best_val, stopped_by_signal=stop.signum is not None)
     finally:
         logger.close()
-        dist.close()
+        dist.close(wait_for_all=finished)
 
 
 class BatchStream:
