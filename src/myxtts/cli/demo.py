@@ -24,7 +24,7 @@ def demo_config_path() -> Path:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="generate data, prepare, train the tiny model, speak in two voices",
-                       description="End to end on a generated multi-speaker dataset: about six "
+                       description="End to end on a generated multi-speaker dataset: about five "
                                    "minutes on a 2-core CPU, much less on a GPU.")
     p.add_argument("--out", default="demo_out", help="folder for data, store, run and wavs")
     p.add_argument("--speakers", type=int, default=8,
