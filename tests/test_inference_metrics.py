@@ -51,3 +51,16 @@ def test_bad_shapes_are_clear_errors():
         dtw_l1(np.zeros((3, 4)), np.zeros((3, 5)))
     with pytest.raises(ValueError, match="non-empty"):
         dtw_l1(np.zeros((0, 4)), np.zeros((3, 4)))
+
+
+def test_cost_blocks_do_not_change_the_result(monkeypatch):
+    """The pairwise costs are built in row blocks (bounded memory on long samples); any block
+    size gives the same distance."""
+    import myxtts.inference.metrics as metrics
+
+    rng = np.random.default_rng(3)
+    a, b, scale = rng.normal(size=(13, 4)), rng.normal(size=(9, 4)), rng.uniform(0.5, 2, 4)
+    whole = dtw_l1(a, b, scale)
+    monkeypatch.setattr(metrics, "_COST_BLOCK_ELEMENTS", 4 * 9 * 2)  # 2 rows per block
+    assert dtw_l1(a, b, scale) == pytest.approx(whole, rel=1e-12)
+    assert whole == pytest.approx(brute_force(a, b, scale), rel=1e-12)

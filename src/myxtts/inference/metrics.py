@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_COST_BLOCK_ELEMENTS = 1 << 22  # float64 elements of one block of pairwise differences (32 MiB)
+
 
 def dtw_l1(a: np.ndarray, b: np.ndarray, scale: np.ndarray | None = None) -> float:
     """Mean L1 distance per frame and band between log-mels ``a`` [N, d] and ``b`` [M, d]
@@ -27,11 +29,14 @@ def dtw_l1(a: np.ndarray, b: np.ndarray, scale: np.ndarray | None = None) -> flo
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or not len(a) or not len(b):
         raise ValueError(f"dtw_l1 needs two non-empty [frames, bands] arrays with the same "
                          f"bands, got {a.shape} and {b.shape}")
-    diff = np.abs(a[:, None, :] - b[None, :, :])  # [N, M, d]
-    if scale is not None:
-        diff = diff / np.asarray(scale, dtype=np.float64)
-    cost = diff.mean(-1)  # [N, M]
-    n, m = cost.shape
+    if scale is not None:  # |a - b| / s == |a / s - b / s| for s > 0: scale once, not per pair
+        scale = np.asarray(scale, dtype=np.float64)
+        a, b = a / scale, b / scale
+    n, m = len(a), len(b)
+    cost = np.empty((n, m))
+    rows = max(1, _COST_BLOCK_ELEMENTS // (m * a.shape[1]))
+    for start in range(0, n, rows):  # the [rows, M, d] difference stays ~32 MiB, not [N, M, d]
+        cost[start:start + rows] = np.abs(a[start:start + rows, None, :] - b[None]).mean(-1)
     acc = np.full((n + 1, m + 1), np.inf)
     acc[0, 0] = 0.0
     for d in range(2, n + m + 1):  # cells with i + j = d (1-based) depend only on d-1, d-2

@@ -74,11 +74,11 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
         save_wav(path, wav, cfg.audio.sample_rate)
         paths.append(path)
         logger.audio(f"synth/{i}", wav, cfg.audio.sample_rate, step)
-        logger.image(f"synth_mel/{i}", mels[i, :n].float().cpu().numpy().T, step)
+        mel = mels[i, :n].float().cpu().numpy()  # [n, n_mels]
+        logger.image(f"synth_mel/{i}", mel.T, step)
         true_n = int(batch["mel_lengths"][i])
         logger.image(f"align/{i}", np.asarray(align[i].float().cpu().numpy().T), step)
         truth = batch["mel"][i, :true_n].float().cpu().numpy()
-        scores = {f"length_ratio_{i}": n / max(1, true_n),
-                  f"dtw_l1_{i}": dtw_l1(mels[i, :n].float().cpu().numpy(), truth, std)}
+        scores = {f"length_ratio_{i}": n / max(1, true_n), f"dtw_l1_{i}": dtw_l1(mel, truth, std)}
         logger.scalars(step, scores, prefix="synth/")
     return paths
