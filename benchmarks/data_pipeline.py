@@ -260,7 +260,7 @@ def _run_part(part: str, *, default_threads: bool = False, **kw) -> dict:
 
 def main() -> None:
     from myxtts.data.loader import default_num_workers
-    from myxtts.utils import available_cpus
+    from myxtts.system import available_cpus
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"dataset (default {DEFAULT_DATA})")
@@ -283,7 +283,7 @@ def main() -> None:
         if not data.exists():
             if args.data:
                 raise SystemExit(f"--data {data} does not exist")
-            from myxtts.data.demo import make_demo_data
+            from myxtts.synthetic import make_demo_data
 
             print(f"{DEFAULT_DATA} not found: using a generated demo corpus", file=sys.stderr)
             data = make_demo_data(tmp / "demo", speakers=4, utterances=40)

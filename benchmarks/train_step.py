@@ -693,7 +693,7 @@ def _prepare(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     if not data.exists():
         if args.data:
             raise SystemExit(f"--data {data} does not exist; pass a dataset folder")
-        from myxtts.data.demo import make_demo_data
+        from myxtts.synthetic import make_demo_data
 
         _say(f"{DEFAULT_DATA} not found: using a generated demo corpus")
         data = make_demo_data(tmp / "demo", speakers=4, utterances=40)

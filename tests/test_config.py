@@ -1,6 +1,5 @@
 """Config: YAML round trip, presets, overrides, and errors that name the key."""
 
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,7 @@ from myxtts.config import (
     save_config,
     to_yaml,
 )
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "base"])

@@ -111,13 +111,14 @@ class ModelConfig:
     postnet_channels: int = _f(128, "postnet conv channels")
     postnet_layers: int = _f(5, "postnet conv layers")
     postnet_kernel: int = _f(5, "postnet conv kernel size")
-    frames_per_step: int = _f(2, "mel frames predicted per decoder step (reduction factor r)")
+    frames_per_step: int = _f(3, "mel frames predicted per decoder step (reduction factor r)")
     max_decoder_frames: int = _f(1500, "inference stops after this many frames (guard)")
     stop_threshold: float = _f(0.5, "inference stops when the stop probability exceeds this")
 
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # ~2.5 M parameters: trains on a laptop CPU (the demo)
+    # ~2.5 M parameters: trains on a laptop CPU (the demo). ModelConfig's defaults ARE this
+    # preset (tests/test_config.py checks it), so Config() builds what `--preset tiny` does.
     "tiny": dict(d_model=128, n_heads=2, ff_mult=4, text_layers=2, decoder_layers=3,
                  cond_layers=2, cond_latents=16, prenet_dim=128, postnet_channels=128,
                  postnet_layers=5, frames_per_step=3),  # r=3: measured to align and clone
@@ -158,7 +159,8 @@ class TrainConfig:
     device: str = _f("auto", "training device: auto, cpu, cuda, cuda:N")
     mel_l2_weight: float = _f(0.0, "weight of an extra masked L2 mel loss (0 = L1 only)")
     guided_attn_weight: float = _f(1.0, "weight of the guided (near-diagonal) attention loss")
-    guided_attn_sigma: float = _f(0.2, "width of the diagonal band the guided loss favours")
+    guided_attn_sigma: float = _f(0.2, "width of the diagonal band the guided loss favours "
+                                  "(0.1-0.6, where its Fourier form is exact)")
     self_feed: float = _f(0.0, "scheduled sampling: max probability that a decoder step is fed "
                           "the model's own previous prediction instead of the ground truth")
     self_feed_after: int = _f(0, "steps of pure teacher forcing before self_feed ramps up "
@@ -191,6 +193,10 @@ class Config:
                            "text": dataclasses.asdict(self.text)}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+
+# Range of train.guided_attn_sigma in which the guided loss's Fourier series is exact to
+# ~1e-4 (see myxtts.model.losses.gaussian_cosine_coefficients).
+GUIDED_SIGMA_RANGE = (0.1, 0.6)
 
 SECTIONS: dict[str, type] = {"audio": AudioConfig, "text": TextConfig, "data": DataConfig,
             "model": ModelConfig, "train": TrainConfig}
@@ -404,10 +410,37 @@ def validate(cfg: Config) -> None:
     positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
              "synth_sentences", "keep_last", "mel_l2_weight", "guided_attn_weight",
              "min_lr_ratio", "self_feed_after", allow_zero=True)
+    lo, hi = GUIDED_SIGMA_RANGE
+    if not lo <= t.guided_attn_sigma <= hi:
+        raise ConfigError(f"train.guided_attn_sigma must be in [{lo}, {hi}] (the range the guided "
+                          f"loss supports; 0.2 is the usual value), got {t.guided_attn_sigma}")
     if not 0.0 <= t.self_feed <= 1.0:
         raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
     if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:
         raise ConfigError(f"train.beta1/beta2 must be in [0, 1), got {t.beta1}, {t.beta2}")
+
+
+def resolve_device(name: str, key: str) -> Any:
+    """The ``torch.device`` a device setting names (``key``, e.g. ``train.device``): ``auto``
+    is the first CUDA GPU when one is visible, else the CPU. A CUDA device on a machine
+    without CUDA, or one that does not exist, is a ConfigError naming the key and the fix."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    use_cpu = f"--set {key}=cpu" if "." in key else f"{key} cpu"  # a config key or a CLI flag
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"{key}={name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{key}={name!r} but no CUDA GPU is visible here; use {use_cpu} "
+                              f"(auto picks a GPU when there is one)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{key}={name!r} but only {torch.cuda.device_count()} CUDA GPU(s) "
+                              f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    return device
 
 
 # ---------------------------------------------------------------- YAML output
@@ -433,6 +466,6 @@ def to_yaml(cfg: Config, header: str | None = None) -> str:
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
-    from myxtts.utils import atomic_write_text
+    from myxtts.system import atomic_write
 
-    atomic_write_text(Path(path), to_yaml(cfg))
+    atomic_write(Path(path), to_yaml(cfg))

@@ -26,11 +26,27 @@ from myxtts.audio.processing import (
     trim_silence,
 )
 from myxtts.config import AudioConfig
-from myxtts.utils import atomic_write_bytes
+from myxtts.system import atomic_write
+
+# Why a clip cannot be used, as a short stable category (reports count clips by it).
+UNREADABLE_AUDIO = "unreadable audio"
+WRONG_SAMPLE_RATE = "wrong sample rate"
+SILENT_AUDIO = "silent audio"
 
 
 class AudioError(ValueError):
-    """A clip cannot be used: unreadable, empty, non-finite, silent or at the wrong rate."""
+    """A clip cannot be used: unreadable, empty, non-finite, silent or at the wrong rate.
+
+    ``reason`` is the category (``UNREADABLE_AUDIO``, ``WRONG_SAMPLE_RATE``,
+    ``SILENT_AUDIO``), set where the error is raised; the message names file and fix.
+    """
+
+    def __init__(self, message: str, reason: str = UNREADABLE_AUDIO) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple:  # keep the reason across processes (prepare's workers)
+        return type(self), (str(self), self.reason)
 
 
 class AudioInfo(NamedTuple):
@@ -128,16 +144,16 @@ def load_audio(path: str | Path, cfg: AudioConfig) -> np.ndarray:
             raise AudioError(
                 f"{path}: sample rate is {sample_rate} Hz but audio.sample_rate is "
                 f"{cfg.sample_rate} Hz and resampling is off; pass --set audio.resample=true "
-                f"or resample the data to {cfg.sample_rate} Hz")
+                f"or resample the data to {cfg.sample_rate} Hz", WRONG_SAMPLE_RATE)
         wav = soxr.resample(wav, sample_rate, cfg.sample_rate, quality="HQ").astype(np.float32)
     if is_silent(wav):
         raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav):.1f} dBFS, below "
-                         f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset")
+                         f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset", SILENT_AUDIO)
     if cfg.trim_silence:
         wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db)
         if wav.size == 0:
             raise AudioError(f"{path}: nothing left after silence trimming; remove the clip or "
-                             "pass --set audio.trim_silence=false")
+                             "pass --set audio.trim_silence=false", SILENT_AUDIO)
     if cfg.normalize_loudness:
         wav = normalize_loudness(wav, cfg.target_dbfs)
     return np.ascontiguousarray(wav, dtype=np.float32)
@@ -157,4 +173,4 @@ def save_wav(path: str | Path, wav, sample_rate: int) -> None:
     wav = np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
     buf = io.BytesIO()
     sf.write(buf, wav, int(sample_rate), format="WAV", subtype="PCM_16")
-    atomic_write_bytes(Path(path), buf.getvalue())
+    atomic_write(Path(path), buf.getvalue())

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _make_demo(args: argparse.Namespace) -> int:
-    from myxtts.data.demo import make_demo_data
+    from myxtts.synthetic import make_demo_data
 
     out = Path(args.out)
     if args.speakers < 1 or args.utterances < 1:
@@ -62,7 +62,7 @@ def _make_demo(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from myxtts.data.inspect import format_inspection, inspect_dataset
     from myxtts.data.records import DatasetError
-    from myxtts.utils import atomic_write_text
+    from myxtts.system import atomic_write
 
     cfg = config_from_args(args)
     try:
@@ -71,9 +71,9 @@ def _inspect(args: argparse.Namespace) -> int:
         if e.report is not None and len(e.report):  # show what made it unusable, then fail
             print(e.report.format(args.max_problems))
             if args.json:
-                atomic_write_text(args.json, e.report.to_json())
+                atomic_write(args.json, e.report.to_json())
         raise
     print(format_inspection(ins, cfg, args.max_problems))
     if args.json:
-        atomic_write_text(args.json, ins.report.to_json())
+        atomic_write(args.json, ins.report.to_json())
     return 0

@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from myxtts.data.demo import demo_speaker_f0, make_demo_data
     from myxtts.data.prepare import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.synthetic import demo_speaker_f0, make_demo_data
     from myxtts.train.loop import train
 
     if args.speakers < 2:

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from myxtts.utils import available_cpus
+    from myxtts.system import available_cpus
 
     if args.verify:
         from myxtts.data.store import verify_store

@@ -10,10 +10,7 @@ Why pad to the bucket's shape instead of the batch maximum: the sampler promises
 most ``num_buckets`` distinct shapes; padding to a batch's own maximum would make
 nearly every batch a new shape (recompiles, allocator churn).
 
-Batch dict (see HELPERS.md): tokens long[B, L], token_lengths long[B],
-mel float32[B, T, n_mels], mel_lengths long[B], stop_target float32[B, T],
-ref_mel float32[B, R, n_mels], ref_lengths long[B], speaker_ids / language_ids /
-indices long[B].
+The batch it builds is defined in ``myxtts.data.batch`` (fields, dtypes, padding).
 """
 
 from __future__ import annotations
@@ -23,25 +20,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, allocate, round_up, stop_targets
 from myxtts.data.sampler import ShapeTable
-
-
-def _round_up(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
 
 
 class Collator:
     """Picklable ``collate_fn`` (lives in loader workers).
 
     ``shape_table``: pads each batch to its bucket's ``(T, L)``; ``None`` pads to the
-    batch's own maxima rounded up to ``pad_multiple`` (mel) and 8 (text) -- for
-    evaluation or on-the-fly data without a bucketed sampler.
+    batch's own maxima rounded up to ``pad_multiple`` (mel) and ``PAD_MULTIPLE`` (text) --
+    for evaluation or on-the-fly data without a bucketed sampler.
     ``ref_frames``: reference mels are zero-padded to this; longer ones are cropped to
     their first ``ref_frames`` frames (a reference is a crop anyway).
     """
 
     def __init__(self, shape_table: ShapeTable | None, n_mels: int, ref_frames: int,
-                 pad_multiple: int = 8) -> None:
+                 pad_multiple: int = PAD_MULTIPLE) -> None:
         if n_mels < 1 or ref_frames < 1 or pad_multiple < 1:
             raise ValueError(f"n_mels, ref_frames and pad_multiple must be >= 1, got {n_mels}, "
                              f"{ref_frames}, {pad_multiple}")
@@ -53,7 +47,8 @@ class Collator:
     def padded_shape(self, max_mel_frames: int, max_tokens: int) -> tuple[int, int]:
         """``(T, L)`` a batch with these maxima is padded to."""
         if self.shape_table is None:
-            return _round_up(max(max_mel_frames, 1), self.pad_multiple), _round_up(max(max_tokens, 1), 8)
+            return (round_up(max(max_mel_frames, 1), self.pad_multiple),
+                    round_up(max(max_tokens, 1), PAD_MULTIPLE))
         n_frames, n_tokens = self.shape_table.shape_for(max_mel_frames)
         if max_tokens > n_tokens:
             raise ValueError(
@@ -62,7 +57,7 @@ class Collator:
                 f"-- rebuild the sampler from the store's lengths")
         return n_frames, n_tokens
 
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: list[dict[str, Any]]) -> Batch:
         if not items:
             raise ValueError("Collator got an empty batch")
         batch = len(items)
@@ -70,15 +65,8 @@ class Collator:
         tok_lens = np.fromiter((len(it["tokens"]) for it in items), np.int64, batch)
         n_frames, n_tokens = self.padded_shape(int(mel_lens.max()), int(tok_lens.max()))
         n_mels, n_ref = self.n_mels, self.ref_frames
-
-        tokens = np.zeros((batch, n_tokens), np.int64)  # PAD = 0
-        mel = np.zeros((batch, n_frames, n_mels), np.float32)
-        stop = np.zeros((batch, n_frames), np.float32)
-        ref = np.zeros((batch, n_ref, n_mels), np.float32)
-        ref_lens = np.empty(batch, np.int64)
-        speakers = np.empty(batch, np.int64)
-        languages = np.empty(batch, np.int64)
-        indices = np.empty(batch, np.int64)
+        out = allocate(BatchShape(batch, n_tokens, n_frames, n_ref, n_mels))  # zeros = padding
+        tokens, mel, ref = out["tokens"], out["mel"], out["ref_mel"]
         for i, it in enumerate(items):
             m = it["mel"]  # [T_i, n_mels], float16 or float32
             r = it["ref_mel"]  # [R_i, n_mels]
@@ -86,25 +74,16 @@ class Collator:
                 raise ValueError(
                     f"utterance {it.get('index')}: mel {tuple(m.shape)} / ref_mel {tuple(r.shape)} "
                     f"must be [frames, {n_mels}] (audio.n_mels); re-run prepare if the config changed")
-            n, t = int(mel_lens[i]), int(tok_lens[i])
-            tokens[i, :t] = it["tokens"]
-            mel[i, :n] = m  # casts float16 -> float32 while copying
-            stop[i, max(n - 1, 0):] = 1.0  # last real frame and all padding after it
+            tokens[i, :tok_lens[i]] = it["tokens"]
+            mel[i, :mel_lens[i]] = m  # casts float16 -> float32 while copying
             k = min(r.shape[0], n_ref)
             ref[i, :k] = r[:k]
-            ref_lens[i] = k
-            speakers[i] = it["speaker_id"]
-            languages[i] = it["language_id"]
-            indices[i] = it["index"]
-        return {
-            "tokens": torch.from_numpy(tokens),
-            "token_lengths": torch.from_numpy(tok_lens),
-            "mel": torch.from_numpy(mel),
-            "mel_lengths": torch.from_numpy(mel_lens),
-            "stop_target": torch.from_numpy(stop),
-            "ref_mel": torch.from_numpy(ref),
-            "ref_lengths": torch.from_numpy(ref_lens),
-            "speaker_ids": torch.from_numpy(speakers),
-            "language_ids": torch.from_numpy(languages),
-            "indices": torch.from_numpy(indices),
-        }
+            out["ref_lengths"][i] = k
+            out["speaker_ids"][i] = it["speaker_id"]
+            out["language_ids"][i] = it["language_id"]
+            out["indices"][i] = it["index"]
+        out["token_lengths"][:] = tok_lens
+        out["mel_lengths"][:] = mel_lens
+        result = {k: torch.from_numpy(v) for k, v in out.items()}
+        result["stop_target"] = stop_targets(result["mel_lengths"], n_frames)
+        return result  # type: ignore[return-value]

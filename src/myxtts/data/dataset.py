@@ -3,7 +3,7 @@
 Why it is this thin: all decoding and feature work happened in ``prepare``; an item is
 a few slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop.
 
-Item (numpy, see HELPERS.md): ``tokens`` int32 [L] (memmap view), ``mel`` float32
+Item (numpy; the ``Collator`` pads items into a ``data.batch.Batch``): ``tokens`` int32 [L] (memmap view), ``mel`` float32
 [T, n_mels], ``ref_mel`` float32 [R' <= ref_frames, n_mels], ``speaker_id``,
 ``language_id``, ``index``.
 

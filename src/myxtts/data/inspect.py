@@ -26,7 +26,7 @@ from myxtts.data.records import (
     DataReport,
     Utterance,
 )
-from myxtts.utils import available_cpus
+from myxtts.system import available_cpus
 
 BAR_WIDTH = 40
 MAX_SPEAKER_LINES = 40

@@ -30,17 +30,15 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.config import Config, ConfigError
+from myxtts.data.batch import FIELDS, PAD_MULTIPLE, Batch, BatchShape, round_up
 from myxtts.data.collate import Collator
 from myxtts.data.dataset import EpochBatches, StoreDataset
 from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import FeatureStore
-from myxtts.utils import available_cpus
+from myxtts.system import available_cpus
 
-PAD_STEPS = 8  # mel lengths are padded to a multiple of frames_per_step x this
 PREFETCH_PER_WORKER = 2  # batches requested ahead from each worker
 _ALIGN = 64  # byte alignment of every tensor inside a shared slot
-_NUMPY_DTYPES = {torch.float32: np.float32, torch.int64: np.int64, torch.float16: np.float16,
-                 torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8}
 
 
 def default_num_workers(cpus: int | None = None) -> int:
@@ -50,8 +48,8 @@ def default_num_workers(cpus: int | None = None) -> int:
 
 
 def pad_multiple(cfg: Config) -> int:
-    """Mel frames every bucket edge is a multiple of: whole decoder steps, 8 at a time."""
-    return cfg.model.frames_per_step * PAD_STEPS
+    """Mel frames every bucket edge is a multiple of: whole decoder steps, PAD_MULTIPLE at a time."""
+    return cfg.model.frames_per_step * PAD_MULTIPLE
 
 
 def worker_init(worker_id: int) -> None:
@@ -79,7 +77,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                  rank: int = 0, world_size: int = 1, device: str | torch.device | None = None,
                  seed: int | None = None, shuffle: bool = True,
                  num_workers: int | None = None) -> tuple[StoreLoader, BucketBatchSampler]:
-    """Batches (HELPERS.md batch dict, on the CPU) of one split of a store.
+    """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
 
     ``store``: an open FeatureStore or its path (opened with ``cfg``, so a store built for
     other features is refused). ``device``: where training runs; CUDA turns on pinned
@@ -135,18 +133,10 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
 # more slots than that. A sequence number in each slot's header is checked before and
 # after the copy, so a violated assumption is an error, never silently mixed data.
 
-def _aligned(n_bytes: int) -> int:
-    return -(-n_bytes // _ALIGN) * _ALIGN
-
-
 def slot_bytes(table: Any, n_mels: int, ref_frames: int) -> int:
     """Bytes of the largest batch the Collator can produce for these buckets."""
-    best = 0
-    for t_mel, l_text, batch in zip(table.boundaries, table.text_caps, table.batch_sizes):
-        sizes = [batch * l_text * 8, batch * t_mel * n_mels * 4, batch * t_mel * 4,
-                 batch * ref_frames * n_mels * 4] + [batch * 8] * 6
-        best = max(best, sum(_aligned(s) for s in sizes))
-    return best
+    return max(BatchShape(batch, l_text, t_mel, ref_frames, n_mels).nbytes(_ALIGN)
+               for t_mel, l_text, batch in zip(table.boundaries, table.text_caps, table.batch_sizes))
 
 
 class _SlotRef(NamedTuple):
@@ -171,13 +161,13 @@ class SlotCollator:
         self.buffers = torch.empty((workers, slots, self.slot_bytes), dtype=torch.uint8).share_memory_()
         self.headers = torch.zeros((workers, slots), dtype=torch.int64).share_memory_()
 
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor] | _SlotRef:
+    def __call__(self, items: list[dict[str, Any]]) -> Batch | _SlotRef:
         batch = self.collator(items)
         info = get_worker_info()
         if info is None or self.buffers is None:
             return batch
         sizes = [t.numel() * t.element_size() for t in batch.values()]
-        if sum(_aligned(n) for n in sizes) > self.slot_bytes:  # cannot happen with the sampler
+        if sum(round_up(n, _ALIGN) for n in sizes) > self.slot_bytes:  # cannot happen with the sampler
             return batch
         k = self._count % self.buffers.shape[1]
         self._count += 1
@@ -191,7 +181,7 @@ class SlotCollator:
             # second core was measured 15x slower than memcpy speed).
             np.copyto(buf[offset:offset + n].view(src.dtype).reshape(src.shape), src)
             layout.append((key, t.dtype, tuple(t.shape), offset))
-            offset += _aligned(n)
+            offset += round_up(n, _ALIGN)
         header[k] = self._count
         return _SlotRef(info.id, k, self._count, tuple(layout))
 
@@ -219,7 +209,7 @@ class StoreLoader:
     def __len__(self) -> int:
         return len(self.dataloader)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         if self.slots is not None and self.slots.buffers is None:
             self.slots.allocate(self.num_workers, PREFETCH_PER_WORKER + 2)
         for out in self.dataloader:
@@ -230,7 +220,7 @@ class StoreLoader:
             else:
                 yield out
 
-    def _take(self, ref: _SlotRef) -> dict[str, torch.Tensor]:
+    def _take(self, ref: _SlotRef) -> Batch:
         header = self.slots.headers[ref.worker]
         buf = self.slots.buffers[ref.worker, ref.slot].numpy()  # uint8 [slot_bytes]
         if int(header[ref.slot]) != ref.seq:
@@ -242,7 +232,7 @@ class StoreLoader:
                 out = torch.empty(shape, dtype=dtype, pin_memory=True)
                 dst = out.numpy()
             else:  # numpy's allocations reuse warm heap pages (torch.empty often maps fresh ones)
-                dst = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
+                dst = np.empty(shape, dtype=FIELDS[key].numpy_dtype)
                 out = torch.from_numpy(dst)
             np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
             batch[key] = out

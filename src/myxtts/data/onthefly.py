@@ -38,13 +38,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from myxtts.config import AudioConfig, Config, ConfigError
+from myxtts.audio.mel import n_frames_for
+from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
+from myxtts.data.batch import Batch, stop_targets
 from myxtts.data.dataset import EpochBatches, mix64
 from myxtts.data.loader import build_sampler, worker_init
-from myxtts.data.prepare import choose_refs, plan_texts
+from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
+from myxtts.data.records import SPLITS
 from myxtts.data.sampler import ShapeTable
-from myxtts.data.store import SPLITS, FeatureStore, StoreError
-from myxtts.utils import available_cpus
+from myxtts.data.store import FeatureStore, StoreError
+from myxtts.system import available_cpus
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +61,6 @@ def crop_window(n_samples: int, start_frame: int, n_frames: int, cfg: AudioConfi
     last = start_frame + n_frames - 1
     b = min(n_samples, last * cfg.hop_length + half + 1)  # +1: the reflection needs half+1 samples
     return a, b, start_frame - a // cfg.hop_length
-
-
-def frames_for(n_samples: int, cfg: AudioConfig) -> int:
-    """Frames MelSpectrogram gives a clip of ``n_samples`` (centered STFT)."""
-    half = cfg.n_fft // 2
-    return 1 + (n_samples + 2 * half - cfg.n_fft) // cfg.hop_length
 
 
 @dataclass
@@ -114,7 +111,7 @@ class RawAudioDataset(Dataset):
         ref_wav = wav if r == i else self._load(r)
         if ref_wav is None:
             ref_wav = wav  # a broken reference clip: clone from the utterance itself
-        n_ref = frames_for(len(ref_wav), self.audio)
+        n_ref = n_frames_for(len(ref_wav), self.audio)
         want = min(self.ref_frames, n_ref)
         start = (h >> 32) % (n_ref - want + 1)
         a, b, first = crop_window(len(ref_wav), start, want, self.audio)
@@ -166,7 +163,7 @@ class WavCollator:
 
 
 class OnTheFlyLoader:
-    """Iterates batch dicts (HELPERS.md format) with features computed on ``device``.
+    """Iterates batches (``data.batch.Batch``) with features computed on ``device``.
 
     ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from ``mel_stats`` or, when none was
     given, from one pass over this loader's split on first access.
@@ -194,7 +191,7 @@ class OnTheFlyLoader:
                 yield self.featurize(raw)
 
     @torch.no_grad()
-    def featurize(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def featurize(self, raw: dict[str, torch.Tensor]) -> Batch:
         """Worker wav batch -> model batch: two batched MelSpectrogram calls on ``device``."""
         dev = self.device
         n_frames = int(raw.pop("n_frames"))  # bucket edge (an upper bound of every F); read on the host
@@ -204,8 +201,7 @@ class OnTheFlyLoader:
             mel = torch.nn.functional.pad(mel, (0, 0, 0, n_frames - mel.shape[1]))
         else:  # cannot happen unless a header lied about the length; keep the shape fixed
             mel, mel_lengths = mel[:, :n_frames], mel_lengths.clamp(max=n_frames)
-        frame = torch.arange(n_frames, device=dev)
-        stop = (frame[None, :] >= (mel_lengths - 1)[:, None]).float()  # [B, T]
+        stop = stop_targets(mel_lengths, n_frames)  # [B, T]
         ref_full, _ = self.mel(raw["ref_wav"], raw["ref_wav_lengths"])  # [B, Fc, n_mels]
         slot = torch.arange(self.ref_frames, device=dev)  # [R]
         ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B]
@@ -232,8 +228,6 @@ class OnTheFlyLoader:
         single-rank sampler: fill repeats and a rank's share would bias the statistics,
         and all ranks must agree on them).
         """
-        from myxtts.data.prepare import MIN_MEL_STD
-
         if self._stats is None:
             sampler = build_sampler(self.raw.est_frames, np.array([len(t) for t in self.raw.tokens]),
                                     self.cfg, shuffle=False)
@@ -261,18 +255,9 @@ class OnTheFlyLoader:
                 total += m.sum(0)
                 total_sq += (m * m).sum(0)
                 frames += m.shape[0]
-            mean = total / max(frames, 1)
-            std = (total_sq / max(frames, 1) - mean**2).clamp(min=0).sqrt().clamp(min=MIN_MEL_STD)
-            self._stats = (mean.float().numpy(), std.float().numpy())
+            mean, std = mel_mean_std(total.numpy(), total_sq.numpy(), frames)
+            self._stats = (mean.astype(np.float32), std.astype(np.float32))
         return self._stats
-
-
-def _resolve_device(name: str) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"data.data_device={name!r} but CUDA is not available here; use "
-                          f"--set data.data_device=cpu")
-    return device
 
 
 def read_raw_splits(data: str | Path, cfg: Config, tokenizer: Any = None
@@ -297,7 +282,7 @@ def read_raw_splits(data: str | Path, cfg: Config, tokenizer: Any = None
                 continue
             # +1 sample: resampling may round up; never underestimate (the bucket must hold it).
             n = math.ceil(info.n_samples * a.sample_rate / info.sample_rate) + 1
-            kept[split].append((u, frames_for(n, a)))
+            kept[split].append((u, n_frames_for(n, a)))
     if not kept["train"]:
         raise StoreError(f"{data}: no training utterance is usable on the fly (lengths outside "
                          f"data.min/max_duration_s, unreadable or rejected texts); run "
@@ -340,7 +325,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     """
     if split not in SPLITS:
         raise StoreError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
-    device = _resolve_device(cfg.data.data_device)
+    device = resolve_device(cfg.data.data_device, "data.data_device")
     splits, tokenizer, speakers = raw_splits or read_raw_splits(data, cfg, tokenizer)
     raw = splits[split]
     if not raw.paths:

@@ -14,6 +14,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# Audio reasons are set by the audio loader itself (AudioError.reason).
+from myxtts.audio.io import SILENT_AUDIO as SILENT_AUDIO
+from myxtts.audio.io import UNREADABLE_AUDIO as UNREADABLE_AUDIO
+from myxtts.audio.io import WRONG_SAMPLE_RATE as WRONG_SAMPLE_RATE
+
+SPLITS = ("train", "val")  # every dataset, plan and store has these two splits, in this order
+
 # Reasons are short, stable categories (problems are grouped and counted by them);
 # the specifics of one occurrence go into ``Problem.detail``.
 MALFORMED_ROW = "malformed row"
@@ -23,8 +30,6 @@ EMPTY_TEXT = "empty text"
 DUPLICATE_ID = "duplicate id"
 NOT_UTF8 = "not UTF-8"
 UNKNOWN_LANGUAGE = "unknown language"
-UNREADABLE_AUDIO = "unreadable audio"
-WRONG_SAMPLE_RATE = "wrong sample rate"
 TOO_SHORT = "too short"
 TOO_LONG = "too long"
 

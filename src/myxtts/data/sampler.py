@@ -39,16 +39,21 @@ from dataclasses import dataclass
 import numpy as np
 from torch.utils.data import Sampler
 
+from myxtts.data.batch import PAD_MULTIPLE, round_up
+
 log = logging.getLogger(__name__)
 
-TEXT_MULTIPLE = 8  # text caps are rounded up to this (tensor-core friendly)
 _MAX_CANDIDATES = 512  # DP is O(K * U^2) over candidate boundaries; cap U to keep it ~ms
 _STATE_KEYS = frozenset({"version", "epoch", "position", "num_batches", "seed", "world_size",
                          "num_buckets", "plan", "fingerprint"})
 
 
-def _round_up(x: np.ndarray | int, multiple: int) -> np.ndarray | int:
-    return -(-x // multiple) * multiple
+def _check_keys(keys: set[str], expected: frozenset[str]) -> None:
+    """Resume states are exact: every key consumed, nothing unknown (lhotse's contract)."""
+    if keys != expected:
+        unknown, missing = sorted(keys - expected), sorted(expected - keys)
+        raise ValueError(f"sampler state has unknown keys {unknown} and misses keys {missing}; "
+                         f"it was not written by this BucketBatchSampler version")
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ def choose_boundaries(mel_lengths: np.ndarray, num_buckets: int, batch_frames: i
     when more would not lower the cost.
     """
     lengths = mel_lengths.astype(np.int64)
-    rounded = _round_up(lengths, pad_multiple)
+    rounded = round_up(lengths, pad_multiple)
     values = np.unique(rounded)
     if len(values) > _MAX_CANDIDATES:
         # Coarsen: keep evenly spaced candidates (always the max); each length maps to the
@@ -213,7 +218,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.fill_cost = float(fill_cost)
 
         longest = int(self.mel_lengths.max())
-        needed = int(_round_up(longest, self.pad_multiple))
+        needed = int(round_up(longest, self.pad_multiple))
         if self.batch_frames < needed:
             raise ValueError(
                 f"data.batch_frames={self.batch_frames} cannot hold the longest utterance ({longest} "
@@ -232,7 +237,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.boundaries: list[int] = [int(b) for b in bounds]
         self.bucket_batch_sizes: list[int] = [max(1, int(s)) for s in sizes]
         self.text_caps: list[int] = [
-            int(_round_up(max(int(self.text_lengths[m].max()), 1), TEXT_MULTIPLE)) for m in self._members]
+            int(round_up(max(int(self.text_lengths[m].max()), 1), PAD_MULTIPLE)) for m in self._members]
         self.bucket_counts: list[int] = [int(c) for c in counts]
         self.bucket_num_batches: list[int] = [
             -(-c // b) for c, b in zip(self.bucket_counts, self.bucket_batch_sizes)]
@@ -335,6 +340,12 @@ class BucketBatchSampler(Sampler[list[int]]):
         ``consumed``: batches taken by the consumer from the current pass (default: the
         number yielded in it). Before any pass, it counts from the resume position.
         """
+        epoch, position = self.position(consumed)
+        return {"epoch": epoch, "position": position, **self.plan_state()}
+
+    def position(self, consumed: int | None = None) -> tuple[int, int]:
+        """``(epoch, batch position)`` where a consumer that took ``consumed`` batches of
+        the current pass (default: all yielded) continues."""
         if self._pass_epoch is None:
             epoch, base, limit = self._epoch, self._start, 0
         else:
@@ -346,45 +357,56 @@ class BucketBatchSampler(Sampler[list[int]]):
         position = base + n
         if position >= len(self):
             epoch, position = epoch + 1, 0
-        return {"version": 1, "epoch": int(epoch), "position": int(position),
-                "num_batches": len(self), "seed": self.seed, "world_size": self.world_size,
-                "num_buckets": self.num_buckets, "plan": self._plan_hash,
-                "fingerprint": self.fingerprint}
+        return int(epoch), int(position)
+
+    def plan_state(self) -> dict:
+        """What a saved position depends on (seed, ranks, the batch plan, the lengths): the
+        trainer stores this with its own record of epoch and position (``TrainingProgress``)."""
+        return {"version": 1, "num_batches": len(self), "seed": self.seed,
+                "world_size": self.world_size, "num_buckets": self.num_buckets,
+                "plan": self._plan_hash, "fingerprint": self.fingerprint}
 
     def load_state_dict(self, state: dict) -> None:
         """Make the next pass start at the saved epoch/position (refuses incompatible states)."""
-        keys = set(state)
-        if keys != _STATE_KEYS:
-            unknown, missing = sorted(keys - _STATE_KEYS), sorted(_STATE_KEYS - keys)
-            raise ValueError(f"sampler state has unknown keys {unknown} and misses keys {missing}; "
-                             f"it was not written by this BucketBatchSampler version")
-        if state["version"] != 1:
-            raise ValueError(f"sampler state version {state['version']} is not supported (expected 1)")
-        if state["world_size"] != self.world_size:
-            raise ValueError(f"sampler state was saved with world_size={state['world_size']} but this "
+        _check_keys(set(state), _STATE_KEYS)
+        plan = {k: v for k, v in state.items() if k not in ("epoch", "position")}
+        self.resume(plan, state["epoch"], state["position"])
+
+    def resume(self, plan: dict, epoch: int, position: int) -> int:
+        """Start the next pass at ``epoch``/``position``, saved with ``plan`` (``plan_state``).
+
+        Refuses a plan of another seed, world size or set of lengths (the position would
+        point elsewhere). A changed batch plan (batch_frames / max_batch_size / num_buckets,
+        e.g. lowered after an OOM) keeps the epoch and maps the position proportionally.
+        Returns the position the next pass starts at.
+        """
+        _check_keys(set(plan), _STATE_KEYS - {"epoch", "position"})
+        if plan["version"] != 1:
+            raise ValueError(f"sampler state version {plan['version']} is not supported (expected 1)")
+        if plan["world_size"] != self.world_size:
+            raise ValueError(f"sampler state was saved with world_size={plan['world_size']} but this "
                              f"run has world_size={self.world_size}; the per-rank epoch position "
                              f"cannot be mapped -- resume with the same number of processes")
-        if state["seed"] != self.seed:
-            raise ValueError(f"sampler state was saved with seed={state['seed']} but this run uses "
+        if plan["seed"] != self.seed:
+            raise ValueError(f"sampler state was saved with seed={plan['seed']} but this run uses "
                              f"seed={self.seed}; the batch order would differ -- keep data.shuffle_seed")
-        if state["fingerprint"] != self.fingerprint:
+        if plan["fingerprint"] != self.fingerprint:
             raise ValueError("sampler state was saved for a different set of utterance lengths (the "
                              "store changed or another split is used); resume from the same store")
-        epoch, position = int(state["epoch"]), int(state["position"])
-        if state["plan"] != self._plan_hash or state["num_buckets"] != self.num_buckets \
-                or state["num_batches"] != len(self):
-            # batch_frames / max_batch_size / num_buckets changed (e.g. lowered after an OOM):
-            # the batches differ, so keep the epoch and map the position proportionally.
-            new = min(len(self) - 1, round(position * len(self) / max(1, state["num_batches"])))
+        epoch, position = int(epoch), int(position)
+        if plan["plan"] != self._plan_hash or plan["num_buckets"] != self.num_buckets \
+                or plan["num_batches"] != len(self):
+            new = min(len(self) - 1, round(position * len(self) / max(1, plan["num_batches"])))
             log.warning("batch plan changed since the sampler state was saved; resuming epoch %d at "
                         "batch %d of %d (was %d of %d)", epoch, new, len(self), position,
-                        state["num_batches"])
+                        plan["num_batches"])
             position = new
         if not 0 <= position < len(self):
             raise ValueError(f"sampler state position {position} is outside [0, {len(self)})")
         self._epoch, self._start = epoch, position
         self._pass_epoch, self._pass_start, self._yielded = None, 0, 0
         self._pass_id += 1  # detach any running pass
+        return position
 
     # ------------------------------------------------------------------ reporting
 

@@ -16,7 +16,7 @@ import torch
 
 from myxtts.audio.io import load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
-from myxtts.config import Config, config_from_dict
+from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.model.vocoder import GriffinLim
 from myxtts.text import Tokenizer, clean_text
 from myxtts.train import checkpoint as ck
@@ -52,8 +52,7 @@ class Synthesizer:
     def from_checkpoint(cls, path: str | Path, device: str = "auto") -> Synthesizer:
         from myxtts.model.xtts import build_model
 
-        dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available()
-                           else ("cpu" if device == "auto" else device))
+        dev = resolve_device(device, "--device")
         state = ck.load(resolve_checkpoint(path))
         cfg = config_from_dict(state[ck.CONFIG])
         tok = Tokenizer.from_dict(state[ck.VOCAB])
@@ -105,9 +104,7 @@ class Synthesizer:
     def synthesize(self, texts: Sequence[str], reference: Sequence[str | Path],
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
         mels, lengths = self.synthesize_mel(texts, reference, language, seed)
-        wavs = self.vocoder(mels.float(), lengths)
-        hop = self.cfg.audio.hop_length
-        return [wavs[i, : int(lengths[i]) * hop].float().cpu().numpy() for i in range(len(texts))]
+        return self.vocoder.waveforms(mels, lengths)
 
     def synthesize_to_files(self, texts: Sequence[str], reference: Sequence[str | Path],
                             outputs: Sequence[str | Path], language: str | None = None,

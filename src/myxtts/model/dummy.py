@@ -1,4 +1,5 @@
-"""Random batches in the collate contract (HELPERS.md), for tests, benchmarks and dry runs.
+"""Random batches in the batch contract (``myxtts.data.batch``), for tests, benchmarks and
+dry runs.
 
 Why in the package: the training loop can dry-run (and ``torch.compile``-warm) the worst-case
 batch shape before real data arrives, and benchmarks can time the model without a store.
@@ -7,18 +8,20 @@ batch shape before real data arrives, and benchmarks can time the model without 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+
+from myxtts.data.batch import Batch, stop_targets
 
 
 def random_batch(n_mels: int, n_tokens: int, token_lengths: list[int], mel_lengths: list[int],
                  ref_lengths: list[int], n_text: int | None = None, n_frames: int | None = None,
                  n_ref: int | None = None, n_languages: int = 1, seed: int = 0,
-                 device: torch.device | str = "cpu") -> dict[str, Tensor]:
+                 device: torch.device | str = "cpu") -> Batch:
     """A padded batch: one utterance per entry of the length lists.
 
     Padded sizes default to the longest length (``n_text``/``n_frames``/``n_ref`` may be larger,
     like a bucket's cap). Padding follows the contract: tokens PAD=0, mels 0.0, and
     ``stop_target`` is 1.0 from frame ``mel_length - 1`` on. Token ids avoid the specials 0..3.
+    ``data.batch.crop`` takes one utterance out of it, as the collator would pad it alone.
     """
     gen = torch.Generator().manual_seed(seed)
     b = len(token_lengths)
@@ -34,30 +37,14 @@ def random_batch(n_mels: int, n_tokens: int, token_lengths: list[int], mel_lengt
     tokens = torch.randint(4, n_tokens, (b, n_text), generator=gen) * text_real
     mel = (torch.randn(b, n_frames, n_mels, generator=gen) * 2.0 - 5.0) * frame_real[..., None]
     ref = (torch.randn(b, n_ref, n_mels, generator=gen) * 2.0 - 5.0) * ref_real[..., None]
-    stop = (torch.arange(n_frames)[None] >= (ml[:, None] - 1)).float()  # [B, T]
     batch = {
         "tokens": tokens, "token_lengths": tl, "mel": mel, "mel_lengths": ml,
-        "stop_target": stop, "ref_mel": ref, "ref_lengths": rl,
+        "stop_target": stop_targets(ml, n_frames), "ref_mel": ref, "ref_lengths": rl,
         "speaker_ids": torch.zeros(b, dtype=torch.long),
         "language_ids": torch.randint(0, n_languages, (b,), generator=gen),
         "indices": torch.arange(b),
     }
     return {k: v.to(device) for k, v in batch.items()}
-
-
-def select(batch: dict[str, Tensor], index: int, n_text: int | None = None,
-           n_frames: int | None = None, n_ref: int | None = None) -> dict[str, Tensor]:
-    """Utterance ``index`` of ``batch`` as a batch of one, cropped to its own lengths (or to the
-    given padded sizes): what the collate would give it alone."""
-    n_text = n_text or int(batch["token_lengths"][index])
-    n_frames = n_frames or int(batch["mel_lengths"][index])
-    n_ref = n_ref or int(batch["ref_lengths"][index])
-    one = {k: v[index : index + 1] for k, v in batch.items()}
-    one["tokens"] = one["tokens"][:, :n_text]
-    one["mel"] = one["mel"][:, :n_frames]
-    one["stop_target"] = one["stop_target"][:, :n_frames]
-    one["ref_mel"] = one["ref_mel"][:, :n_ref]
-    return one
 
 
 @torch.no_grad()

@@ -24,11 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from myxtts.config import TrainConfig
+from myxtts.config import GUIDED_SIGMA_RANGE, TrainConfig
 from myxtts.model.decoder import GUIDED_PERIOD, fourier_features, normalised_positions
 from myxtts.model.layers import lengths_to_mask
-
-MIN_GUIDED_SIGMA, MAX_GUIDED_SIGMA = 0.1, 0.6  # where the Fourier series is exact to ~1e-4
 
 
 def gaussian_cosine_coefficients(sigma: float, n_terms: int, device: torch.device | None = None
@@ -38,12 +36,11 @@ def gaussian_cosine_coefficients(sigma: float, n_terms: int, device: torch.devic
     Closed form (the Gaussian's Fourier transform): a_0 = sigma*sqrt(2 pi) / (2P),
     a_k = sigma*sqrt(2 pi) / P * exp(-(w_k sigma)^2 / 2), w_k = k pi / P. Periodisation
     error is exp(-(2P - 1)^2 / (2 sigma^2)) and truncation error ~exp(-(w_K sigma)^2 / 2),
-    both < 1e-4 for sigma in [MIN_GUIDED_SIGMA, MAX_GUIDED_SIGMA].
+    both < 1e-4 for sigma in ``config.GUIDED_SIGMA_RANGE`` (the config refuses other values).
     """
-    if not MIN_GUIDED_SIGMA <= sigma <= MAX_GUIDED_SIGMA:
-        raise ValueError(f"train.guided_attn_sigma={sigma} is outside [{MIN_GUIDED_SIGMA}, "
-                         f"{MAX_GUIDED_SIGMA}], the range the guided loss supports; set it there "
-                         f"(0.2 is the usual value)")
+    lo, hi = GUIDED_SIGMA_RANGE
+    if not lo <= sigma <= hi:
+        raise ValueError(f"sigma={sigma} is outside [{lo}, {hi}], where this series is exact")
     scale = sigma * math.sqrt(2 * math.pi) / GUIDED_PERIOD
     w = torch.arange(1, n_terms + 1, device=device, dtype=torch.float32) * (math.pi / GUIDED_PERIOD)
     return scale / 2, scale * torch.exp(-0.5 * (w * sigma) ** 2)

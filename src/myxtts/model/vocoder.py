@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -115,3 +116,10 @@ class GriffinLim(nn.Module):
             previous = consistent
         unit = estimate / estimate.abs().clamp(min=1e-8)
         return self._istft(mag * unit, n_frames * self.hop_length)
+
+    def waveforms(self, log_mel: Tensor, lengths: Tensor) -> list[np.ndarray]:
+        """float32 numpy clips, one per utterance, each cut to its own ``lengths[b] *
+        hop_length`` samples: what synthesis and validation samples save and listen to."""
+        wav = self(log_mel.float(), lengths)  # [B, F * hop]
+        return [wav[b, : int(lengths[b]) * self.hop_length].float().cpu().numpy()
+                for b in range(wav.shape[0])]

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from myxtts.config import Config, ModelConfig
+from myxtts.data.batch import Batch
 from myxtts.model.conditioning import ConditioningEncoder
 from myxtts.model.decoder import Decoder, Postnet, fourier_features, normalised_positions
 from myxtts.model.layers import init_weights, key_mask, lengths_to_mask
@@ -27,7 +28,7 @@ ASSUMED_VOCAB_SIZE = 100  # for count_parameters before a tokenizer exists
 
 
 class XTTS(nn.Module):
-    """See the module docstring. All inputs follow the batch-dict contract of HELPERS.md."""
+    """See the module docstring. Batches follow ``myxtts.data.batch`` (fields, shapes, padding)."""
 
     def __init__(self, cfg: ModelConfig, n_mels: int, n_tokens: int, n_languages: int,
                  mel_mean: Tensor | None = None, mel_std: Tensor | None = None) -> None:
@@ -108,7 +109,7 @@ class XTTS(nn.Module):
 
     # ------------------------------------------------------------- training
 
-    def forward(self, batch: dict[str, Tensor], prenet_dropout: bool | None = None,
+    def forward(self, batch: Batch, prenet_dropout: bool | None = None,
                 self_feed: Tensor | None = None) -> dict[str, Tensor]:
         """Teacher-forced pass. ``prenet_dropout`` defaults to ``self.training``.
 
@@ -172,7 +173,7 @@ class XTTS(nn.Module):
         return torch.where(use[..., None], own.to(prev.dtype), prev)
 
     @torch.no_grad()
-    def alignment(self, batch: dict[str, Tensor]) -> Tensor:
+    def alignment(self, batch: Batch) -> Tensor:
         """Explicit text attention of the guided layer, [B, S, L] (teacher forced, no dropout),
         for alignment images. Materialises weights: call outside the training step."""
         memory, mem_mask, _, speaker = self.encode(batch["tokens"], batch["token_lengths"],

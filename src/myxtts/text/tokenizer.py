@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from myxtts.utils import atomic_write_text
+from myxtts.system import atomic_write
 
 __all__ = ["Tokenizer", "TokenizerError", "PAD", "BOS", "EOS", "UNK", "SPECIAL_TOKENS"]
 
@@ -179,10 +179,13 @@ class Tokenizer:
                                  f"got {tokens[:n_head]}")
         return cls(languages, tokens[n_head:])
 
+    def to_json(self) -> str:
+        """The vocabulary file's text (what ``save`` writes and ``load`` reads)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
+
     def save(self, path: str | Path) -> None:
         """Write the vocabulary as JSON, atomically (a killed run leaves the old file)."""
-        text = json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
-        atomic_write_text(Path(path), text + "\n")
+        atomic_write(Path(path), self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

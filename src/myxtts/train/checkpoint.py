@@ -4,21 +4,29 @@ A checkpoint is a plain dict of tensors and primitives saved with ``torch.save``
 read back with ``torch.load(weights_only=True)``: no arbitrary pickle, so a checkpoint
 from the internet cannot run code. Files: ``ckpt_STEP.pt`` (the last ``keep_last``
 kept), ``best.pt`` (lowest validation loss) and ``latest.txt`` naming the newest.
+
+How far a run got is ONE record, :class:`TrainingProgress` (step, best validation loss,
+data position, non-finite counters); :func:`capture` and :func:`restore` are the only
+places that write and read a checkpoint's training state, so adding something to resume
+is an edit here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
+import math
 import random
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from myxtts.system import atomic_write
 from myxtts.train.errors import TrainError
-from myxtts.utils import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +35,78 @@ MODEL = "model"
 OPTIMIZER = "optimizer"
 SCHEDULER = "scheduler"
 SCALER = "scaler"
-SAMPLER = "sampler"
 RNG = "rng"
-STEP = "step"
+PROGRESS = "progress"  # TrainingProgress.state_dict()
 CONFIG = "config"
 VOCAB = "vocab"
 MEL_MEAN = "mel_mean"
 MEL_STD = "mel_std"
-BEST_VAL = "best_val_loss"
-COUNTERS = "counters"
 FORMAT = "format_version"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: progress spread over step / best_val_loss / counters / sampler keys
 
 _CKPT_RE = re.compile(r"ckpt_(\d+)\.pt$")
+
+
+@dataclass
+class TrainingProgress:
+    """How far a run got: what resume needs besides weights, optimizer and RNG states.
+
+    ``epoch`` / ``batches_consumed``: the data position -- this rank has trained on the
+    first ``batches_consumed`` batches of ``epoch``; ``data_plan`` is what that position
+    depends on (the sampler's ``plan_state``: seed, ranks, batch plan, lengths), checked
+    when the sampler resumes. ``nonfinite_in_row`` continues the count that stops a
+    diverging run (``train.max_nonfinite_in_row``) across a restart.
+    """
+
+    step: int = 0
+    best_val_loss: float = math.inf
+    epoch: int = 0
+    batches_consumed: int = 0
+    nonfinite_steps: int = 0
+    nonfinite_in_row: int = 0
+    data_plan: dict[str, Any] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> TrainingProgress:
+        """Every key consumed, none unknown: a record from another version is refused, not
+        half-read."""
+        if not isinstance(state, dict):
+            raise TrainError(f"training progress in the checkpoint is a {type(state).__name__}, "
+                             f"not a record; the checkpoint was not written by myxtts")
+        left = dict(state)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in left:
+                raise TrainError(f"training progress in the checkpoint misses {f.name!r}; it was "
+                                 f"written by another myxtts version")
+            values[f.name] = left.pop(f.name)
+        if left:
+            raise TrainError(f"training progress in the checkpoint has unknown keys "
+                             f"{sorted(left)}; it was written by another myxtts version")
+        return cls(**values)
+
+
+def capture(progress: TrainingProgress, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler: Any, scaler: torch.amp.GradScaler, extra: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint dict: the training state (these objects, RNGs, ``progress``) plus
+    ``extra`` (what inference needs: config, vocabulary, mel statistics)."""
+    return {MODEL: model.state_dict(), OPTIMIZER: optimizer.state_dict(),
+            SCHEDULER: scheduler.state_dict(), SCALER: scaler.state_dict(), RNG: rng_state(),
+            PROGRESS: progress.state_dict(), **extra}
+
+
+def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler: Any, scaler: torch.amp.GradScaler) -> None:
+    """Load what :func:`capture` saved into these objects and the RNGs (the progress record
+    is read on its own, first: the data side needs it before the model exists)."""
+    model.load_state_dict(state[MODEL])
+    optimizer.load_state_dict(state[OPTIMIZER])
+    scheduler.load_state_dict(state[SCHEDULER])
+    scaler.load_state_dict(state[SCALER])
+    set_rng_state(state[RNG])
 
 
 def rng_state() -> dict[str, Any]:
@@ -59,7 +126,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save(path: Path, state: dict[str, Any]) -> None:
     buf = io.BytesIO()
     torch.save({FORMAT: FORMAT_VERSION, **state}, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -71,12 +138,29 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     except Exception as e:  # corrupt, truncated, or not a checkpoint
         raise TrainError(f"checkpoint {path} cannot be read ({type(e).__name__}: "
                          f"{str(e).splitlines()[0][:160]}); delete it to resume from an older one") from e
+    if isinstance(state, dict) and state.get(FORMAT) == 1:
+        return _upgrade_v1(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:
         raise TrainError(f"{path} is not a myxtts checkpoint of format {FORMAT_VERSION}")
     return state
 
 
+def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 checkpoint (before TrainingProgress) in today's layout: its step, best
+    loss, counters and full sampler state become the progress record."""
+    sampler = dict(state.pop("sampler"))
+    counters = state.pop("counters")
+    progress = TrainingProgress(
+        step=int(state.pop("step")), best_val_loss=float(state.pop("best_val_loss")),
+        epoch=int(sampler.pop("epoch")), batches_consumed=int(sampler.pop("position")),
+        nonfinite_steps=int(counters.get("nonfinite_steps", 0)), data_plan=sampler)
+    return {**state, FORMAT: FORMAT_VERSION, PROGRESS: progress.state_dict()}
+
+
 class CheckpointManager:
+    """``ckpt_STEP.pt`` files in ``directory``: save, keep the newest ``keep_last`` and the
+    best by validation loss (``best.pt``), find the newest."""
+
     def __init__(self, directory: Path, keep_last: int):
         self.dir = Path(directory)
         self.keep_last = keep_last
@@ -87,7 +171,7 @@ class CheckpointManager:
         return [p for _, p in sorted(found)]
 
     def latest(self) -> Path | None:
-        """Newest readable step checkpoint (a torn newest file falls back to the previous)."""
+        """Newest step checkpoint: the one ``latest.txt`` names, else the highest step."""
         pointer = self.dir / "latest.txt"
         if pointer.is_file():
             p = self.dir / pointer.read_text().strip()
@@ -101,10 +185,10 @@ class CheckpointManager:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"ckpt_{step:08d}.pt"
         save(path, state)
-        atomic_write_text(self.dir / "latest.txt", path.name)
+        atomic_write(self.dir / "latest.txt", path.name)
         if is_best:
             save(self.dir / "best.pt", state)
-            atomic_write_text(self.dir / "best.txt", f"{path.name} val_loss={val_loss}\n")
+            atomic_write(self.dir / "best.txt", f"{path.name} val_loss={val_loss}\n")
         for old in self.step_paths()[: -self.keep_last] if self.keep_last > 0 else []:
             if old != path:
                 old.unlink(missing_ok=True)

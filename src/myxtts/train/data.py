@@ -37,8 +37,6 @@ class TrainData:
     mel_std: np.ndarray
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
-    epoch: int = 0
-    consumed: int = 0  # batches of the current loader pass already trained on (always 0 at start)
 
     @property
     def vocab_size(self) -> int:
@@ -54,7 +52,10 @@ def is_store(path: Path) -> bool:
 
 
 def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
-                    state: dict[str, Any] | None) -> TrainData:
+                    state: dict[str, Any] | None, progress: ck.TrainingProgress) -> TrainData:
+    """The run's data. With a checkpoint ``state``, its vocabulary must match and the sampler
+    continues at ``progress``'s data position (which it may map onto a changed batch plan);
+    ``progress.data_plan`` is set to the sampler's plan either way."""
     path = Path(data_path)
     if not path.exists():
         raise TrainError(f"{path} does not exist: pass a store from `myxtts prepare` or a dataset folder")
@@ -65,10 +66,11 @@ def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, di
             raise TrainError(f"{path} has another vocabulary than the checkpoint; resume on the data "
                              f"the run started with, or start a new run with another --output-dir")
         try:
-            data.sampler.load_state_dict(state[ck.SAMPLER])
+            progress.batches_consumed = data.sampler.resume(
+                progress.data_plan, progress.epoch, progress.batches_consumed)
         except ValueError as e:
             raise TrainError(f"cannot continue the data order from the checkpoint: {e}") from e
-    data.epoch = data.sampler.epoch
+    progress.data_plan = data.sampler.plan_state()
     _pick_synth_batch(cfg, data)
     return data
 

@@ -58,10 +58,3 @@ def wrap_ddp(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module | None:
     ids = [dist.device.index] if dist.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
 
-
-def all_reduce_mean(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
-    if dist.enabled:
-        t = t.clone()
-        tdist.all_reduce(t)
-        t /= dist.world_size
-    return t

@@ -9,7 +9,6 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import signal
 from collections.abc import Iterator
@@ -20,7 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from myxtts.config import Config, config_from_dict, save_config
+from myxtts.config import Config, config_from_dict, resolve_device, save_config
+from myxtts.data.batch import Batch
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
@@ -46,15 +46,6 @@ class TrainResult:
     last_checkpoint: Path | None
     best_val_loss: float
     stopped_by_signal: bool = False
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TrainError(f"train.device={name} but no CUDA GPU is visible; use --set train.device=cpu")
-    return dev
 
 
 def seed_everything(seed: int) -> None:
@@ -104,22 +95,24 @@ def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
     dist = init_distributed()
-    device = dist.device if dist.enabled else resolve_device(cfg.train.device)
+    device = dist.device if dist.enabled else resolve_device(cfg.train.device, "train.device")
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
 
     state: dict[str, Any] | None = None
+    record = ck.TrainingProgress()
     resume_path = Path(resume) if resume else manager.latest()
     if resume_path is not None:
         state = ck.load(resume_path)
         cfg = _resume_config(cfg, state[ck.CONFIG])
-        log.info("resuming from %s (step %d)", resume_path, state[ck.STEP])
+        record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
+        log.info("resuming from %s (step %d)", resume_path, record.step)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
     seed_everything(cfg.train.seed + dist.rank)
-    data = open_train_data(cfg, data_path, device, dist, state)
+    data = open_train_data(cfg, data_path, device, dist, state, record)
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
@@ -128,16 +121,9 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     step_fn = TrainStep(model, opt, sched, cfg, device, fused,
                         compile_model=resolve_compile(cfg.train.compile, device),
                         ddp_model=wrap_ddp(model, dist))
-    step, best_val, counters = 0, math.inf, {}
     if state is not None:
-        model.load_state_dict(state[ck.MODEL])
-        opt.load_state_dict(state[ck.OPTIMIZER])
-        sched.load_state_dict(state[ck.SCHEDULER])
-        step_fn.scaler.load_state_dict(state[ck.SCALER])
-        step_fn.nonfinite_total.fill_(state[ck.COUNTERS].get("nonfinite_steps", 0.0))
-        step, best_val = int(state[ck.STEP]), float(state[ck.BEST_VAL])
-        ck.set_rng_state(state[ck.RNG])
-        counters = dict(state[ck.COUNTERS])
+        ck.restore(state, model, opt, sched, step_fn.scaler)
+        step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.yaml")
@@ -148,13 +134,14 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         log.info("model %s: %.2f M parameters on %s, precision %s, compile %s, %d train batches/epoch",
                  cfg.model.preset, n_params / 1e6, device, str(step_fn.dtype).replace("torch.", ""),
                  step_fn.compiled, len(data.sampler))
-    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, counters)
+    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, record)
     finished = False
     try:
         with _StopFlag() as stop:
-            step, best_val, last = ctx.run(step, best_val, stop, progress and dist.rank == 0)
+            last = ctx.run(stop, progress and dist.rank == 0)
         finished = True
-        return TrainResult(step, out, last, best_val, stopped_by_signal=stop.signum is not None)
+        return TrainResult(record.step, out, last, record.best_val_loss,
+                           stopped_by_signal=stop.signum is not None)
     finally:
         logger.close()
         dist.close(wait_for_all=finished)
@@ -162,69 +149,60 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
 
 class BatchStream:
     """The trainer's endless stream of (device batch, real frames), exactly as training sees
-    it (loader -> side-stream prefetch), tracking (epoch, consumed) so a checkpoint can
-    record the sampler position. Public so benchmarks measure the real input path.
+    it (loader -> side-stream prefetch). It advances the run's data position in ``record``
+    (``epoch``, ``batches_consumed``) as batches are handed out, so a checkpoint taken
+    between steps resumes at the next batch. Public so benchmarks measure the real input path.
 
     The real-frame count is taken on the host before the copy (a CPU sum of B ints), so
     throughput is exact without reading anything back from the device."""
 
-    def __init__(self, cfg: Config, data: TrainData, device: torch.device) -> None:
-        self.cfg, self.data, self.device = cfg, data, device
-        self.epoch = data.epoch
-        self.consumed = data.consumed  # batches of this epoch already handed out
+    def __init__(self, cfg: Config, data: TrainData, device: torch.device,
+                 record: ck.TrainingProgress) -> None:
+        self.cfg, self.data, self.device, self.record = cfg, data, device, record
 
-    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], int]]:
-        while True:
+    def __iter__(self) -> Iterator[tuple[Batch, int]]:
+        while True:  # each pass starts where the sampler stands: the record's position
             for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
                                           self.cfg.data.prefetch_batches):
-                self.consumed += 1
+                self.record.batches_consumed += 1
                 yield batch, batch.pop("real_frames")
-            self.epoch += 1
-            self.consumed = 0
+            self.record.epoch += 1
+            self.record.batches_consumed = 0
 
 
 class _LoopContext:
     def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
                  manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
-                 out: Path, counters: dict[str, Any]):
+                 out: Path, record: ck.TrainingProgress):
         self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
-        self.counters = counters
-        self.stream = BatchStream(cfg, data, device)
+        self.record = record
+        self.stream = BatchStream(cfg, data, device, record)
         self.fps = cfg.audio.frames_per_second
+        self.saved_step = record.step if record.step else -1  # step of the newest checkpoint
 
-    def state(self, step: int, best_val: float) -> dict[str, Any]:
-        return {
-            ck.MODEL: self.model.state_dict(),
-            ck.OPTIMIZER: self.step_fn.opt.state_dict(),
-            ck.SCHEDULER: self.step_fn.sched.state_dict(),
-            ck.SCALER: self.step_fn.scaler.state_dict(),
-            ck.SAMPLER: self.data.sampler.state_dict(consumed=self.stream.consumed),
-            ck.RNG: ck.rng_state(),
-            ck.STEP: step,
-            ck.CONFIG: self.cfg.to_dict(),
-            ck.VOCAB: self.data.tokenizer.to_dict(),
-            ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
-            ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32),
-            ck.BEST_VAL: best_val,
-            ck.COUNTERS: {"nonfinite_steps": float(self.step_fn.nonfinite_total.item()),
-                          "epoch": self.stream.epoch},
-        }
-
-    def save(self, step: int, best_val: float, val_loss: float | None = None,
-             is_best: bool = False) -> Path | None:
+    def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
+        """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
+        r = self.record
+        self.saved_step = r.step
         if self.dist.rank != 0:
             return None
-        return self.manager.save(self.state(step, best_val), step, val_loss, is_best)
+        r.nonfinite_steps, r.nonfinite_in_row = self.step_fn.nonfinite_counts()
+        extra = {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
+                 ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
+                 ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
+        state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
+                           self.step_fn.scaler, extra)
+        return self.manager.save(state, r.step, val_loss, is_best)
 
-    def run(self, step: int, best_val: float, stop: _StopFlag, show: bool) -> tuple[int, float, Path | None]:
-        t = self.cfg.train
+    def run(self, stop: _StopFlag, show: bool) -> Path | None:
+        t, r = self.cfg.train, self.record
         timer = StepTimer(self.device)
-        bar = Progress(total=t.max_steps, initial=step, enabled=show)
+        bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
         stream = iter(self.stream)
         last: Path | None = None
         self.model.train()
-        while step < t.max_steps:
+        while r.step < t.max_steps:
             micro, frames = [], 0
             for _ in range(t.grad_accum_steps):
                 timer.wait_begin()
@@ -236,7 +214,8 @@ class _LoopContext:
                 self.step_fn(micro)
             except torch.cuda.OutOfMemoryError as e:
                 raise TrainError(_oom_message(micro, self.cfg)) from e
-            step += 1
+            r.step += 1
+            step = r.step
             timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
             if step % t.log_every == 0 or step == t.max_steps:
                 self._log(step, timer, bar)
@@ -245,23 +224,23 @@ class _LoopContext:
                 if val is not None:
                     self.logger.scalars(step, val, prefix="val/")
                     bar.note(f"step {step}: val loss {val['loss']:.4f}")
-                    is_best = val["loss"] < best_val
-                    best_val = min(best_val, val["loss"])
-                    last = self.save(step, best_val, val["loss"], is_best)
+                    is_best = val["loss"] < r.best_val_loss
+                    r.best_val_loss = min(r.best_val_loss, val["loss"])
+                    last = self.save(val["loss"], is_best)
                 self.model.train()
             if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
                 synthesize_samples(self.model, self.data, self.cfg, self.logger, step,
                                    self.out / "samples", self.device, self.dist.rank)
                 self.model.train()
-            if step % t.ckpt_every == 0 or step == t.max_steps:
-                if last is None or not last.name.endswith(f"{step:08d}.pt"):
-                    last = self.save(step, best_val)
+            if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
+                last = self.save()
             if self._should_stop(stop, step):
-                last = self.save(step, best_val)
+                if self.saved_step != step:
+                    last = self.save()
                 bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                 break
         bar.close()
-        return step, best_val, last
+        return last
 
     def _should_stop(self, stop: _StopFlag, step: int) -> bool:
         """Single process: stop at the first step boundary after a signal. Distributed: every
@@ -280,7 +259,7 @@ class _LoopContext:
         iv = timer.collect()
         peak = values.get("nonfinite_run_peak", 0.0)
         if peak >= self.cfg.train.max_nonfinite_in_row:
-            self.save(step, math.inf)
+            self.save()
             raise TrainError(
                 f"{int(peak)} consecutive steps had a non-finite loss (step {step}); lower "
                 f"train.lr (now {self.cfg.train.lr}), keep train.grad_clip > 0, or try "

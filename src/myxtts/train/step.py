@@ -145,6 +145,16 @@ class TrainStep:
         self._sums["grad_norm"] = self._sums.get("grad_norm", torch.zeros((), device=self.device)) + gn
         self._n += 1
 
+    def nonfinite_counts(self) -> tuple[int, int]:
+        """(non-finite steps in total, in a row now): what a checkpoint records (a host sync)."""
+        return int(self.nonfinite_total.item()), int(self.nonfinite_run.item())
+
+    def load_nonfinite_counts(self, total: int, in_row: int) -> None:
+        """Continue the counts of a checkpoint (``nonfinite_counts``) after a restart."""
+        self.nonfinite_total.fill_(total)
+        self.nonfinite_run.fill_(in_row)
+        self.nonfinite_peak.fill_(in_row)
+
     def read(self) -> dict[str, float]:
         """Means since the last read. This is the (only) host sync of the loop."""
         if self._n == 0:

@@ -49,8 +49,8 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
     if rank != 0 or not data.synth_batch:
         return []
     from myxtts.audio.io import save_wav
-    from myxtts.inference.metrics import dtw_l1
     from myxtts.model.vocoder import GriffinLim
+    from myxtts.observe.quality import dtw_l1
 
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
     model.eval()
@@ -63,13 +63,13 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
                                        batch["language_ids"], batch["ref_mel"], batch["ref_lengths"])
     with torch.no_grad():
         align = model.alignment(batch)
-    wavs = GriffinLim(cfg.audio).to(device)(mels.float(), lengths)
+    wavs = GriffinLim(cfg.audio).to(device).waveforms(mels, lengths)
     std = model.mel_std.float().cpu().numpy()  # distances in units of each band's spread
     paths = []
     step_dir = out_dir / f"step_{step:08d}"
     for i in range(mels.shape[0]):
         n = int(lengths[i])
-        wav = wavs[i].float().cpu().numpy()[: n * cfg.audio.hop_length]
+        wav = wavs[i]
         path = step_dir / f"val{i}_{data.synth_names[i]}.wav"
         save_wav(path, wav, cfg.audio.sample_rate)
         paths.append(path)

@@ -1,0 +1,174 @@
+"""The batch: the one contract between the data pipeline and the model.
+
+Producers -- the store ``Collator``, the ``OnTheFlyLoader``, ``model.dummy.random_batch`` --
+build it; consumers -- ``XTTS.forward``, the losses, the loader's shared-memory slots, the
+device prefetcher -- read it. ``FIELDS`` below is the single definition of every field:
+adding one is an edit here plus one in each producer, and everything that sizes, moves
+or crops batches (slot layout, ``allocate``, ``crop``) follows from the table.
+
+Dimensions (sizes of one batch)::
+
+    B  utterances
+    L  text tokens       the bucket's text cap, a multiple of PAD_MULTIPLE
+    T  mel frames        the bucket's edge, a multiple of frames_per_step x PAD_MULTIPLE
+    R  reference frames  data.ref_frames
+    M  mel bands         audio.n_mels
+
+Padding conventions: token ids are ``PAD_ID`` after ``token_lengths``; ``mel`` and
+``ref_mel`` (raw log-mels, not normalised: the model normalises with its own statistics)
+are 0.0 after their lengths; ``stop_target`` is 1.0 from the last real frame on (see
+:func:`stop_targets`). Every tensor of a batch lives on one device; the host-side
+producers hand out CPU tensors and the prefetcher moves them.
+
+Why a plain dict (typed as :class:`Batch`) and not a dataclass: ``torch.compile``,
+``pin_memory``, the shared-memory slots and the prefetcher all walk dicts of tensors
+without special cases, and the typed spec gives the documentation and the checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+import numpy as np
+import torch
+from torch import Tensor
+
+PAD_ID = 0  # token id of text padding (the tokenizer reserves it)
+# Sequence axes are padded to multiples of this (tensor-core friendly): text to L, mel
+# frames to whole groups of PAD_MULTIPLE decoder steps (frames_per_step frames each).
+PAD_MULTIPLE = 8
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """dtype, dimension names (see the module docstring) and meaning of one batch field."""
+
+    dtype: torch.dtype
+    dims: tuple[str, ...]
+    doc: str
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return torch.empty((), dtype=self.dtype).numpy().dtype
+
+
+FIELDS: dict[str, FieldSpec] = {
+    "tokens": FieldSpec(torch.int64, ("B", "L"),
+                        "token ids [BOS, <lang>, characters..., EOS], PAD_ID after token_lengths"),
+    "token_lengths": FieldSpec(torch.int64, ("B",), "real tokens per utterance"),
+    "mel": FieldSpec(torch.float32, ("B", "T", "M"), "raw log-mel target, 0.0 after mel_lengths"),
+    "mel_lengths": FieldSpec(torch.int64, ("B",), "real mel frames per utterance"),
+    "stop_target": FieldSpec(torch.float32, ("B", "T"),
+                             "1.0 from frame mel_lengths - 1 on (last real frame and padding)"),
+    "ref_mel": FieldSpec(torch.float32, ("B", "R", "M"),
+                         "raw log-mel crop of a reference clip of the same speaker, 0.0 after "
+                         "ref_lengths"),
+    "ref_lengths": FieldSpec(torch.int64, ("B",), "real reference frames per utterance"),
+    "speaker_ids": FieldSpec(torch.int64, ("B",), "index into the store's speaker list"),
+    "language_ids": FieldSpec(torch.int64, ("B",), "index into the tokenizer's languages"),
+    "indices": FieldSpec(torch.int64, ("B",), "utterance index within its split"),
+}
+
+
+class Batch(TypedDict):
+    """A padded training batch (``FIELDS`` documents each entry)."""
+
+    tokens: Tensor
+    token_lengths: Tensor
+    mel: Tensor
+    mel_lengths: Tensor
+    stop_target: Tensor
+    ref_mel: Tensor
+    ref_lengths: Tensor
+    speaker_ids: Tensor
+    language_ids: Tensor
+    indices: Tensor
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """Sizes of every dimension of one batch: what a bucket pads to."""
+
+    batch: int  # B
+    text: int  # L
+    frames: int  # T
+    ref_frames: int  # R
+    n_mels: int  # M
+
+    def sizes(self) -> dict[str, int]:
+        return {"B": self.batch, "L": self.text, "T": self.frames, "R": self.ref_frames,
+                "M": self.n_mels}
+
+    def of(self, name: str) -> tuple[int, ...]:
+        """Shape of field ``name``."""
+        sizes = self.sizes()
+        return tuple(sizes[d] for d in FIELDS[name].dims)
+
+    def nbytes(self, align: int = 1) -> int:
+        """Bytes of the whole batch, each field rounded up to ``align`` bytes."""
+        return sum(round_up(int(np.prod(self.of(name))) * spec.numpy_dtype.itemsize, align)
+                   for name, spec in FIELDS.items())
+
+
+def round_up(x: int | np.ndarray, multiple: int) -> int | np.ndarray:
+    """Smallest multiple of ``multiple`` that is >= ``x`` (elementwise for arrays)."""
+    return -(-x // multiple) * multiple
+
+
+def allocate(shape: BatchShape) -> dict[str, np.ndarray]:
+    """Zeroed numpy arrays for every field (``np.zeros`` is a lazily zeroed calloc, so the
+    padding costs nothing until written); a producer fills the real parts."""
+    return {name: np.zeros(shape.of(name), spec.numpy_dtype) for name, spec in FIELDS.items()}
+
+
+def stop_targets(mel_lengths: Tensor, n_frames: int) -> Tensor:
+    """float32 [B, n_frames]: 1.0 from frame ``mel_lengths - 1`` on, 0.0 before.
+
+    The last real frame is the one where the decoder should stop; the padding after it
+    is "stopped" too, which keeps the target monotone (the loss masks padding anyway).
+    """
+    frame = torch.arange(n_frames, device=mel_lengths.device)
+    return (frame[None, :] >= (mel_lengths - 1).clamp(min=0)[:, None]).float()
+
+
+def crop(batch: Batch, index: int, sizes: dict[str, int] | None = None) -> Batch:
+    """Utterance ``index`` as a batch of one, its padded axes cut to ``sizes`` (dimension
+    name -> length, e.g. ``{"L": 12}``); axes not named are cut to the utterance's own
+    length (``L``: token_lengths, ``T``: mel_lengths, ``R``: ref_lengths)."""
+    own = {"L": int(batch["token_lengths"][index]), "T": int(batch["mel_lengths"][index]),
+           "R": int(batch["ref_lengths"][index])}
+    own.update(sizes or {})
+    out = {}
+    for name, spec in FIELDS.items():
+        t = batch[name][index:index + 1]
+        for axis, dim in enumerate(spec.dims):
+            if dim in own:
+                t = t.narrow(axis, 0, own[dim])
+        out[name] = t
+    return out  # type: ignore[return-value]
+
+
+def check_batch(batch: dict[str, Tensor]) -> BatchShape:
+    """The batch's :class:`BatchShape`, after checking it against ``FIELDS``: every field
+    present, nothing else, dtypes and shapes consistent. Raises ValueError naming the field."""
+    missing, extra = sorted(set(FIELDS) - set(batch)), sorted(set(batch) - set(FIELDS))
+    if missing or extra:
+        raise ValueError(f"batch fields differ from data.batch.FIELDS: missing {missing}, "
+                         f"unexpected {extra}")
+    sizes: dict[str, int] = {}
+    for name, spec in FIELDS.items():
+        t = batch[name]
+        if t.dtype != spec.dtype:
+            raise ValueError(f"batch field {name!r} is {t.dtype}, expected {spec.dtype}")
+        if t.dim() != len(spec.dims):
+            raise ValueError(f"batch field {name!r} has shape {tuple(t.shape)}, expected "
+                             f"[{', '.join(spec.dims)}]")
+        for dim, n in zip(spec.dims, t.shape):
+            if sizes.setdefault(dim, int(n)) != n:
+                raise ValueError(f"batch field {name!r}: dimension {dim} is {n}, other fields "
+                                 f"have {sizes[dim]}")
+    devices = {t.device for t in batch.values()}
+    if len(devices) > 1:
+        raise ValueError(f"batch fields live on several devices: {sorted(map(str, devices))}")
+    return BatchShape(sizes["B"], sizes["L"], sizes["T"], sizes["R"], sizes["M"])

@@ -1,0 +1,261 @@
+"""Dataset readers: turn a folder (or manifest file) into train/val ``Utterance`` lists.
+
+One module per layout (``ljspeech``, ``manifest``, ``speakers``), the pieces they share
+in ``common``; this module detects the layout, reads the parts, removes duplicate ids and
+makes the train/val split.
+
+Three layouts are understood (``data.format``; ``auto`` detects them in this order):
+
+* ``ljspeech``: ``metadata.csv`` with ``id|text[|normalized[|speaker]]`` rows and the
+  clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty; the
+  speaker defaults to the dataset folder's name.
+* ``manifest``: a ``.csv`` / ``.tsv`` / ``.jsonl`` file with columns ``audio``, ``text``
+  and optionally ``speaker``, ``language``, ``id``, ``duration``; audio paths are relative
+  to the manifest's folder. The path may be the file itself or a folder holding exactly
+  one such file.
+* ``speakers``: one folder per speaker, ``DATA/SPEAKER/...`` with the clips
+  (``.wav``/``.flac``/``.ogg``) and either a transcript per clip (``ID.txt`` or LibriTTS'
+  ``ID.normalized.txt`` next to it), or one ``metadata.csv`` / ``transcripts.txt`` with
+  ``id|text`` rows per speaker folder; or VCTK's ``txt/SPEAKER/ID.txt`` +
+  ``wav48*/SPEAKER/ID[_micN].wav|flac`` (mic1 preferred). Utterance ids are prefixed with
+  the speaker (``SPEAKER_ID``) unless they already start with it, so clips named
+  ``001.wav`` in every folder stay distinct.
+
+A ``train/`` (+ optional ``val/``) pair of sub-folders, or ``train.<ext>`` (+ ``val.<ext>``)
+manifests, give the splits explicitly; otherwise ``split_train_val`` makes a seeded,
+speaker-stratified split.
+
+Why readers never open audio: reading thousands of headers is inspect's and prepare's job;
+a reader only lists, parses and cross-checks names, so it takes well under a second even
+for large corpora. Every broken row becomes a ``Problem`` in the report and reading goes
+on; ``DatasetError`` is raised only when nothing can be read at all.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from myxtts.config import Config
+from myxtts.data.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row
+from myxtts.data.readers.ljspeech import is_ljspeech_csv, read_ljspeech
+from myxtts.data.readers.manifest import manifests_in, read_manifest
+from myxtts.data.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
+from myxtts.data.records import DUPLICATE_ID, DataReport, DatasetError, Utterance
+
+
+@dataclass
+class DatasetSplits:
+    """Result of ``read_dataset``. ``split`` says where the split came from:
+    ``folders`` (train/ + val/), ``files`` (train.<ext> + val.<ext>), ``seeded``."""
+
+    train: list[Utterance]
+    val: list[Utterance]
+    report: DataReport
+    format: str
+    root: Path | None = None
+    split: str = "seeded"
+
+    @property
+    def all(self) -> list[Utterance]:
+        return self.train + self.val
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted({u.speaker for u in self.all})
+
+
+# ---------------------------------------------------------------- entry point
+
+def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
+    """Read a dataset in any supported layout; see the module docstring."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise DatasetError(f"dataset path {path} does not exist; {LAYOUTS_HINT}")
+    forced = cfg.data.format
+    report = DataReport()
+    default_speaker = _dataset_name(path)
+
+    parts = _split_parts(path, forced)
+    if parts is not None:
+        split_kind, train_path, val_path = parts
+        fmt, rows = _read_part(train_path, forced, cfg, report, default_speaker)
+        val_rows: list[Row] = []
+        if val_path is not None:
+            _, val_rows = _read_part(val_path, fmt, cfg, report, default_speaker)
+        train_rows, val_rows = _dedupe(rows, val_rows, report)
+        train = [r[0] for r in train_rows]
+        val = [r[0] for r in val_rows]
+        if not train:
+            _raise_empty(train_path, report)
+        if val_path is None:  # train/ alone: split it like an unsplit dataset
+            train, val = split_train_val(train, cfg.data.val_fraction,
+                                         cfg.data.min_val_utterances, cfg.data.split_seed)
+            split_kind = "seeded"
+        return DatasetSplits(train, val, report, fmt, path, split_kind)
+
+    fmt, rows = _read_part(path, forced, cfg, report, default_speaker)
+    rows, _ = _dedupe(rows, [], report)
+    utts = [r[0] for r in rows]
+    if not utts:
+        _raise_empty(path, report)
+    train, val = split_train_val(utts, cfg.data.val_fraction, cfg.data.min_val_utterances,
+                                 cfg.data.split_seed)
+    return DatasetSplits(train, val, report, fmt, path, "seeded")
+
+
+def split_train_val(utterances: list[Utterance], val_fraction: float, min_val_utterances: int,
+                    seed: int) -> tuple[list[Utterance], list[Utterance]]:
+    """Deterministic, speaker-stratified train/val split.
+
+    Size: ``max(round(val_fraction * N), min_val_utterances)`` validation utterances, but
+    never more than half the dataset, and only taken from speakers with >= 2 utterances,
+    each of which keeps at least one in train (every validation speaker is also a training
+    speaker, so cloning from a train reference makes sense). ``val_fraction == 0`` gives
+    no validation set. Speakers get shares proportional to their size (largest remainder).
+
+    Which utterances: per speaker, its ids sorted then shuffled by ``Random(f"{seed}:{speaker}")``
+    and the first ones taken. The split therefore depends only on the set of ids and the
+    seed, not on file order, and adding one speaker does not reshuffle the others.
+    Both lists keep the input order.
+    """
+    n = len(utterances)
+    if val_fraction <= 0 or n < 2:
+        return list(utterances), []
+    by_speaker: dict[str, list[str]] = {}
+    for u in utterances:
+        by_speaker.setdefault(u.speaker, []).append(u.id)
+    eligible = {s: ids for s, ids in by_speaker.items() if len(ids) >= 2}
+    capacity = sum(len(ids) - 1 for ids in eligible.values())
+    n_val = min(max(round(val_fraction * n), min_val_utterances), n // 2, capacity)
+    if n_val <= 0:
+        return list(utterances), []
+    total = sum(len(ids) for ids in eligible.values())
+    quota: dict[str, int] = {}
+    remainders: list[tuple[float, str]] = []
+    for s in sorted(eligible):
+        exact = n_val * len(eligible[s]) / total
+        quota[s] = min(int(exact), len(eligible[s]) - 1)
+        remainders.append((-(exact - int(exact)), s))
+    order = [s for _, s in sorted(remainders)]
+    left = n_val - sum(quota.values())
+    while left > 0:  # terminates: n_val <= capacity
+        for s in order:
+            if left and quota[s] < len(eligible[s]) - 1:
+                quota[s] += 1
+                left -= 1
+    val_ids: set[str] = set()
+    for s in sorted(eligible):
+        ids = sorted(eligible[s])
+        random.Random(f"{seed}:{s}").shuffle(ids)
+        val_ids.update(ids[: quota[s]])
+    train = [u for u in utterances if u.id not in val_ids]
+    val = [u for u in utterances if u.id in val_ids]
+    return train, val
+
+
+# ---------------------------------------------------------------- layout detection
+
+def _dataset_name(path: Path) -> str:
+    """Default speaker name: the dataset folder's name (the manifest's folder for a file)."""
+    p = path.resolve()
+    if p.is_file():
+        p = p.parent
+    return p.name or "speaker"
+
+
+def _split_parts(path: Path, forced: str) -> tuple[str, Path, Path | None] | None:
+    """``(kind, train, val|None)`` when the dataset is pre-split, else None."""
+    if not path.is_dir():
+        return None
+    if (path / "train").is_dir() and not (path / "metadata.csv").is_file():
+        val = path / "val"
+        return "folders", path / "train", (val if val.is_dir() else None)
+    if forced in ("auto", "manifest"):
+        for ext in MANIFEST_EXTS:
+            train = path / f"train{ext}"
+            if train.is_file():
+                val = path / f"val{ext}"
+                return "files", train, (val if val.is_file() else None)
+    return None
+
+
+def _detect(path: Path, forced: str) -> str:
+    """Which reader handles ``path`` (raises DatasetError when none does)."""
+    if path.is_file():
+        if path.suffix.lower() not in MANIFEST_EXTS:
+            raise DatasetError(f"{path} is not a dataset folder or a .csv/.tsv/.jsonl manifest; {LAYOUTS_HINT}")
+        if forced == "speakers":
+            raise DatasetError(f"{path} is a file but data.format=speakers expects a folder of speaker folders")
+        if forced == "ljspeech" or (forced == "auto" and path.suffix.lower() == ".csv"
+                                    and is_ljspeech_csv(path)):
+            return "ljspeech"
+        return "manifest"
+    has_meta = (path / "metadata.csv").is_file()
+    if forced == "ljspeech":
+        if not has_meta:
+            raise DatasetError(f"{path}: no metadata.csv (data.format=ljspeech expects metadata.csv "
+                               f"with id|text[|normalized[|speaker]] rows and wavs/ID.wav)")
+        return "ljspeech"
+    if forced == "manifest":
+        if not manifests_in(path):
+            raise DatasetError(f"{path}: no .csv/.tsv/.jsonl manifest (data.format=manifest expects "
+                               f"one with audio and text columns)")
+        return "manifest"
+    if forced == "speakers":
+        if not (vctk_dirs(path) or speaker_dirs(path)):
+            raise DatasetError(f"{path}: no speaker folders with audio (data.format=speakers expects "
+                               f"SPEAKER/*.wav with transcripts, or VCTK's txt/ + wav48*/)")
+        return "speakers"
+    if has_meta and is_ljspeech_csv(path / "metadata.csv"):
+        return "ljspeech"
+    if manifests_in(path):
+        return "manifest"
+    if vctk_dirs(path) or speaker_dirs(path):
+        return "speakers"
+    raise DatasetError(f"{path}: no recognised dataset metadata; {LAYOUTS_HINT}")
+
+
+def _read_part(path: Path, fmt: str, cfg: Config, report: DataReport,
+               default_speaker: str) -> tuple[str, list[Row]]:
+    fmt = _detect(path, fmt)
+    if fmt == "ljspeech":
+        root = path.parent if path.is_file() else path
+        meta = path if path.is_file() else root / "metadata.csv"
+        return fmt, read_ljspeech(meta, root, cfg, report, default_speaker)
+    if fmt == "manifest":
+        if path.is_dir():
+            found = manifests_in(path)
+            if len(found) > 1:
+                names = ", ".join(p.name for p in found)
+                raise DatasetError(f"{path}: several manifests ({names}); pass the one to use as the "
+                                   f"dataset path, or name them train.<ext> and val.<ext>")
+            path = found[0]
+        return fmt, read_manifest(path, cfg, report, default_speaker)
+    return fmt, read_speakers(path, cfg, report)
+
+
+def _dedupe(train: list[Row], val: list[Row], report: DataReport) -> tuple[list[Row], list[Row]]:
+    """Keep the first utterance of each id (train before val); report the others."""
+    seen: dict[str, str] = {}
+    out: tuple[list[Row], list[Row]] = ([], [])
+    for k, rows in enumerate((train, val)):
+        for utt, source, line in rows:
+            where = f"{source}:{line}" if line is not None else source
+            if utt.id in seen:
+                report.add(source, line, utt.id, DUPLICATE_ID,
+                           "give every utterance a unique id (rename or delete one of them)",
+                           f"id {utt.id!r} already used at {seen[utt.id]}; this one is skipped")
+                continue
+            seen[utt.id] = where
+            out[k].append((utt, source, line))
+    return out
+
+
+def _raise_empty(path: Path, report: DataReport) -> None:
+    if len(report):
+        first = report.problems[0].format()
+        raise DatasetError(f"{path}: no usable utterances, all {len(report)} problem(s) must be fixed "
+                           f"(first: {first})", report)
+    raise DatasetError(f"{path}: no utterances found; {LAYOUTS_HINT}", report)

@@ -1,0 +1,50 @@
+"""LJSpeech layout: ``metadata.csv`` with ``id|text[|normalized[|speaker]]`` rows and the
+clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty; the
+speaker defaults to the dataset folder's name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from myxtts.config import Config
+from myxtts.data.readers.common import FileIndex, Row, decoded_lines, first_line
+from myxtts.data.readers.manifest import is_manifest_header
+from myxtts.data.records import EMPTY_TEXT, MALFORMED_ROW, MISSING_AUDIO, DataReport, Utterance
+
+
+def is_ljspeech_csv(path: Path) -> bool:
+    """A ``.csv`` of ``id|text`` rows rather than a manifest with a header."""
+    return not is_manifest_header(path) and ("|" in first_line(path) or path.name == "metadata.csv")
+
+
+def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
+                   default_speaker: str) -> list[Row]:
+    wav_dir = root / "wavs"
+    files = FileIndex()
+    rows: list[Row] = []
+    lang = cfg.text.default_language
+    for line_no, line in decoded_lines(meta, report):
+        cols = line.split("|")
+        uid = cols[0].strip()
+        if not 2 <= len(cols) <= 4 or not uid:
+            detail = (f"{len(cols)} '|'-separated column(s), expected 2 to 4 (id|text[|normalized[|speaker]])"
+                      if uid else "the id (first column) is empty")
+            report.add(meta, line_no, uid or None, MALFORMED_ROW,
+                       f"fix line {line_no} of {meta.name} (a '|' inside the text must be removed)", detail)
+            continue
+        text = cols[1].strip()
+        if len(cols) >= 3 and cols[2].strip():
+            text = cols[2].strip()
+        speaker = cols[3].strip() if len(cols) == 4 and cols[3].strip() else default_speaker
+        if not text:
+            report.add(meta, line_no, uid, EMPTY_TEXT,
+                       f"write the transcript on line {line_no} or delete the line")
+            continue
+        audio = files.find_audio(wav_dir, uid)
+        if audio is None:
+            report.add(meta, line_no, uid, MISSING_AUDIO,
+                       f"put the clip at {wav_dir / uid}.wav or delete line {line_no} of {meta.name}",
+                       f"{wav_dir / uid}.wav does not exist")
+            continue
+        rows.append((Utterance(uid, audio, text, speaker, lang), str(meta), line_no))
+    return rows

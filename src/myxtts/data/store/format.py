@@ -1,0 +1,144 @@
+"""The prepared feature store's on-disk format: file names, dtypes, the manifest.
+
+The store is one concern in four modules: this one defines the format, ``writer``
+writes it (prepare's last step), ``reader`` maps it for training (:class:`FeatureStore`)
+and ``verify`` checks it. A change of the format is an edit here plus the writer and
+the reader side by side, and ``FORMAT_VERSION`` goes up.
+
+Why this layout (and not one file per utterance, HDF5 or a pickle): training reads
+every utterance every epoch, in random order, from several worker processes. With the
+whole split's log-mels in ONE raw float16 file, an utterance is a slice of a memmap:
+``mel(i)`` is two integer look-ups and a view (O(1), zero-copy, no file open, no
+decode), the OS page cache shares the pages between all workers, and nothing needs
+unpickling. Raw binaries plus ``.npy``/JSON side files are readable from any language
+and never execute code when loaded.
+
+Layout (``FORMAT_VERSION`` 1)::
+
+    STORE/
+      manifest.json    written LAST (atomic): format version, feature hash, the audio and
+                       text config sections, per-split counts/frames/hours, mel stats,
+                       sha256 + size of every other file. Its presence means "complete".
+      vocab.json       the Tokenizer (ids are baked into tokens.i32)
+      report.json      every rejected utterance with its reason
+      train/ val/
+        mel.f16        float16 [total_frames, n_mels], utterances back to back
+        tokens.i32     int32 [total_tokens], utterances back to back
+        index.npy      structured [N] (INDEX_DTYPE): offsets/lengths into the two files,
+                       speaker_id, language_id, duration_s
+        refs.npy       int32 [N, refs_per_utterance]: indices (same split, same speaker)
+                       of reference utterances, -1 = unused slot
+        ids.json       {"ids": [N utterance ids], "speakers": [all speaker names]}
+
+While ``myxtts prepare`` runs, ``STORE/.partial`` exists; ``STORE/.work/`` holds its
+committed chunks (see ``myxtts.data.chunks``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from myxtts.data.records import SPLITS as SPLITS
+
+if TYPE_CHECKING:
+    from myxtts.config import Config
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+PARTIAL_MARKER = ".partial"
+WORK_DIR = ".work"
+LOCK_FILE = ".lock"
+VOCAB = "vocab.json"
+REPORT = "report.json"
+MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE = (
+    "mel.f16", "tokens.i32", "index.npy", "refs.npy", "ids.json")
+SPLIT_FILES = (MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE)
+MEL_DTYPE = np.dtype("<f2")
+TOKEN_DTYPE = np.dtype("<i4")
+INDEX_DTYPE = np.dtype([
+    ("mel_offset", "<i8"),  # first frame in mel.f16
+    ("mel_length", "<i4"),  # frames
+    ("token_offset", "<i8"),  # first token in tokens.i32
+    ("token_length", "<i4"),  # tokens incl. BOS/<lang>/EOS
+    ("speaker_id", "<i4"),  # index into the store's speakers list
+    ("language_id", "<i4"),  # index into the tokenizer's languages
+    ("duration_s", "<f4"),  # seconds of audio after trimming
+])
+_HASH_CHUNK = 1 << 22
+
+
+class StoreError(ValueError):
+    """The store is missing, incomplete, damaged, or was built for other features."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def config_sections(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The config sections that define the features (what ``Config.feature_hash`` covers)."""
+    return {"audio": dataclasses.asdict(cfg.audio), "text": dataclasses.asdict(cfg.text)}
+
+
+def diff_sections(stored: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> list[str]:
+    """``["audio.hop_length: store 256, config 200", ...]`` for every differing key."""
+    out: list[str] = []
+    for section in sorted(set(stored) | set(wanted)):
+        a, b = stored.get(section, {}) or {}, wanted.get(section, {}) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, "<absent>") != b.get(key, "<absent>"):
+                out.append(f"{section}.{key}: store {a.get(key, '<absent>')!r}, "
+                           f"config {b.get(key, '<absent>')!r}")
+    return out
+
+
+def store_state(path: Path) -> str:
+    """``"missing"``, ``"empty"``, ``"partial"``, ``"complete"`` or ``"foreign"`` (a folder
+    with other files that is not a store, which prepare must never delete)."""
+    path = Path(path)
+    if not path.exists():
+        return "missing"
+    if not path.is_dir():
+        return "foreign"
+    if (path / PARTIAL_MARKER).exists() or ((path / WORK_DIR).exists() and not (path / MANIFEST).exists()):
+        return "partial"
+    if (path / MANIFEST).exists():
+        return "complete"
+    return "empty" if all(p.name == LOCK_FILE for p in path.iterdir()) else "foreign"
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a complete store, or a StoreError saying what to do."""
+    path = Path(path)
+    state = store_state(path)
+    if state == "missing":
+        raise StoreError(f"{path}: no feature store here; create one with "
+                         f"`myxtts prepare DATA --out {path}`")
+    if state == "partial":
+        raise StoreError(f"{path}: incomplete store (a prepare was interrupted); re-run the same "
+                         f"`myxtts prepare ... --out {path}` command to resume it")
+    if state != "complete":
+        raise StoreError(f"{path}: not a feature store (no {MANIFEST}); create one with "
+                         f"`myxtts prepare DATA --out {path}`")
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreError(f"{path / MANIFEST}: unreadable ({e}); re-run `myxtts prepare ... "
+                         f"--out {path} --force`") from e
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{path / MANIFEST}: not a JSON object; re-run prepare with --force")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise StoreError(f"{path}: store format version {version} but this myxtts reads version "
+                         f"{FORMAT_VERSION}; rebuild it with `myxtts prepare DATA --out {path} --force`")
+    return manifest

@@ -1,0 +1,129 @@
+"""``myxtts prepare --verify``: check a store against its manifest and its own invariants.
+
+Why beyond checksums: a store can be byte-for-byte what its manifest says and still be
+wrong for training (an index that overlaps, a reference to another speaker, a token
+outside the vocabulary) if a writer bug slipped through; the index checks catch those
+before a run trains on them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from myxtts.data.store.format import (
+    INDEX_FILE,
+    REFS_FILE,
+    SPLIT_FILES,
+    SPLITS,
+    TOKENS_FILE,
+    VOCAB,
+    StoreError,
+    read_manifest,
+    sha256_file,
+)
+from myxtts.data.store.reader import FeatureStore
+
+
+def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
+    """Every problem found in the store at ``path`` (empty list = healthy).
+
+    Checks: manifest readable and current; every listed file present with the recorded
+    size and sha256 (skipped with ``check_hashes=False``); no unlisted data files; per
+    split, offsets contiguous from 0 and within the files, lengths positive, speaker and
+    language ids in range, tokens within the vocabulary, references in range, of the same
+    speaker, and not the utterance itself unless its speaker has a single clip.
+    """
+    path = Path(path)
+    try:
+        manifest = read_manifest(path)
+    except StoreError as e:
+        return [str(e)]
+    problems: list[str] = []
+    files: dict[str, dict[str, Any]] = manifest.get("files", {})
+    for rel, meta in sorted(files.items()):
+        f = path / rel
+        if not f.is_file():
+            problems.append(f"{f}: missing")
+            continue
+        size = f.stat().st_size
+        if size != meta.get("size"):
+            problems.append(f"{f}: {size} bytes, manifest says {meta.get('size')} (truncated or changed)")
+            continue
+        if check_hashes and sha256_file(f) != meta.get("sha256"):
+            problems.append(f"{f}: sha256 differs from the manifest (file corrupted or edited)")
+    for split in SPLITS:
+        for name in SPLIT_FILES:
+            if f"{split}/{name}" not in files:
+                problems.append(f"{path / split / name}: not listed in the manifest")
+    if problems:
+        return problems  # index checks on damaged files would only repeat the cause
+    vocab_size = None
+    try:
+        vocab_size = FeatureStore(path, "train", manifest).tokenizer.vocab_size
+    except Exception as e:  # noqa: BLE001 - report, do not crash the verifier
+        problems.append(f"{path / VOCAB}: cannot load the vocabulary ({e})")
+    for split in SPLITS:
+        try:
+            store = FeatureStore(path, split, manifest)
+        except StoreError as e:
+            problems.append(str(e))
+            continue
+        problems += _check_index(store, vocab_size)
+    return problems
+
+
+def _check_index(store: FeatureStore, vocab_size: int | None) -> list[str]:
+    where = f"{store.path / store.split}"
+    out: list[str] = []
+    n = len(store)
+    stats = store.manifest.get("splits", {}).get(store.split, {})
+    if stats.get("utterances") != n:
+        out.append(f"{where}: {n} utterances but the manifest says {stats.get('utterances')}")
+    if n == 0:
+        return out
+    for name, offsets, lengths in (("mel", store.mel_offsets, store.mel_lengths),
+                                   ("token", store.token_offsets, store.token_lengths)):
+        if (lengths <= 0).any():
+            out.append(f"{where}/{INDEX_FILE}: {int((lengths <= 0).sum())} utterances have "
+                       f"{name}_length <= 0")
+        expected = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        bad = np.flatnonzero(offsets != expected)
+        if len(bad):
+            out.append(f"{where}/{INDEX_FILE}: {name}_offset not contiguous/monotone from 0 "
+                       f"(first bad utterance {int(bad[0])})")
+    if int(store.mel_lengths.sum()) != stats.get("frames"):
+        out.append(f"{where}: {int(store.mel_lengths.sum())} frames but the manifest says "
+                   f"{stats.get('frames')}")
+    n_speakers, n_languages = len(store.speakers), len(store.languages)
+    for name, ids, limit in (("speaker_id", store.speaker_ids, n_speakers),
+                             ("language_id", store.language_ids, n_languages)):
+        if ((ids < 0) | (ids >= limit)).any():
+            out.append(f"{where}/{INDEX_FILE}: {name} outside [0, {limit})")
+    if vocab_size is not None and store.total_tokens:
+        tokens = store.token_array
+        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+            out.append(f"{where}/{TOKENS_FILE}: token ids outside the vocabulary [0, {vocab_size})")
+    refs = store.ref_table.astype(np.int64)  # [N, R]
+    if refs.ndim != 2 or refs.shape[1] != store.refs_per_utterance:
+        out.append(f"{where}/{REFS_FILE}: shape {refs.shape}, expected [{n}, "
+                   f"{store.refs_per_utterance}]")
+        return out
+    valid = refs >= 0
+    if ((refs >= n) | (refs < -1)).any():
+        return out + [f"{where}/{REFS_FILE}: reference indices outside [0, {n})"]
+    if not valid[:, 0].all():
+        out.append(f"{where}/{REFS_FILE}: {int((~valid[:, 0]).sum())} utterances have no reference")
+    rows = np.broadcast_to(np.arange(n)[:, None], refs.shape)
+    safe = np.where(valid, refs, rows)
+    spk = store.speaker_ids
+    if (spk[safe] != spk[rows]).any():
+        out.append(f"{where}/{REFS_FILE}: references to another speaker's utterance")
+    clips_per_speaker = np.bincount(spk, minlength=n_speakers)
+    self_ref = (valid & (safe == rows)).any(axis=1) & (clips_per_speaker[spk] > 1)
+    if self_ref.any():
+        out.append(f"{where}/{REFS_FILE}: {int(self_ref.sum())} utterances reference themselves "
+                   f"although their speaker has other clips")
+    return out

@@ -1,0 +1,164 @@
+"""Writing a complete store: the split files, vocabulary and report, then the manifest.
+
+Why one writer object: every file's size and sha256 go into the manifest, which is
+written last and atomically -- its presence is what makes a store complete (see
+``store.format``). The writer records each file as it writes it, so nothing is hashed
+twice and no file can be forgotten in the manifest. Every file goes through
+``system.atomic_open`` (temp file + fsync + rename): a kill at any instant leaves whole
+files or none, and prepare's resume rewrites whatever is missing.
+
+Why bytes are deterministic: the same rows give the same bytes (``.npy`` without
+timestamps, JSON with sorted keys where order is free), so an interrupted and resumed
+prepare produces the exact store of an uninterrupted one (same sha256 in the manifest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from myxtts.data.store.format import (
+    FORMAT_VERSION,
+    IDS_FILE,
+    INDEX_DTYPE,
+    INDEX_FILE,
+    MANIFEST,
+    MEL_DTYPE,
+    MEL_FILE,
+    REFS_FILE,
+    TOKEN_DTYPE,
+    TOKENS_FILE,
+    StoreError,
+)
+from myxtts.system import atomic_open
+
+
+@dataclass
+class SplitRows:
+    """One split's utterances, in store order (what ``index.npy`` and ``ids.json`` hold)."""
+
+    ids: list[str]
+    speakers: list[str]  # speaker name per utterance
+    language_ids: np.ndarray  # int [N]
+    tokens: list[Sequence[int]]  # [N] token id sequences
+    mel_lengths: np.ndarray  # int [N] frames
+    durations_s: list[float]  # [N] seconds after trimming
+    refs: np.ndarray  # int32 [N, refs_per_utterance], -1 = unused slot
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``.npy`` serialisation (no pickle, deterministic bytes for the same array)."""
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else lengths
+
+
+class StoreWriter:
+    """Writes one store into ``out``: ``write_split`` per split, ``write_file`` for the
+    vocabulary and report, ``finish`` last. ``speakers``: every speaker name of the store,
+    sorted; an utterance's speaker id is its position in this list."""
+
+    def __init__(self, out: Path, speakers: list[str], n_mels: int) -> None:
+        self.out = Path(out)
+        self.speakers = list(speakers)
+        self.n_mels = int(n_mels)
+        self.files: dict[str, dict[str, Any]] = {}  # relative path -> size, sha256
+
+    def _hashed_file(self, rel: str, chunks: Iterable[bytes | np.ndarray]) -> int:
+        """Write ``chunks`` to ``rel`` atomically, hashing them on the way; returns bytes.
+        Streaming matters for ``mel.f16``: tens of GB never sit in memory at once."""
+        sha, size = hashlib.sha256(), 0
+        with atomic_open(self.out / rel) as fh:
+            for chunk in chunks:
+                size += _write_hashed(fh, sha, chunk)
+        self.files[rel] = {"size": size, "sha256": sha.hexdigest()}
+        return size
+
+    def write_file(self, rel: str, blob: bytes) -> None:
+        """A small file of the store (``vocab.json``, ``report.json``), recorded for the manifest."""
+        self._hashed_file(rel, [blob])
+
+    def write_split(self, split: str, rows: SplitRows, mels: Iterable[np.ndarray]) -> dict[str, Any]:
+        """All files of ``split``. ``mels``: the rows' float16 [frames, n_mels] features, in
+        row order, in blocks of any size (prepare passes one chunk's clips at a time).
+        Returns the split's manifest entry (counts, frames, hours, per-speaker totals)."""
+        n = len(rows)
+        speaker_index = {s: i for i, s in enumerate(self.speakers)}
+        mel_lengths = np.asarray(rows.mel_lengths, np.int64)
+        tok_lengths = np.array([len(t) for t in rows.tokens], np.int64)
+        index = np.zeros(n, INDEX_DTYPE)
+        index["mel_length"], index["mel_offset"] = mel_lengths, _offsets(mel_lengths)
+        index["token_length"], index["token_offset"] = tok_lengths, _offsets(tok_lengths)
+        index["speaker_id"] = [speaker_index[s] for s in rows.speakers]
+        index["language_id"] = rows.language_ids
+        index["duration_s"] = rows.durations_s
+
+        frames = int(mel_lengths.sum())
+        written = self._hashed_file(f"{split}/{MEL_FILE}", self._checked_mels(split, mels))
+        if written != frames * self.n_mels * MEL_DTYPE.itemsize:
+            raise StoreError(f"{self.out / split / MEL_FILE}: {written} bytes of features for "
+                             f"{frames} indexed frames; delete {self.out} and re-run prepare")
+        tokens = np.fromiter((t for seq in rows.tokens for t in seq), TOKEN_DTYPE,
+                             int(tok_lengths.sum()))
+        self._hashed_file(f"{split}/{TOKENS_FILE}", [tokens])
+        ids = {"ids": list(rows.ids), "speakers": self.speakers}
+        for name, blob in ((INDEX_FILE, npy_bytes(index)),
+                           (REFS_FILE, npy_bytes(np.asarray(rows.refs, np.int32))),
+                           (IDS_FILE, json.dumps(ids, ensure_ascii=False, indent=0).encode())):
+            self.write_file(f"{split}/{name}", blob)
+
+        per_speaker: dict[str, dict[str, float]] = {}
+        for speaker, d in zip(rows.speakers, rows.durations_s):
+            entry = per_speaker.setdefault(speaker, {"utterances": 0, "hours": 0.0})
+            entry["utterances"] += 1
+            entry["hours"] += d / 3600.0
+        return {"utterances": n, "frames": frames, "tokens": int(tok_lengths.sum()),
+                "hours": float(sum(rows.durations_s) / 3600.0),
+                "speakers": {s: {"utterances": int(v["utterances"]), "hours": round(v["hours"], 6)}
+                             for s, v in sorted(per_speaker.items())}}
+
+    def _checked_mels(self, split: str, mels: Iterable[np.ndarray]) -> Iterable[np.ndarray]:
+        for mel in mels:
+            if mel.dtype != MEL_DTYPE or mel.ndim != 2 or mel.shape[1] != self.n_mels:
+                raise StoreError(f"{split}: features of dtype {mel.dtype} and shape "
+                                 f"{tuple(mel.shape)}, the store holds {MEL_DTYPE} [frames, "
+                                 f"{self.n_mels}]")
+            yield mel
+
+    def finish(self, manifest: dict[str, Any]) -> None:
+        """Write ``manifest.json`` (``manifest`` plus the format version and the table of
+        every file written), atomically and last: from now on the store is complete."""
+        full = {"format_version": FORMAT_VERSION, **manifest, "files": dict(sorted(self.files.items()))}
+        with atomic_open(self.out / MANIFEST) as fh:
+            fh.write((json.dumps(full, indent=1, ensure_ascii=False) + "\n").encode())
+        # mkstemp creates files with mode 0600; a store is shared data, so give its files
+        # the usual mode (0666 minus the umask), like plainly created files.
+        umask = os.umask(0)
+        os.umask(umask)
+        for rel in (MANIFEST, *self.files):
+            os.chmod(self.out / rel, 0o666 & ~umask)
+
+
+def _write_hashed(fh: BinaryIO, sha: Any, data: bytes | np.ndarray) -> int:
+    """Write ``data`` and feed it to ``sha``; returns the number of bytes."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)  # also fine when empty
+    buf = memoryview(data)
+    fh.write(buf)
+    sha.update(buf)
+    return buf.nbytes

@@ -1,0 +1,151 @@
+"""Store loader: batches follow the batch-dict contract, hold the store's features, use
+few shapes, are deterministic across worker counts, and a too-small budget is a clear error."""
+
+import numpy as np
+import pytest
+import torch
+
+from myxtts.config import Config, ConfigError, load_config
+from myxtts.data.dataset import StoreDataset
+from myxtts.data.loader import PREFETCH_PER_WORKER, build_loader, default_num_workers, pad_multiple
+from myxtts.data.prepare import prepare_store
+from myxtts.data.store import FeatureStore
+from myxtts.synthetic import make_demo_data
+
+KEYS = {"tokens": torch.long, "token_lengths": torch.long, "mel": torch.float32,
+        "mel_lengths": torch.long, "stop_target": torch.float32, "ref_mel": torch.float32,
+        "ref_lengths": torch.long, "speaker_ids": torch.long, "language_ids": torch.long,
+        "indices": torch.long}
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader")
+    data = make_demo_data(root / "demo", speakers=3, utterances=12, seed=2)
+    prepare_store(data, root / "store", Config(), workers=1, progress=False, echo=lambda s: None)
+    return root / "store"
+
+
+def _cfg(**data):
+    return load_config(overrides=[f"data.{k}={v}" for k, v in
+                                  {"batch_frames": 2000, "ref_frames": 64, **data}.items()])
+
+
+def test_batches_follow_the_contract_and_hold_store_features(store_path):
+    cfg = _cfg()
+    loader, sampler = build_loader(store_path, cfg, num_workers=0)
+    store = FeatureStore.open(store_path)
+    n_mels, ref_frames = cfg.audio.n_mels, cfg.data.ref_frames
+    shapes = set()
+    seen = set()
+    for batch in loader:
+        assert set(batch) == set(KEYS)
+        for k, dtype in KEYS.items():
+            assert batch[k].dtype == dtype, k
+        b, t = batch["mel"].shape[:2]
+        length = batch["tokens"].shape[1]
+        shapes.add((b, length, t))
+        assert t % pad_multiple(cfg) == 0 and batch["mel"].shape[2] == n_mels
+        assert batch["ref_mel"].shape == (b, ref_frames, n_mels)
+        assert batch["stop_target"].shape == (b, t) and b * t <= cfg.data.batch_frames
+        for j in range(b):
+            i = int(batch["indices"][j])
+            seen.add(i)
+            n = int(batch["mel_lengths"][j])
+            assert n == store.mel_lengths[i]
+            assert torch.equal(batch["mel"][j, :n], torch.from_numpy(store.mel(i).astype(np.float32)))
+            assert not batch["mel"][j, n:].any()
+            stop = batch["stop_target"][j]
+            assert stop[: n - 1].sum() == 0 and stop[n - 1:].eq(1).all()
+            k = int(batch["token_lengths"][j])
+            assert batch["tokens"][j, :k].tolist() == store.tokens(i).tolist()
+            assert not batch["tokens"][j, k:].any()
+            assert int(batch["speaker_ids"][j]) == store.speaker_ids[i]
+            r = int(batch["ref_lengths"][j])
+            assert 1 <= r <= ref_frames and not batch["ref_mel"][j, r:].any()
+            crop = batch["ref_mel"][j, :r].numpy()
+            # The crop is a window of one of the utterance's same-speaker references.
+            found = False
+            for ref in store.refs(i):
+                m = store.mel(ref).astype(np.float32)
+                starts = [s for s in range(len(m) - r + 1) if np.array_equal(m[s], crop[0])]
+                found = found or any(np.array_equal(m[s:s + r], crop) for s in starts)
+            assert found
+    assert seen == set(range(len(store)))  # one epoch covers every utterance
+    assert shapes <= set(sampler.shapes()) and len(shapes) <= cfg.data.num_buckets
+    assert sampler.epoch == 1  # the pass advanced the sampler
+
+
+def test_workers_give_the_same_batches(store_path):
+    # Four epochs through 2 workers: every shared slot of the ring is reused several
+    # times, and each batch handed out must still be the one assembled for it.
+    cfg = _cfg()
+    runs = []
+    for workers in (0, 2):
+        loader, sampler = build_loader(store_path, cfg, num_workers=workers)
+        runs.append([b for _ in range(4) for b in loader])
+        assert loader.num_workers == workers
+    ring = PREFETCH_PER_WORKER + 2
+    assert len(runs[0]) == len(runs[1]) > 2 * 2 * ring  # each worker went round its ring twice
+    for a, b in zip(*runs):
+        for k in KEYS:
+            assert torch.equal(a[k], b[k]), k
+
+
+def test_an_overwritten_slot_is_an_error_not_wrong_data(store_path, monkeypatch):
+    import myxtts.data.loader as loader_mod
+
+    loader, sampler = build_loader(store_path, _cfg(), num_workers=1)
+    slots = loader.slots
+    slots.allocate(1, 2)
+    monkeypatch.setattr(loader_mod, "get_worker_info", lambda: type("W", (), {"id": 0})())
+    items = loader.dataset.__getitems__((0, sampler.batches(0)[0]))
+    ref = slots(items)
+    assert torch.equal(loader._take(ref)["mel"], slots.collator(items)["mel"])
+    slots(items)
+    slots(items)  # a ring of 2: the third batch reuses the first one's slot
+    with pytest.raises(RuntimeError, match="overwritten"):
+        loader._take(ref)
+
+
+def test_crops_are_deterministic_per_seed_and_epoch(store_path):
+    store = FeatureStore.open(store_path)
+    ds = StoreDataset(store, ref_frames=16, seed=5)
+    first = ds.__getitems__((0, list(range(len(store)))))
+    again = StoreDataset(store, ref_frames=16, seed=5).__getitems__((0, list(range(len(store)))))
+    later = ds.__getitems__((1, list(range(len(store)))))
+    assert all(np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, again))
+    assert any(not np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, later))
+    item = ds[3]
+    assert item["index"] == 3 and item["mel"].dtype == np.float32 and item["tokens"].dtype == np.int32
+    assert item["ref_mel"].shape[0] <= 16
+
+
+def test_batch_budget_too_small_is_a_config_error(store_path):
+    with pytest.raises(ConfigError, match=r"data\.batch_frames=100 .*raise data\.batch_frames"):
+        build_loader(store_path, _cfg(batch_frames=100), num_workers=0)
+
+
+def test_store_with_other_features_is_refused(store_path):
+    from myxtts.data.store import StoreError
+
+    with pytest.raises(StoreError, match="audio.n_mels"):
+        build_loader(store_path, load_config(overrides=["audio.n_mels=40"]))
+
+
+def test_val_split_and_distributed_ranks(store_path):
+    cfg = _cfg()
+    val, _ = build_loader(store_path, cfg, split="val", shuffle=False, num_workers=0)
+    assert sum(int(b["mel"].shape[0]) for b in val) >= len(FeatureStore.open(store_path, "val"))
+    idx = []
+    for rank in (0, 1):
+        loader, sampler = build_loader(store_path, cfg, rank=rank, world_size=2, num_workers=0)
+        batches = list(loader)
+        assert len(batches) == len(sampler)
+        idx += [i for b in batches for i in b["indices"].tolist()]
+    assert set(idx) == set(range(len(FeatureStore.open(store_path))))
+
+
+def test_default_worker_count_follows_the_measurements():
+    assert default_num_workers(1) == 0 and default_num_workers(2) == 0
+    assert default_num_workers(3) == 1 and default_num_workers(64) == 2

@@ -1,0 +1,98 @@
+"""On-the-fly loading from raw audio gives the store's features, tokens and reference crops."""
+
+import numpy as np
+import pytest
+import torch
+
+from myxtts.audio.mel import MelSpectrogram, n_frames_for
+from myxtts.config import AudioConfig, ConfigError, load_config
+from myxtts.data.dataset import StoreDataset
+from myxtts.data.onthefly import build_onthefly_loader, crop_window, read_raw_splits
+from myxtts.data.prepare import prepare_store
+from myxtts.data.store import FeatureStore
+from myxtts.synthetic import make_demo_data
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("otf")
+    data = make_demo_data(root / "demo", speakers=2, utterances=10, seed=4)
+    cfg = load_config(overrides=["data.batch_frames=3000", "data.ref_frames=48"])
+    prepare_store(data, root / "store", cfg, workers=1, progress=False, echo=lambda s: None)
+    return data, root / "store", cfg
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_onthefly_batches_equal_store_features(demo, workers):
+    data, path, cfg = demo
+    store = FeatureStore.open(path, "train", cfg)
+    items = StoreDataset(store, cfg.data.ref_frames, cfg.data.shuffle_seed)
+    loader, sampler = build_onthefly_loader(data, cfg, mel_stats=store, num_workers=workers)
+    assert loader.tokenizer == store.tokenizer and loader.speakers == store.speakers
+    np.testing.assert_array_equal(loader.mel_mean, store.mel_mean)
+    seen = set()
+    for batch in loader:
+        b, t = batch["mel"].shape[:2]
+        assert batch["mel"].dtype == torch.float32 and batch["ref_mel"].shape == (b, 48, 80)
+        assert (b, batch["tokens"].shape[1], t) in sampler.shapes()
+        for j in range(b):
+            i = int(batch["indices"][j])
+            seen.add(i)
+            n = int(batch["mel_lengths"][j])
+            stored = store.mel(i).astype(np.float32)
+            assert n == len(stored) and not batch["mel"][j, n:].any()
+            # The store keeps float16: equal up to its rounding (2^-11 relative).
+            np.testing.assert_allclose(batch["mel"][j, :n].numpy(), stored, rtol=2**-10, atol=1e-3)
+            assert batch["stop_target"][j, n - 1:].eq(1).all() and not batch["stop_target"][j, :n - 1].any()
+            k = int(batch["token_lengths"][j])
+            assert batch["tokens"][j, :k].tolist() == store.tokens(i).tolist()
+            # Same references, same hash -> the same crop as the store path (epoch 0).
+            ref = items.item(i, 0)["ref_mel"].astype(np.float32)
+            r = int(batch["ref_lengths"][j])
+            assert r == len(ref) and not batch["ref_mel"][j, r:].any()
+            np.testing.assert_allclose(batch["ref_mel"][j, :r].numpy(), ref, rtol=2**-10, atol=1e-3)
+    assert seen == set(range(len(store)))
+
+
+def test_crop_window_reproduces_the_full_clips_frames():
+    cfg = AudioConfig()
+    mel = MelSpectrogram(cfg)
+    rng = np.random.default_rng(0)
+    wav = rng.standard_normal(40 * cfg.hop_length + 77).astype(np.float32)
+    with torch.no_grad():
+        full, n = mel(torch.from_numpy(wav))
+        assert int(n) == n_frames_for(len(wav), cfg)
+        for start, count in [(0, 8), (1, 8), (17, 10), (33, 8), (n_frames_for(len(wav), cfg) - 1, 1)]:
+            a, b, first = crop_window(len(wav), start, count, cfg)
+            crop, _ = mel(torch.from_numpy(wav[a:b]))
+            torch.testing.assert_close(crop[first:first + count], full[start:start + count],
+                                       rtol=1e-5, atol=1e-5)
+            assert b - a < len(wav) or start == 0
+
+
+def test_mel_stats_pass_matches_the_store(demo):
+    data, path, cfg = demo
+    store = FeatureStore.open(path)
+    raw = read_raw_splits(data, cfg)
+    loader, _ = build_onthefly_loader(data, cfg, num_workers=0, raw_splits=raw, shuffle=False)
+    np.testing.assert_allclose(loader.mel_mean, store.mel_mean, atol=2e-3)
+    np.testing.assert_allclose(loader.mel_std, store.mel_std, atol=2e-3)
+    val, _ = build_onthefly_loader(data, cfg, split="val", num_workers=0, raw_splits=raw)
+    assert len(list(val)) == len(val)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_cuda_data_device_without_cuda_is_a_config_error(demo):
+    data, _, _ = demo
+    cfg = load_config(overrides=["data.data_device=cuda:0"])
+    with pytest.raises(ConfigError, match="data.data_device=cpu"):
+        build_onthefly_loader(data, cfg)
+
+
+def test_unusable_dataset_is_a_clear_error(demo):
+    from myxtts.data.store import StoreError
+
+    data, _, _ = demo
+    cfg = load_config(overrides=["data.min_duration_s=15", "data.max_duration_s=20"])
+    with pytest.raises(StoreError, match="no training utterance is usable"):
+        build_onthefly_loader(data, cfg)

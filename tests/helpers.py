@@ -1,0 +1,30 @@
+"""What several test modules share: paths and the fast model config for trainer tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from myxtts.config import Config, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+# Real speech next to the repository (../shared/data/ljspeech-mini); tests that need it
+# skip cleanly where it is absent.
+LJSPEECH_MINI = Path(os.environ.get("MYXTTS_LJSPEECH_MINI",
+                                    REPO.parent / "shared" / "data" / "ljspeech-mini"))
+
+# A model much smaller than the tiny preset: trainer mechanics, not quality, are under test.
+MICRO_MODEL = [
+    "model.d_model=32", "model.n_heads=2", "model.text_layers=1", "model.decoder_layers=1",
+    "model.cond_layers=1", "model.cond_latents=4", "model.prenet_dim=32",
+    "model.postnet_channels=32", "model.postnet_layers=2",
+]
+
+
+def micro_config(output_dir: Path, *overrides: str) -> Config:
+    return load_config(overrides=[
+        *MICRO_MODEL, f"train.output_dir={output_dir}", "train.tensorboard=false",
+        "data.batch_frames=1200", "data.num_buckets=4", "data.num_workers=0",
+        "train.warmup_steps=2", "train.log_every=2", "train.val_every=4", "train.ckpt_every=4",
+        "train.synth_every=0", *overrides,
+    ])

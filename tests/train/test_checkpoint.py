@@ -1,0 +1,126 @@
+"""Checkpoints: one progress record, atomic files, retention, safe loading, old formats."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import train
+from tests.helpers import micro_config
+
+
+def test_checkpoint_contents_and_retention(micro_store, tmp_path):
+    cfg = micro_config(tmp_path / "run", "train.max_steps=12", "train.keep_last=2")
+    train(cfg, micro_store, progress=False)
+    ckdir = tmp_path / "run" / "checkpoints"
+    kept = sorted(p.name for p in ckdir.glob("ckpt_*.pt"))
+    assert kept == ["ckpt_00000008.pt", "ckpt_00000012.pt"]
+    assert (ckdir / "best.pt").is_file() and (ckdir / "latest.txt").read_text() == "ckpt_00000012.pt"
+    state = ck.load(ckdir / "ckpt_00000012.pt")
+    assert set(state) == {ck.FORMAT, ck.MODEL, ck.OPTIMIZER, ck.SCHEDULER, ck.SCALER, ck.RNG,
+                          ck.PROGRESS, ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD}
+    progress = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
+    assert progress.step == 12 and state[ck.CONFIG]["train"]["keep_last"] == 2
+    # 12 steps of ~7 batches per epoch: the data position is in the second epoch
+    assert progress.epoch == 1 and 0 < progress.batches_consumed < 12
+    assert progress.data_plan["world_size"] == 1 and math.isfinite(progress.best_val_loss)
+    assert (tmp_path / "run" / "config.yaml").is_file() and (tmp_path / "run" / "vocab.json").is_file()
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    bad = tmp_path / "ckpt_00000001.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(TrainError, match="cannot be read"):
+        ck.load(bad)
+
+
+def test_checkpoint_refuses_pickled_objects(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({ck.FORMAT: ck.FORMAT_VERSION, "x": Evil()}, path)
+    with pytest.raises(TrainError):
+        ck.load(path)
+
+
+def test_progress_record_round_trips_and_refuses_other_layouts():
+    p = ck.TrainingProgress(step=7, best_val_loss=0.5, epoch=2, batches_consumed=3,
+                            nonfinite_steps=1, nonfinite_in_row=1, data_plan={"seed": 0})
+    assert ck.TrainingProgress.from_state_dict(p.state_dict()) == p
+    with pytest.raises(TrainError, match=r"unknown keys \['extra'\]"):
+        ck.TrainingProgress.from_state_dict({**p.state_dict(), "extra": 1})
+    missing = p.state_dict()
+    del missing["epoch"]
+    with pytest.raises(TrainError, match="misses 'epoch'"):
+        ck.TrainingProgress.from_state_dict(missing)
+
+
+def test_capture_then_restore_gives_the_same_state(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    sched.step()
+    progress = ck.TrainingProgress(step=1, epoch=0, batches_consumed=1)
+    ck.save(tmp_path / "a.pt", ck.capture(progress, model, opt, sched, scaler, {"extra": 3}))
+    expected_draw = torch.rand(3)  # the RNG state was captured before this draw
+
+    state = ck.load(tmp_path / "a.pt")
+    other = torch.nn.Linear(3, 2)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    other_sched = torch.optim.lr_scheduler.LambdaLR(other_opt, lambda s: 1.0 / (s + 1))
+    ck.restore(state, other, other_opt, other_sched, torch.amp.GradScaler("cpu", enabled=False))
+    assert ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]) == progress and state["extra"] == 3
+    for a, b in zip(model.state_dict().values(), other.state_dict().values()):
+        assert torch.equal(a, b)
+    assert other_sched.last_epoch == sched.last_epoch
+    assert torch.equal(other_opt.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt_00000001.pt"
+    ck.save(path, {"weights": torch.arange(4)})
+    before = path.read_bytes()
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        ck.save(path, {"weights": torch.arange(8)})
+    assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_manager_keeps_the_newest_and_the_best(tmp_path):
+    manager = ck.CheckpointManager(tmp_path, keep_last=2)
+    for step, val in ((1, 3.0), (2, 1.0), (3, 2.0), (4, 2.5)):
+        manager.save({"step": step}, step, val, is_best=val == 1.0)
+    assert [p.name for p in manager.step_paths()] == ["ckpt_00000003.pt", "ckpt_00000004.pt"]
+    assert manager.latest() == tmp_path / "ckpt_00000004.pt"
+    assert ck.load(tmp_path / "best.pt")["step"] == 2
+    assert (tmp_path / "best.txt").read_text().startswith("ckpt_00000002.pt val_loss=1.0")
+
+
+def test_format_1_checkpoints_still_load_and_resume_where_they_stood(tmp_path):
+    """Checkpoints written before the progress record (format 1) load into today's layout."""
+    sampler = {"version": 1, "epoch": 3, "position": 5, "num_batches": 9, "seed": 0,
+               "world_size": 1, "num_buckets": 4, "plan": "abc", "fingerprint": "def"}
+    old = {ck.FORMAT: 1, "model": {}, "step": 40, "best_val_loss": 0.7, "sampler": sampler,
+           "counters": {"nonfinite_steps": 2.0, "epoch": 3}, ck.CONFIG: {}}
+    torch.save(old, tmp_path / "old.pt")
+    state = ck.load(tmp_path / "old.pt")
+    assert state[ck.FORMAT] == ck.FORMAT_VERSION and "sampler" not in state and "step" not in state
+    p = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
+    assert (p.step, p.best_val_loss, p.epoch, p.batches_consumed, p.nonfinite_steps) == (40, 0.7, 3, 5, 2)
+    assert p.data_plan == {k: v for k, v in sampler.items() if k not in ("epoch", "position")}

@@ -1,0 +1,153 @@
+"""The training loop on a micro model: exact resume, signals, stopping, DDP, samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import _oom_message, train
+from tests.helpers import micro_config
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return ck.load(ck.CheckpointManager(run / "checkpoints", 10).latest())[ck.MODEL]
+
+
+def _losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+@pytest.mark.parametrize("self_feed", [0.0, 0.5])
+def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, monkeypatch, self_feed):
+    # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch); with
+    # scheduled sampling on, its random choices must resume exactly too.
+    overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
+                 f"train.self_feed={self_feed}", "train.self_feed_after=2")
+    assert train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False).step == 10
+
+    from myxtts.train.step import TrainStep
+
+    real_call, calls = TrainStep.__call__, []
+
+    def crash_on_8th(self, batches):
+        calls.append(1)
+        if len(calls) == 8:
+            raise RuntimeError("simulated crash")
+        return real_call(self, batches)
+
+    monkeypatch.setattr(TrainStep, "__call__", crash_on_8th)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False)
+    monkeypatch.setattr(TrainStep, "__call__", real_call)
+    # the newest checkpoint is step 6 (epoch 0, 6 batches in); the same command continues
+    saved = ck.TrainingProgress.from_state_dict(
+        ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
+    assert (saved.step, saved.epoch, saved.batches_consumed) == (6, 0, 6)
+    assert train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False).step == 10
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after resume"
+    la, lb = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+    for step in (8, 10):
+        assert la[step] == lb[step]
+
+
+def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, tmp_path):
+    run = tmp_path / "sig"
+    cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
+           "--output-dir", str(run), "--max-steps", "400", "--set", "train.ckpt_every=1000",
+           "--set", "train.val_every=1000"]
+    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
+                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
+                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
+                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
+                 "train.log_every=2", "train.synth_every=0"]:
+        cmd += ["--set", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    saved = ck.CheckpointManager(run / "checkpoints", 1).latest()
+    assert saved is not None, out
+    step = ck.load(saved)[ck.PROGRESS]["step"]
+    assert 4 <= step < 400
+    # re-running the same command (with a smaller budget) resumes instead of starting over
+    again = subprocess.run([*cmd[:cmd.index("--max-steps") + 1], str(step + 2),
+                            *cmd[cmd.index("--max-steps") + 2:]],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"trained to step {step + 2}" in again.stdout
+
+
+def test_too_many_nonfinite_steps_stop_the_run(micro_store, tmp_path):
+    cfg = micro_config(tmp_path / "nan", "train.max_steps=20", "train.lr=1e30",
+                       "train.warmup_steps=0", "train.max_nonfinite_in_row=3", "train.grad_clip=0")
+    with pytest.raises(TrainError, match="consecutive steps had a non-finite loss"):
+        train(cfg, micro_store, progress=False)
+
+
+def test_oom_message_names_batch_and_fix():
+    from myxtts.config import load_config
+
+    cfg = load_config(overrides=["data.batch_frames=20000"])
+    batch = {"mel": torch.zeros(12, 800, 80), "tokens": torch.zeros(12, 96, dtype=torch.long)}
+    msg = _oom_message([batch], cfg)
+    assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
+
+
+def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
+    """DDP on CPU (gloo): both ranks take the same number of steps and rank 0 checkpoints."""
+    run = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+           "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet", "--output-dir", str(run),
+           "--max-steps", "6"]
+    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
+                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
+                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
+                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
+                 "train.log_every=2", "train.synth_every=0", "train.val_every=6", "train.ckpt_every=6"]:
+        cmd += ["--set", item]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.count("trained to step 6") == 2  # both ranks reached the same step
+    state = ck.load(run / "checkpoints" / "ckpt_00000006.pt")
+    assert state[ck.PROGRESS]["data_plan"]["world_size"] == 2
+
+
+def test_free_running_samples_are_written_and_scored(micro_store, tmp_path):
+    """synth_every: wavs of fixed validation sentences, plus their length ratio and DTW mel
+    distance to the ground truth in the metrics log."""
+    import math
+
+    import soundfile as sf
+
+    cfg = micro_config(tmp_path / "run", "train.max_steps=4", "train.synth_every=4",
+                       "train.synth_sentences=2", "model.max_decoder_frames=60")
+    train(cfg, micro_store, progress=False)
+    wavs = sorted((tmp_path / "run" / "samples" / "step_00000004").glob("val*.wav"))
+    assert len(wavs) == 2
+    for w in wavs:
+        info = sf.info(str(w))
+        assert info.samplerate == cfg.audio.sample_rate and 0 < info.frames <= 60 * cfg.audio.hop_length
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    synth = {k: v for r in rows for k, v in r.items() if k.startswith("synth/")}
+    for i in range(2):
+        assert 0 < synth[f"synth/length_ratio_{i}"] and math.isfinite(synth[f"synth/dtw_l1_{i}"])
+        assert synth[f"synth/dtw_l1_{i}"] > 0  # an untrained model is far from the truth

@@ -1,0 +1,165 @@
+"""TrainStep: skips non-finite steps on the device, accumulates exactly, self-feeds in training only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from myxtts.model.dummy import random_batch
+from myxtts.model.xtts import build_model
+from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.step import TrainStep
+from tests.helpers import micro_config
+
+
+def _step(cfg, model) -> TrainStep:
+    opt, fused = build_optimizer(model, cfg.train)
+    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
+                     compile_model=False)
+
+
+def test_self_feed_ramps_up_after_teacher_forcing_steps():
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(Path("unused"), "train.self_feed=0.6", "train.self_feed_after=100")
+    probe = TrainStep.__new__(TrainStep)
+    probe.cfg = cfg
+    got = [probe.self_feed_probability(s) for s in (0, 100, 150, 200, 5000)]
+    assert got == pytest.approx([0.0, 0.0, 0.3, 0.6, 0.6])
+    probe.cfg = micro_config(Path("unused"))
+    assert probe.self_feed_probability(5000) == 0.0  # off by default
+
+
+def test_self_feed_is_training_only_validation_stays_teacher_forced(tmp_path):
+    """The step feeds the model its own predictions while training; validation losses stay
+    pure teacher forcing (deterministic and comparable across a run)."""
+    from myxtts.model.dummy import random_batch, randomize_weights
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.self_feed=1.0", "train.self_feed_after=0",
+                       "model.dropout=0.0", "model.prenet_dropout=0.0", "audio.n_mels=16")
+    torch.manual_seed(0)
+    model = build_model(cfg, 30, len(cfg.text.languages), None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
+                     compile_model=False)
+    randomize_weights(model, 0)  # an untrained model's outputs barely depend on its inputs
+    assert step.self_feed_probability(5) == 1.0
+    step.self_feed.fill_(1.0)
+    batch = random_batch(16, 30, [5, 9], [11, 23], [6, 12], n_languages=len(cfg.text.languages))
+    model.eval()
+    a, b = step.loss(batch), step.loss(batch)
+    assert torch.equal(a["loss"], b["loss"])
+    assert torch.equal(a["loss"], compute_losses_of(model, batch, cfg))  # == plain teacher forcing
+    model.train()
+    assert not torch.allclose(step.loss(batch)["mel_l1"], a["mel_l1"])  # own predictions fed
+
+
+def compute_losses_of(model, batch, cfg):
+    from myxtts.model.losses import compute_losses
+
+    return compute_losses(model(batch), batch, cfg.train)["loss"]
+
+
+def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path):
+    from myxtts.data.loader import build_loader
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.max_steps=10")
+    loader, _ = build_loader(micro_store, cfg)
+    batch = next(iter(loader))
+    torch.manual_seed(0)
+    model = build_model(cfg, 64, 1, None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
+                     fused, compile_model=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    poisoned = dict(batch, mel=batch["mel"].clone())
+    poisoned["mel"][0, 0, 0] = float("nan")
+    step([poisoned])
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} changed on a non-finite step"
+    step([batch])
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    values = step.read()
+    assert values["nonfinite_steps"] == 1.0 and values["nonfinite_run_peak"] == 1.0
+
+
+def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
+    from myxtts.data.loader import build_loader
+    from myxtts.model.losses import compute_losses
+    from myxtts.model.xtts import build_model
+    from myxtts.train.optim import build_optimizer, build_scheduler
+    from myxtts.train.step import TrainStep
+
+    cfg = micro_config(tmp_path, "train.grad_accum_steps=2", "train.grad_clip=0",
+                       "model.dropout=0", "model.prenet_dropout=0")
+    loader, _ = build_loader(micro_store, cfg)
+    it = iter(loader)
+    b1, b2 = next(it), next(it)
+    torch.manual_seed(0)
+    model = build_model(cfg, 64, 1, None, None)
+    ref = build_model(cfg, 64, 1, None, None)
+    ref.load_state_dict(model.state_dict())
+    loss = sum(compute_losses(ref(b), b, cfg.train)["loss"] for b in (b1, b2)) / 2
+    loss.backward()
+    expected = {n: p.grad.clone() for n, p in ref.named_parameters() if p.grad is not None}
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
+                     fused, compile_model=False)
+    grads = {}
+    hooks = [p.register_post_accumulate_grad_hook(lambda p, n=n: grads.__setitem__(n, p.grad.clone()))
+             for n, p in model.named_parameters()]
+    step([b1, b2])
+    for h in hooks:
+        h.remove()
+    for n, g in expected.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-4, atol=1e-6)
+
+
+def test_accumulating_two_halves_equals_one_step_on_the_whole_batch(tmp_path, one_thread):
+    """grad_accum_steps=2 over the two halves of a batch (equal real frames, text and
+    reference lengths, so each half's frame-weighted mean weighs the same) is one step on
+    the whole batch: the same gradients reach the optimizer and the same losses and gradient
+    norm are read back. (Weights after AdamW are not compared: a parameter whose gradient is
+    ~0, like an attention key bias, moves by +-lr on rounding noise alone.)"""
+    n_mels, n_tokens = 80, 40
+    lengths = dict(token_lengths=[9, 7, 9, 7], mel_lengths=[30, 22, 30, 22], ref_lengths=[16, 12, 16, 12])
+    whole = random_batch(n_mels, n_tokens, **lengths, n_frames=32, n_text=16, seed=3)
+    halves = [{k: v[:2] for k, v in whole.items()}, {k: v[2:] for k, v in whole.items()}]
+    common = ("model.dropout=0", "model.prenet_dropout=0", "train.warmup_steps=0", "train.grad_clip=0")
+    cfg_big = micro_config(tmp_path, *common)
+    cfg_acc = micro_config(tmp_path, *common, "train.grad_accum_steps=2")
+    torch.manual_seed(0)
+    models = {"big": build_model(cfg_big, n_tokens, 1, None, None),
+              "acc": build_model(cfg_acc, n_tokens, 1, None, None)}
+    models["acc"].load_state_dict(models["big"].state_dict())
+    grads: dict[str, dict[str, torch.Tensor]] = {"big": {}, "acc": {}}
+    for key, model in models.items():  # the gradient the optimizer sees (after the last backward)
+        for n, prm in model.named_parameters():
+            prm.register_post_accumulate_grad_hook(
+                lambda prm, n=n, key=key: grads[key].__setitem__(n, prm.grad.clone()))
+    big, acc = _step(cfg_big, models["big"]), _step(cfg_acc, models["acc"])
+    big([whole])
+    acc(halves)
+    read_big, read_acc = big.read(), acc.read()
+    for key in ("loss", "mel_l1", "post_l1", "stop", "guided", "grad_norm"):
+        assert read_acc[key] == pytest.approx(read_big[key], rel=1e-5), key
+    assert grads["acc"].keys() == grads["big"].keys() and grads["big"]
+    for n, g in grads["big"].items():
+        torch.testing.assert_close(grads["acc"][n], g, rtol=1e-4, atol=1e-7, msg=f"{n} differs")
+
+
+def test_nonfinite_counts_continue_after_a_restart(tmp_path):
+    """What a checkpoint records of the non-finite counters is what a restarted step holds."""
+    cfg = micro_config(tmp_path)
+    step = _step(cfg, build_model(cfg, 40, 1, None, None))
+    step.load_nonfinite_counts(5, 2)
+    assert step.nonfinite_counts() == (5, 2)
+    assert step.read() == {} and float(step.nonfinite_peak) == 2.0
