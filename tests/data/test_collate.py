@@ -1,4 +1,4 @@
-"""Collator: exact batch dict (keys, dtypes, bucket shapes, values), float16 input, errors."""
+"""Collator: exact batches (the data.batch contract, bucket shapes, values), float16 input, errors."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from myxtts.data.batch import BatchShape, check_batch
+from myxtts.data.buckets import ShapeTable
 from myxtts.data.collate import Collator
-from myxtts.data.sampler import BucketBatchSampler, ShapeTable
+from myxtts.data.sampler import BucketBatchSampler
 
 N_MELS, REF = 4, 6
 TABLE = ShapeTable(boundaries=(16, 40), text_caps=(8, 24), batch_sizes=(4, 2))
-DTYPES = {"tokens": torch.int64, "token_lengths": torch.int64, "mel": torch.float32,
-          "mel_lengths": torch.int64, "stop_target": torch.float32, "ref_mel": torch.float32,
-          "ref_lengths": torch.int64, "speaker_ids": torch.int64, "language_ids": torch.int64,
-          "indices": torch.int64}
 
 
 def item(index: int, n_frames: int, n_tokens: int, n_ref: int, mel_dtype=np.float32) -> dict:
@@ -35,10 +33,8 @@ def item(index: int, n_frames: int, n_tokens: int, n_ref: int, mel_dtype=np.floa
 def test_batch_dict_keys_dtypes_shapes_and_values():
     items = [item(0, 30, 20, 6), item(1, 17, 5, 3), item(2, 1, 1, 9)]
     out = Collator(TABLE, N_MELS, REF)(items)
-    assert {k: v.dtype for k, v in out.items()} == DTYPES
     B, T, L = 3, 40, 24  # longest mel 30 -> bucket edge 40, its text cap 24
-    assert out["tokens"].shape == (B, L) and out["mel"].shape == (B, T, N_MELS)
-    assert out["stop_target"].shape == (B, T) and out["ref_mel"].shape == (B, REF, N_MELS)
+    assert check_batch(out) == BatchShape(B, L, T, REF, N_MELS)  # every field, dtype, shape
     assert out["mel_lengths"].tolist() == [30, 17, 1]
     assert out["token_lengths"].tolist() == [20, 5, 1]
     assert out["ref_lengths"].tolist() == [6, 3, 6]  # 9 reference frames cropped to 6

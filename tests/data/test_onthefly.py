@@ -6,6 +6,7 @@ import torch
 
 from myxtts.audio.mel import MelSpectrogram, n_frames_for
 from myxtts.config import AudioConfig, ConfigError, load_config
+from myxtts.data.batch import check_batch
 from myxtts.data.dataset import StoreDataset
 from myxtts.data.onthefly import build_onthefly_loader, crop_window, read_raw_splits
 from myxtts.data.prepare import prepare_store
@@ -32,9 +33,10 @@ def test_onthefly_batches_equal_store_features(demo, workers):
     np.testing.assert_array_equal(loader.mel_mean, store.mel_mean)
     seen = set()
     for batch in loader:
-        b, t = batch["mel"].shape[:2]
-        assert batch["mel"].dtype == torch.float32 and batch["ref_mel"].shape == (b, 48, 80)
-        assert (b, batch["tokens"].shape[1], t) in sampler.shapes()
+        shape = check_batch(batch)  # the same contract as the store path's Collator
+        b, t = shape.batch, shape.frames
+        assert (shape.ref_frames, shape.n_mels) == (48, 80)
+        assert (b, shape.text, t) in sampler.shapes()
         for j in range(b):
             i = int(batch["indices"][j])
             seen.add(i)

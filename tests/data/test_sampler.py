@@ -10,7 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from myxtts.data.sampler import BucketBatchSampler, ShapeTable, choose_boundaries
+from myxtts.data.buckets import ShapeTable
+from myxtts.data.sampler import BucketBatchSampler
 
 
 def lj_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -78,38 +79,6 @@ def test_tiny_bucket_repeats_inside_a_batch_but_keeps_shape():
     for batch in s.batches(0):
         assert len(batch) == s.bucket_batch_sizes[s.bucket_of[batch[0]]]
     assert set(itertools.chain.from_iterable(s.batches(0))) == set(range(5))
-
-
-def _epoch_cost(boundaries, mel, batch_frames, max_batch_size, fill_cost):
-    """Reference cost (padding + fill_cost * expected fill frames) of a boundary set."""
-    total = 0.0
-    lo = 0
-    for edge in boundaries:
-        members = mel[(mel > lo) & (mel <= edge)]
-        lo = edge
-        if len(members) == 0:
-            continue
-        size = max(1, min(max_batch_size or 10**9, batch_frames // edge))
-        slots = -(-len(members) // size) * size
-        fill = (slots - len(members)) * members.mean()
-        total += slots * edge - members.sum() - fill + fill_cost * fill
-    return total
-
-
-@pytest.mark.parametrize("fill_cost", [0.0, 1.0])
-def test_boundary_dp_is_optimal_against_brute_force(fill_cost):
-    rng = np.random.default_rng(7)
-    mel = rng.integers(90, 400, 60).astype(np.int64)
-    values = np.unique(-(-mel // 16) * 16)
-    k_max, bf, mbs = 4, 1600, 6
-    best = min(
-        _epoch_cost(list(sub) + [values[-1]], mel, bf, mbs, fill_cost)
-        for k in range(k_max)
-        for sub in itertools.combinations(values[:-1], k)
-    )
-    dp = choose_boundaries(mel, k_max, bf, mbs, 16, fill_cost)
-    assert len(dp) <= k_max and dp[-1] == values[-1]
-    assert _epoch_cost(list(dp), mel, bf, mbs, fill_cost) == pytest.approx(best)
 
 
 def test_padding_efficiency_ljspeech_like_13k():

@@ -11,9 +11,8 @@ from myxtts.cli.common import add_config_args, config_from_args
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="train a model on a prepared store (or a raw dataset, features on the fly)",
-        description="Train on STORE (from `myxtts prepare`) or a raw dataset folder/manifest "
-                    "(features computed on the fly on data.data_device). Re-running the same "
-                    "command continues from the newest checkpoint in --output-dir.")
+        description="Train on STORE (from `myxtts prepare`) or a raw dataset (features on the fly, on "
+                    "data.data_device). The same command again continues from the newest checkpoint.")
     p.add_argument("data", help="prepared store folder, or a raw dataset for on-the-fly features")
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint file "
                    "(default: the newest one in the output folder, if any)")

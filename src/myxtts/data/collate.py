@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, allocate, round_up, stop_targets
-from myxtts.data.sampler import ShapeTable
+from myxtts.data.buckets import ShapeTable
 
 
 class Collator:

@@ -41,11 +41,11 @@ from torch.utils.data import DataLoader, Dataset
 from myxtts.audio.mel import n_frames_for
 from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, stop_targets
+from myxtts.data.buckets import ShapeTable
 from myxtts.data.dataset import EpochBatches, mix64
 from myxtts.data.loader import build_sampler, worker_init
 from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
 from myxtts.data.records import SPLITS
-from myxtts.data.sampler import ShapeTable
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.system import available_cpus
 

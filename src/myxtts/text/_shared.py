@@ -47,3 +47,19 @@ def split_number(body: str) -> tuple[str, str | None]:
         int_part, frac = body.split(".", 1)
         return int_part or "0", frac
     return body, None
+
+
+def thousand_groups(n: int) -> list[tuple[int, int]]:
+    """``(scale, group)`` of a non-negative number in groups of three digits, most significant
+    first, zero groups left out (but ``0`` itself is ``[(0, 0)]``): ``1_002_030`` ->
+    ``[(2, 1), (1, 2), (0, 30)]``. Both languages spell each group and join them their way."""
+    if n == 0:
+        return [(0, 0)]
+    out = []
+    scale = 0
+    while n:
+        n, group = divmod(n, 1000)
+        if group:
+            out.append((scale, group))
+        scale += 1
+    return out[::-1]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from myxtts.text._shared import MINUS_RE, NUMBER_BODY, split_number, sub_spaced
+from myxtts.text._shared import MINUS_RE, NUMBER_BODY, split_number, sub_spaced, thousand_groups
 
 __all__ = ["normalize_english", "expand_abbreviations", "expand_numbers", "number_to_words",
            "ordinal_to_words", "year_to_words", "digits_to_words", "decimal_to_words"]
@@ -67,16 +67,8 @@ def number_to_words(n: int) -> str:
         return "minus " + number_to_words(-n)
     if n > MAX_CARDINAL:
         return digits_to_words(str(n))
-    if n < 1000:
-        return _below_1000(n)
-    groups: list[str] = []
-    scale = 0
-    while n:
-        n, group = divmod(n, 1000)
-        if group:
-            groups.append(_below_1000(group) + (f" {_SCALES[scale]}" if scale else ""))
-        scale += 1
-    return " ".join(reversed(groups))
+    return " ".join(_below_1000(group) + (f" {_SCALES[scale]}" if scale else "")
+                    for scale, group in thousand_groups(n))
 
 
 def _ordinal_word(word: str) -> str:

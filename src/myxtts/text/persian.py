@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from myxtts.text._shared import MINUS_RE, NUMBER_BODY, split_number, sub_spaced
+from myxtts.text._shared import MINUS_RE, NUMBER_BODY, split_number, sub_spaced, thousand_groups
 
 __all__ = ["normalize_persian", "normalize_arabic_script", "fix_zwnj", "expand_numbers",
            "number_to_words", "ordinal_to_words", "DIGITS_TO_ASCII", "ZWNJ"]
@@ -157,21 +157,15 @@ def number_to_words(n: int) -> str:
         return "منفی " + number_to_words(-n)
     if n > MAX_CARDINAL:
         return digits_to_words(str(n))
-    if n < 1000:
-        return _below_1000(n)
-    groups: list[str] = []
-    scale = 0
-    while n:
-        n, group = divmod(n, 1000)
-        if group:
-            if scale == 0:
-                groups.append(_below_1000(group))
-            elif scale == 1 and group == 1:
-                groups.append(_SCALES[1])  # "hezar", not "yek hezar"
-            else:
-                groups.append(f"{_below_1000(group)} {_SCALES[scale]}")
-        scale += 1
-    return _AND.join(reversed(groups))
+    groups = []
+    for scale, group in thousand_groups(n):
+        if scale == 0:
+            groups.append(_below_1000(group))
+        elif scale == 1 and group == 1:
+            groups.append(_SCALES[1])  # "hezar", not "yek hezar"
+        else:
+            groups.append(f"{_below_1000(group)} {_SCALES[scale]}")
+    return _AND.join(groups)
 
 
 def ordinal_to_words(n: int, superlative: bool = False) -> str:

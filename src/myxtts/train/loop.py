@@ -1,7 +1,7 @@
 """The training loop: set up, then step / log / validate / synthesise / checkpoint.
 
 Read top to bottom: ``train()`` builds everything from the config, restores a
-checkpoint when the run folder has one, and runs ``_loop``. The GPU-facing rules:
+checkpoint when the run folder has one, and runs the loop (``_LoopContext.run``). The rules:
 batches arrive already on the device (side-stream prefetch), the step never syncs,
 and the host reads device-side accumulators only every ``log_every`` steps.
 """

@@ -25,19 +25,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from myxtts.data.store.format import (
-    FORMAT_VERSION,
-    IDS_FILE,
-    INDEX_DTYPE,
-    INDEX_FILE,
-    MANIFEST,
-    MEL_DTYPE,
-    MEL_FILE,
-    REFS_FILE,
-    TOKEN_DTYPE,
-    TOKENS_FILE,
-    StoreError,
-)
+from myxtts.data.store import format as fmt
+from myxtts.data.store.format import StoreError
 from myxtts.system import atomic_open
 
 
@@ -101,7 +90,7 @@ class StoreWriter:
         speaker_index = {s: i for i, s in enumerate(self.speakers)}
         mel_lengths = np.asarray(rows.mel_lengths, np.int64)
         tok_lengths = np.array([len(t) for t in rows.tokens], np.int64)
-        index = np.zeros(n, INDEX_DTYPE)
+        index = np.zeros(n, fmt.INDEX_DTYPE)
         index["mel_length"], index["mel_offset"] = mel_lengths, _offsets(mel_lengths)
         index["token_length"], index["token_offset"] = tok_lengths, _offsets(tok_lengths)
         index["speaker_id"] = [speaker_index[s] for s in rows.speakers]
@@ -109,17 +98,17 @@ class StoreWriter:
         index["duration_s"] = rows.durations_s
 
         frames = int(mel_lengths.sum())
-        written = self._hashed_file(f"{split}/{MEL_FILE}", self._checked_mels(split, mels))
-        if written != frames * self.n_mels * MEL_DTYPE.itemsize:
-            raise StoreError(f"{self.out / split / MEL_FILE}: {written} bytes of features for "
+        written = self._hashed_file(f"{split}/{fmt.MEL_FILE}", self._checked_mels(split, mels))
+        if written != frames * self.n_mels * fmt.MEL_DTYPE.itemsize:
+            raise StoreError(f"{self.out / split / fmt.MEL_FILE}: {written} bytes of features for "
                              f"{frames} indexed frames; delete {self.out} and re-run prepare")
-        tokens = np.fromiter((t for seq in rows.tokens for t in seq), TOKEN_DTYPE,
+        tokens = np.fromiter((t for seq in rows.tokens for t in seq), fmt.TOKEN_DTYPE,
                              int(tok_lengths.sum()))
-        self._hashed_file(f"{split}/{TOKENS_FILE}", [tokens])
+        self._hashed_file(f"{split}/{fmt.TOKENS_FILE}", [tokens])
         ids = {"ids": list(rows.ids), "speakers": self.speakers}
-        for name, blob in ((INDEX_FILE, npy_bytes(index)),
-                           (REFS_FILE, npy_bytes(np.asarray(rows.refs, np.int32))),
-                           (IDS_FILE, json.dumps(ids, ensure_ascii=False, indent=0).encode())):
+        for name, blob in ((fmt.INDEX_FILE, npy_bytes(index)),
+                           (fmt.REFS_FILE, npy_bytes(np.asarray(rows.refs, np.int32))),
+                           (fmt.IDS_FILE, json.dumps(ids, ensure_ascii=False, indent=0).encode())):
             self.write_file(f"{split}/{name}", blob)
 
         per_speaker: dict[str, dict[str, float]] = {}
@@ -134,23 +123,23 @@ class StoreWriter:
 
     def _checked_mels(self, split: str, mels: Iterable[np.ndarray]) -> Iterable[np.ndarray]:
         for mel in mels:
-            if mel.dtype != MEL_DTYPE or mel.ndim != 2 or mel.shape[1] != self.n_mels:
+            if mel.dtype != fmt.MEL_DTYPE or mel.ndim != 2 or mel.shape[1] != self.n_mels:
                 raise StoreError(f"{split}: features of dtype {mel.dtype} and shape "
-                                 f"{tuple(mel.shape)}, the store holds {MEL_DTYPE} [frames, "
+                                 f"{tuple(mel.shape)}, the store holds {fmt.MEL_DTYPE} [frames, "
                                  f"{self.n_mels}]")
             yield mel
 
     def finish(self, manifest: dict[str, Any]) -> None:
         """Write ``manifest.json`` (``manifest`` plus the format version and the table of
         every file written), atomically and last: from now on the store is complete."""
-        full = {"format_version": FORMAT_VERSION, **manifest, "files": dict(sorted(self.files.items()))}
-        with atomic_open(self.out / MANIFEST) as fh:
+        full = {"format_version": fmt.FORMAT_VERSION, **manifest, "files": dict(sorted(self.files.items()))}
+        with atomic_open(self.out / fmt.MANIFEST) as fh:
             fh.write((json.dumps(full, indent=1, ensure_ascii=False) + "\n").encode())
         # mkstemp creates files with mode 0600; a store is shared data, so give its files
         # the usual mode (0666 minus the umask), like plainly created files.
         umask = os.umask(0)
         os.umask(umask)
-        for rel in (MANIFEST, *self.files):
+        for rel in (fmt.MANIFEST, *self.files):
             os.chmod(self.out / rel, 0o666 & ~umask)
 
 

@@ -1,4 +1,4 @@
-"""Config: YAML round trip, presets, overrides, and errors that name the key."""
+"""Config parsing: YAML round trip, presets, overrides, and errors that name the key."""
 
 
 import pytest
@@ -76,13 +76,6 @@ def test_bad_yaml_file_names_key(tmp_path):
         load_config(p)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
-
-
-def test_feature_hash_tracks_audio_and_text_only():
-    a = Config()
-    assert a.feature_hash() == load_config(overrides=["train.lr=0.5"]).feature_hash()
-    assert a.feature_hash() != load_config(overrides=["audio.n_mels=64"]).feature_hash()
-    assert a.feature_hash() != load_config(overrides=["text.lowercase=false"]).feature_hash()
 
 
 def test_cli_config_show_loads_back(capsys, tmp_path):

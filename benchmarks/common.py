@@ -1,0 +1,226 @@
+"""What the training benchmarks share: the data, the trainer's parts, staged batches, timed
+windows and the table. ``input_ratio.py`` and ``train_step.py`` import it (run them as
+``python benchmarks/NAME.py``; this folder is then on the import path).
+
+A *window* is ``steps`` optimizer steps run exactly as the training loop runs them
+(``StepTimer`` around each fetch, one host sync at the end, then the loop's log-step
+read-back outside the timing). *Pre-staged* batches sit in device memory before timing:
+one per bucket shape, replayed in whatever shape order a window asks for -- the step's
+speed of light, since no input pipeline can beat data that costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "ljspeech-mini"
+CPU_BATCH_FRAMES = {"tiny": 1500, "small": 1000, "base": 1000}  # ~0.15-1 s steps on 2 cores
+LABEL = 56  # width of a table's first column
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options both training benchmarks take."""
+    p.add_argument("--presets", help="comma-separated (default: tiny,small on CPU; tiny,small,base on CUDA)")
+    p.add_argument("--data", type=Path, help="dataset to prepare (default: ../shared/data/ljspeech-mini)")
+    p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
+    p.add_argument("--steps", type=int, help="optimizer steps per window (default 8 on CPU, 40 on CUDA)")
+    p.add_argument("--rounds", type=int, default=6, help="windows per arm, interleaved (default 6)")
+    p.add_argument("--batch-frames", type=int, help="data.batch_frames (default: CPU 1500 tiny, "
+                   "1000 small/base; CUDA the config's)")
+    p.add_argument("--threads", type=int, help="torch threads; 0 = torch's default (default: 1 on "
+                   "CPU, 0 on CUDA)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="config override for every preset (repeatable)")
+
+
+def say(msg: str) -> None:
+    print(f"[{Path(sys.argv[0]).stem} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: list[float]) -> str:
+    """``median [min-max]`` of per-round ratios."""
+    return f"{median(values):.3f} [{min(values):.2f}-{max(values):.2f}]" if values else "-"
+
+
+def prepare(data: Path | None, store: Path | None, tmp: Path) -> tuple[Path, Path]:
+    """A store of ``data`` (default: the LJSpeech sample beside the repository, else a
+    generated demo corpus), kept at ``store`` or made in ``tmp``."""
+    from myxtts.config import Config
+    from myxtts.data.prepare import prepare_store
+
+    if data is None:
+        data = DEFAULT_DATA
+        if not data.exists():
+            from myxtts.synthetic import make_demo_data
+
+            say(f"{DEFAULT_DATA} not found: using a generated demo corpus")
+            data = make_demo_data(tmp / "demo", speakers=4, utterances=40)
+    elif not data.exists():
+        raise SystemExit(f"--data {data} does not exist; pass a dataset folder")
+    store = store or tmp / "store"
+    say(f"preparing {data} -> {store}")
+    prepare_store(data, store, Config(), progress=False, echo=lambda s: None)
+    return data, store
+
+
+def header(data: Path, store: Path, extra: str) -> list[str]:
+    import torch
+
+    from myxtts.config import Config
+    from myxtts.data.store import FeatureStore
+
+    train = FeatureStore.open(store, "train", Config())
+    minutes = float(train.mel_lengths.sum()) / Config().audio.frames_per_second / 60
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return [f"data: {data} ({len(train)} train utterances, {minutes:.1f} min)",
+            f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
+            f"{os.getloadavg()[0]:.1f}{gpu}", extra]
+
+
+class Trainer:
+    """The trainer's own parts for one preset: config, device, data (the real loader),
+    model; ``step()`` builds a ``TrainStep`` on a copy of the initial weights."""
+
+    def __init__(self, store: Path, preset: str, batch_frames: int | None, overrides: list[str],
+                 threads: int) -> None:
+        import torch
+
+        from myxtts.config import load_config, resolve_device
+        from myxtts.model.xtts import build_model
+        from myxtts.train.checkpoint import TrainingProgress
+        from myxtts.train.data import open_train_data
+        from myxtts.train.distributed import DistInfo
+        from myxtts.train.loop import seed_everything
+
+        if threads:
+            torch.set_num_threads(threads)
+        sets = ([f"data.batch_frames={batch_frames}"] if batch_frames else []) + list(overrides)
+        self.cfg = cfg = load_config(preset=preset, overrides=sets)
+        self.device = resolve_device(cfg.train.device, "train.device")
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:  # as train() does
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        seed_everything(cfg.train.seed)
+        self.record = TrainingProgress()
+        self.data = open_train_data(cfg, store, self.device, DistInfo(), None, self.record)
+        self.initial = build_model(cfg, self.data.vocab_size, len(self.data.languages),
+                                   self.data.mel_mean, self.data.mel_std).state_dict()
+        self.params_m = sum(v.numel() for k, v in self.initial.items()
+                            if not k.startswith(("mel_mean", "mel_std"))) / 1e6
+        self.fps = cfg.audio.frames_per_second
+
+    def step(self, compiled: bool) -> Any:
+        from myxtts.model.xtts import build_model
+        from myxtts.train.optim import build_optimizer, build_scheduler
+        from myxtts.train.step import TrainStep
+
+        model = build_model(self.cfg, self.data.vocab_size, len(self.data.languages), None, None)
+        model.load_state_dict(self.initial)
+        model.to(self.device).train()
+        opt, fused = build_optimizer(model, self.cfg.train)
+        return TrainStep(model, opt, build_scheduler(opt, self.cfg.train), self.cfg, self.device,
+                         fused, compile_model=compiled)
+
+    def sync(self) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def stage(self) -> dict[tuple, tuple[dict, int]]:
+        """One device batch per bucket shape, from a loader of its own (the trainer's
+        sampler and stream stay untouched): shape key -> (batch, real frames)."""
+        from myxtts.data.loader import build_loader
+        from myxtts.observe.flops import batch_key
+
+        loader, sampler = build_loader(self.data.loader.dataset.store, self.cfg,
+                                       device=self.device, num_workers=0)
+        wanted, staged = set(self.data.sampler.shapes()), {}
+        for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                key = batch_key(batch)
+                if key not in staged:
+                    staged[key] = ({k: v.to(self.device) for k, v in batch.items()},
+                                   int(batch["mel_lengths"].sum()))
+            if len(staged) == len(wanted):
+                break
+        if set(staged) != wanted:
+            raise RuntimeError(f"no batch of shape(s) {sorted(wanted - set(staged))} in 4 epochs")
+        self.sync()
+        return staged
+
+    def upcoming(self, n: int) -> list[tuple[tuple, int]]:
+        """(shape key, real frames) of the next ``n`` batches the trainer's stream yields,
+        from the sampler's deterministic plan and the stream's position in ``record``."""
+        s, epoch, pos = self.data.sampler, self.record.epoch, self.record.batches_consumed
+        out: list[tuple[tuple, int]] = []
+        while len(out) < n:
+            plan = [((len(b), s.text_caps[s.bucket_of[b[0]]], s.boundaries[s.bucket_of[b[0]]]),
+                     int(s.mel_lengths[b].sum())) for b in s.batches(epoch)]
+            out += plan[pos:pos + n - len(out)]
+            epoch, pos = epoch + 1, 0
+        return out
+
+    def window(self, step: Any, fetch: Callable[[], tuple[dict, int]], n_steps: int,
+               flops: Any = None, gpu: Any = None) -> dict[str, float]:
+        """``n_steps`` optimizer steps as the loop runs them; one sync at the end."""
+        from myxtts.observe.flops import achieved_tflops, batch_key
+        from myxtts.observe.meters import StepTimer
+
+        self.sync()  # the previous window's queued work is not this window's
+        keys: list[tuple] = []
+        if gpu is not None:
+            gpu.start()
+        timer = StepTimer(self.device)
+        for _ in range(n_steps):
+            micro, frames = [], 0
+            for _ in range(self.cfg.train.grad_accum_steps):
+                timer.wait_begin()
+                batch, n_frames = fetch()
+                timer.wait_end()
+                micro.append(batch)
+                frames += n_frames
+            step(micro)
+            timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
+            keys += [batch_key(b) for b in micro]
+        iv = timer.collect()
+        util = gpu.stop() if gpu is not None else None
+        step.read()  # the loop's log-step read-back, outside the timing
+        out = {"steps_per_s": iv.steps_per_s, "utt_per_s": iv.utterances_per_s,
+               "audio_s_per_s": iv.audio_s_per_s, "frames_per_s": iv.audio_s_per_s * self.fps,
+               "wait_share": iv.data_wait_share, "seconds": iv.seconds}
+        if flops is not None:
+            out["tflops"] = achieved_tflops(flops.total(keys), iv.seconds)
+        if util is not None:
+            out["gpu_util"] = util
+        return out
+
+
+def staged_fetch(staged: dict[tuple, tuple[dict, int]], keys: list[tuple]) -> Callable:
+    it: Iterator[tuple] = iter(keys)
+
+    def fetch() -> tuple[dict, int]:
+        return staged[next(it)]
+
+    return fetch
+
+
+def table(names: list[str], rows: list[tuple[str, list[str]]], head: list[str]) -> str:
+    width = max(22, *(len(n) for n in names))
+    line = lambda label, cells: f"{label:<{LABEL}}" + "".join(f"{c:>{width}}" for c in cells)  # noqa: E731
+    out = head + ["", line("preset", names), "-" * (LABEL + width * len(names))]
+    return "\n".join(out + [line(label, cells) for label, cells in rows])

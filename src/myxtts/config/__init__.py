@@ -1,0 +1,39 @@
+"""Typed configuration: dataclasses that map 1:1 to YAML sections.
+
+Why dataclasses and not free dicts: every knob has one default and one comment,
+a misspelt key fails loudly (naming the closest valid key) instead of being
+silently ignored, and the resolved config saved next to a checkpoint is exactly
+what the run used.
+
+Sections: ``audio`` (the one feature definition), ``text``, ``data``, ``model``
+(architecture, filled from a size preset), ``train``. ``sections`` defines them,
+``parse`` reads and writes them (YAML, presets, overrides), ``checks`` refuses
+impossible values and resolves devices. Import everything from here.
+"""
+
+from myxtts.config.checks import resolve_device, validate
+from myxtts.config.parse import (
+    apply_override,
+    config_from_dict,
+    load_config,
+    save_config,
+    to_yaml,
+)
+from myxtts.config.sections import (
+    GUIDED_SIGMA_RANGE,
+    MODEL_PRESETS,
+    SECTIONS,
+    AudioConfig,
+    Config,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    TextConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
+    "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "apply_override",
+    "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml", "validate",
+]

@@ -1,0 +1,93 @@
+"""Values that type-check but cannot work: each refused with the key, the value and what
+would be valid; and device settings resolved against the machine at hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError
+
+
+def validate(cfg: Config) -> None:
+    """Reject impossible values, naming the key and what would be valid."""
+    a, m, dt, t = cfg.audio, cfg.model, cfg.data, cfg.train
+
+    def positive(section: str, obj: Any, *keys: str, allow_zero: bool = False) -> None:
+        for k in keys:
+            v = getattr(obj, k)
+            if v < 0 or (v == 0 and not allow_zero):
+                raise ConfigError(f"{section}.{k} must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+
+    positive("audio", a, "sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "log_floor")
+    positive("audio", a, "fmin", "trim_db", allow_zero=True)
+    if a.win_length > a.n_fft:
+        raise ConfigError(f"audio.win_length ({a.win_length}) must be <= audio.n_fft ({a.n_fft})")
+    if a.hop_length > a.win_length:
+        raise ConfigError(f"audio.hop_length ({a.hop_length}) must be <= audio.win_length ({a.win_length})")
+    if a.fmax > a.sample_rate / 2:
+        raise ConfigError(f"audio.fmax ({a.fmax}) must be <= sample_rate/2 ({a.sample_rate / 2})")
+    if a.fmin >= a.fmax:
+        raise ConfigError(f"audio.fmin ({a.fmin}) must be < audio.fmax ({a.fmax})")
+    if not cfg.text.languages:
+        raise ConfigError("text.languages must name at least one language, e.g. [en]")
+    if cfg.text.default_language not in cfg.text.languages:
+        raise ConfigError(f"text.default_language {cfg.text.default_language!r} is not in "
+                          f"text.languages {cfg.text.languages}")
+    if not 0.0 <= dt.val_fraction < 1.0:
+        raise ConfigError(f"data.val_fraction must be in [0, 1), got {dt.val_fraction}")
+    positive("data", dt, "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance",
+             "ref_frames", "batch_frames", "num_buckets")
+    positive("data", dt, "max_batch_size", "prefetch_batches", "min_val_utterances", allow_zero=True)
+    if dt.num_workers < -1:
+        raise ConfigError(f"data.num_workers must be -1 (auto) or >= 0, got {dt.num_workers}")
+    if dt.min_duration_s >= dt.max_duration_s:
+        raise ConfigError(f"data.min_duration_s ({dt.min_duration_s}) must be < data.max_duration_s "
+                          f"({dt.max_duration_s})")
+    if not (dt.data_device == "cpu" or dt.data_device.startswith("cuda")):
+        raise ConfigError(f"data.data_device must be 'cpu' or 'cuda:N', got {dt.data_device!r}")
+    positive("model", m, "d_model", "n_heads", "ff_mult", "text_layers", "decoder_layers",
+             "cond_layers", "cond_latents", "prenet_dim", "postnet_channels", "postnet_layers",
+             "postnet_kernel", "frames_per_step", "max_decoder_frames")
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
+    for k in ("dropout", "prenet_dropout", "frame_dropout"):
+        if not 0.0 <= getattr(m, k) < 1.0:
+            raise ConfigError(f"model.{k} must be in [0, 1), got {getattr(m, k)}")
+    if not 0.0 < m.stop_threshold < 1.0:
+        raise ConfigError(f"model.stop_threshold must be in (0, 1), got {m.stop_threshold}")
+    positive("train", t, "max_steps", "lr", "grad_accum_steps", "log_every", "val_every",
+             "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row")
+    positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
+             "synth_sentences", "keep_last", "mel_l2_weight", "guided_attn_weight",
+             "min_lr_ratio", "self_feed_after", allow_zero=True)
+    lo, hi = GUIDED_SIGMA_RANGE
+    if not lo <= t.guided_attn_sigma <= hi:
+        raise ConfigError(f"train.guided_attn_sigma must be in [{lo}, {hi}] (the range the guided "
+                          f"loss supports; 0.2 is the usual value), got {t.guided_attn_sigma}")
+    if not 0.0 <= t.self_feed <= 1.0:
+        raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
+    if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:
+        raise ConfigError(f"train.beta1/beta2 must be in [0, 1), got {t.beta1}, {t.beta2}")
+
+
+def resolve_device(name: str, key: str) -> Any:
+    """The ``torch.device`` a device setting names (``key``, e.g. ``train.device``): ``auto``
+    is the first CUDA GPU when one is visible, else the CPU. A CUDA device on a machine
+    without CUDA, or one that does not exist, is a ConfigError naming the key and the fix."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    use_cpu = f"--set {key}=cpu" if "." in key else f"{key} cpu"  # a config key or a CLI flag
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"{key}={name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{key}={name!r} but no CUDA GPU is visible here; use {use_cpu} "
+                              f"(auto picks a GPU when there is one)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{key}={name!r} but only {torch.cuda.device_count()} CUDA GPU(s) "
+                              f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    return device

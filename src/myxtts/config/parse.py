@@ -1,0 +1,203 @@
+"""Config in and out: YAML files, presets and ``section.key=value`` overrides -> a checked
+``Config``; a ``Config`` -> commented YAML that loads back to it.
+
+Every value is checked against its field's annotation (int -> float is the only
+conversion; YAML's on/off booleans read as the "on"/"off" choices), and an unknown key
+is an error naming the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from myxtts.config.checks import validate
+from myxtts.config.sections import MODEL_PRESETS, SECTIONS, Config, ConfigError
+from myxtts.system import atomic_write
+
+# ---------------------------------------------------------------- type checking
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (list,):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; allow int->float only."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if isinstance(value, bool) and {"on", "off"} <= set(choices):
+            value = "on" if value else "off"  # YAML 1.1 reads bare on/off as booleans
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{key}: {value!r} is not {_type_name(tp)}{hint}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        last: ConfigError | None = None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(key, value, a)
+            except ConfigError as e:
+                last = e
+        raise last or ConfigError(f"{key}: bad value {value!r}")
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        (inner,) = typing.get_args(tp)
+        return [_coerce(f"{key}[{i}]", v, inner) for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # PyYAML reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")  # pragma: no cover - schema bug
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=False)
+
+
+def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{where}{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
+    return ConfigError(f"unknown config key '{where}{key}'{hint}")
+
+
+def _build_section(name: str, values: dict[str, Any]) -> Any:
+    cls = SECTIONS[name]
+    if not isinstance(values, dict):
+        raise ConfigError(f"{name}: expected a mapping of keys, got {type(values).__name__}")
+    hints = _hints(cls)
+    valid = [f.name for f in fields(cls)]
+    kwargs: dict[str, Any] = {}
+    if name == "model":
+        preset = values.get("preset", "tiny")
+        preset = _coerce("model.preset", preset, hints["preset"])
+        kwargs.update(MODEL_PRESETS[preset])
+    for k, v in values.items():
+        if k not in valid:
+            raise _unknown(k, valid, f"{name}.")
+        kwargs[k] = _coerce(f"{name}.{k}", v, hints[k])
+    return cls(**kwargs)
+
+
+def config_from_dict(d: dict[str, Any] | None) -> Config:
+    d = d or {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}")
+    for k in d:
+        if k not in SECTIONS:
+            raise _unknown(k, list(SECTIONS), "")
+    cfg = Config(**{name: _build_section(name, d.get(name) or {}) for name in SECTIONS})
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, preset: str | None = None,
+                overrides: list[str] | None = None) -> Config:
+    """YAML file (optional) -> preset (optional) -> ``section.key=value`` overrides."""
+    d: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist (write one with `myxtts config show > {p.name}`)")
+        try:
+            d = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}".replace("\n", " ")) from e
+        if not isinstance(d, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+    if preset is not None:
+        d.setdefault("model", {})
+        # A preset on the command line wins over the file's: drop the file's explicit
+        # architecture keys so the preset is not half-applied.
+        d["model"] = {"preset": preset}
+    for item in overrides or []:
+        apply_override(d, item)
+    return config_from_dict(d)
+
+
+def apply_override(d: dict[str, Any], item: str) -> None:
+    """Apply ``section.key=value`` (value parsed as YAML) to the raw dict ``d``."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like section.key=value, e.g. train.max_steps=100")
+    dotted, raw = item.split("=", 1)
+    parts = dotted.strip().split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"override {item!r}: key must be section.key, e.g. data.batch_frames")
+    section, key = parts
+    if section not in SECTIONS:
+        raise _unknown(section, list(SECTIONS), "")
+    valid = [f.name for f in fields(SECTIONS[section])]
+    if key not in valid:
+        raise _unknown(key, valid, f"{section}.")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    # "--set data.data_device=cuda:0" parses as a YAML mapping; keep the string.
+    if isinstance(value, dict) and _hints(SECTIONS[section])[key] is str:
+        value = raw
+    sec = d.setdefault(section, {})
+    if sec is None:
+        sec = d[section] = {}
+    sec[key] = value
+
+
+# ---------------------------------------------------------------- YAML output
+
+def _scalar(v: Any) -> str:
+    return yaml.safe_dump(v, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
+
+
+def to_yaml(cfg: Config, header: str | None = None) -> str:
+    """A complete, commented YAML document that ``load_config`` reads back to ``cfg``."""
+    lines: list[str] = []
+    if header:
+        lines += [f"# {h}" for h in header.splitlines()] + [""]
+    for name, cls in SECTIONS.items():
+        section = getattr(cfg, name)
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"{name}:  # {doc}")
+        for f in fields(cls):
+            value = _scalar(getattr(section, f.name))
+            lines.append(f"  {f.name}: {value}  # {f.metadata.get('help', '')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    atomic_write(Path(path), to_yaml(cfg))
