@@ -38,6 +38,8 @@ def test_stop_targets_mark_the_last_real_frame_and_the_padding():
     got = stop_targets(torch.tensor([1, 3, 5]), 5)
     assert got.dtype == torch.float32
     assert got.tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1]]
+    host = stop_targets(np.array([1, 3, 5]), 5)  # the collator's (numpy) path: the same rule
+    assert host.dtype == np.float32 and np.array_equal(host, got.numpy())
 
 
 @pytest.mark.parametrize("producer", ["collator", "random_batch"])

@@ -50,7 +50,12 @@ class FieldSpec:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return torch.empty((), dtype=self.dtype).numpy().dtype
+        return _NUMPY_DTYPES[self.dtype]
+
+
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+                 torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32),
+                 torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_)}
 
 
 FIELDS: dict[str, FieldSpec] = {
@@ -100,9 +105,9 @@ class BatchShape:
         return {"B": self.batch, "L": self.text, "T": self.frames, "R": self.ref_frames,
                 "M": self.n_mels}
 
-    def of(self, name: str) -> tuple[int, ...]:
-        """Shape of field ``name``."""
-        sizes = self.sizes()
+    def of(self, name: str, sizes: dict[str, int] | None = None) -> tuple[int, ...]:
+        """Shape of field ``name`` (``sizes``: this shape's ``sizes()``, if already at hand)."""
+        sizes = sizes or self.sizes()
         return tuple(sizes[d] for d in FIELDS[name].dims)
 
     def nbytes(self, align: int = 1) -> int:
@@ -119,15 +124,21 @@ def round_up(x: int | np.ndarray, multiple: int) -> int | np.ndarray:
 def allocate(shape: BatchShape) -> dict[str, np.ndarray]:
     """Zeroed numpy arrays for every field (``np.zeros`` is a lazily zeroed calloc, so the
     padding costs nothing until written); a producer fills the real parts."""
-    return {name: np.zeros(shape.of(name), spec.numpy_dtype) for name, spec in FIELDS.items()}
+    sizes = shape.sizes()
+    return {name: np.zeros(shape.of(name, sizes), spec.numpy_dtype) for name, spec in FIELDS.items()}
 
 
-def stop_targets(mel_lengths: Tensor, n_frames: int) -> Tensor:
+def stop_targets(mel_lengths: Tensor | np.ndarray, n_frames: int) -> Tensor | np.ndarray:
     """float32 [B, n_frames]: 1.0 from frame ``mel_lengths - 1`` on, 0.0 before.
 
     The last real frame is the one where the decoder should stop; the padding after it
     is "stopped" too, which keeps the target monotone (the loss masks padding anyway).
+    Takes a torch tensor (any device; the result lives there too) or, for the host-side
+    collator, a numpy array (the result is numpy: no torch op per batch on the hot path).
     """
+    if isinstance(mel_lengths, np.ndarray):
+        last = np.maximum(mel_lengths - 1, 0)
+        return (np.arange(n_frames)[None, :] >= last[:, None]).astype(np.float32)
     frame = torch.arange(n_frames, device=mel_lengths.device)
     return (frame[None, :] >= (mel_lengths - 1).clamp(min=0)[:, None]).float()
 

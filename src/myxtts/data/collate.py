@@ -67,6 +67,8 @@ class Collator:
         n_mels, n_ref = self.n_mels, self.ref_frames
         out = allocate(BatchShape(batch, n_tokens, n_frames, n_ref, n_mels))  # zeros = padding
         tokens, mel, ref = out["tokens"], out["mel"], out["ref_mel"]
+        ref_lens, speakers = out["ref_lengths"], out["speaker_ids"]
+        languages, indices = out["language_ids"], out["indices"]
         for i, it in enumerate(items):
             m = it["mel"]  # [T_i, n_mels], float16 or float32
             r = it["ref_mel"]  # [R_i, n_mels]
@@ -74,16 +76,15 @@ class Collator:
                 raise ValueError(
                     f"utterance {it.get('index')}: mel {tuple(m.shape)} / ref_mel {tuple(r.shape)} "
                     f"must be [frames, {n_mels}] (audio.n_mels); re-run prepare if the config changed")
-            tokens[i, :tok_lens[i]] = it["tokens"]
-            mel[i, :mel_lens[i]] = m  # casts float16 -> float32 while copying
+            n, t = int(mel_lens[i]), int(tok_lens[i])
+            tokens[i, :t] = it["tokens"]
+            mel[i, :n] = m  # casts float16 -> float32 while copying
             k = min(r.shape[0], n_ref)
             ref[i, :k] = r[:k]
-            out["ref_lengths"][i] = k
-            out["speaker_ids"][i] = it["speaker_id"]
-            out["language_ids"][i] = it["language_id"]
-            out["indices"][i] = it["index"]
-        out["token_lengths"][:] = tok_lens
-        out["mel_lengths"][:] = mel_lens
-        result = {k: torch.from_numpy(v) for k, v in out.items()}
-        result["stop_target"] = stop_targets(result["mel_lengths"], n_frames)
-        return result  # type: ignore[return-value]
+            ref_lens[i] = k
+            speakers[i] = it["speaker_id"]
+            languages[i] = it["language_id"]
+            indices[i] = it["index"]
+        out["token_lengths"], out["mel_lengths"] = tok_lens, mel_lens
+        out["stop_target"] = stop_targets(mel_lens, n_frames)
+        return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
