@@ -16,7 +16,6 @@ NEVER = 1.0  # a stop threshold no probability exceeds
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 def make_model(frames_per_step: int = 2, seed: int = 0) -> XTTS:
     cfg = config_from_dict({
         "audio": {"n_mels": N_MELS},

@@ -18,7 +18,6 @@ N_MELS, N_TOKENS = 16, 40
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 def small_cfg(**train):
     return config_from_dict({
         "audio": {"n_mels": N_MELS},

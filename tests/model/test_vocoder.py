@@ -17,7 +17,6 @@ CFG = AudioConfig()
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 def tone(freq_hz: float, duration_s: float = 0.5) -> torch.Tensor:
     t = torch.arange(int(duration_s * CFG.sample_rate)) / CFG.sample_rate
     return 0.5 * torch.sin(2 * math.pi * freq_hz * t)

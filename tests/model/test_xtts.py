@@ -18,7 +18,6 @@ N_MELS, N_TOKENS = 16, 40
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 def small_cfg(**model):
     m = dict(d_model=32, n_heads=2, text_layers=1, decoder_layers=2, cond_layers=1,
              cond_latents=4, prenet_dim=32, postnet_channels=16, postnet_layers=3,

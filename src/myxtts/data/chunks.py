@@ -77,7 +77,6 @@ def split_into_chunks(planned: dict[str, list[Planned]], chunk_size: int
     return out
 
 
-
 def chunk_path(work: Path, split: str, k: int) -> Path:
     return work / "chunks" / f"{split}-{k:06d}.npz"
 
@@ -110,7 +109,6 @@ def chunk_ok(path: Path, n_utterances: int, n_mels: int) -> bool:
                 and all(k in arrays for k in ("duration_s", "mel_sum", "mel_sq_sum", "rejections")))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return False
-
 
 
 def read_chunk_summary(path: Path, n_utterances: int) -> dict[str, Any]:
