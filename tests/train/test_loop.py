@@ -16,7 +16,7 @@ import torch
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import _oom_message, train
-from tests.helpers import micro_config
+from tests.helpers import MICRO_MODEL, micro_config
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
@@ -69,11 +69,8 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
            "--output-dir", str(run), "--max-steps", "400", "--set", "train.ckpt_every=1000",
            "--set", "train.val_every=1000"]
-    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
-                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
-                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
-                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
-                 "train.log_every=2", "train.synth_every=0"]:
+    for item in [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0",
+                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0"]:
         cmd += ["--set", item]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = run / "metrics.jsonl"
@@ -117,11 +114,9 @@ def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
            "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet", "--output-dir", str(run),
            "--max-steps", "6"]
-    for item in ["model.d_model=32", "model.n_heads=2", "model.text_layers=1",
-                 "model.decoder_layers=1", "model.cond_layers=1", "model.cond_latents=4",
-                 "model.prenet_dim=32", "model.postnet_channels=32", "model.postnet_layers=2",
-                 "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
-                 "train.log_every=2", "train.synth_every=0", "train.val_every=6", "train.ckpt_every=6"]:
+    for item in [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0",
+                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0",
+                 "train.val_every=6", "train.ckpt_every=6"]:
         cmd += ["--set", item]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)

@@ -239,12 +239,6 @@ class BucketBatchSampler(Sampler[list[int]]):
         ``consumed``: batches taken by the consumer from the current pass (default: the
         number yielded in it). Before any pass, it counts from the resume position.
         """
-        epoch, position = self.position(consumed)
-        return {"epoch": epoch, "position": position, **self.plan_state()}
-
-    def position(self, consumed: int | None = None) -> tuple[int, int]:
-        """``(epoch, batch position)`` where a consumer that took ``consumed`` batches of
-        the current pass (default: all yielded) continues."""
         if self._pass_epoch is None:
             epoch, base, limit = self._epoch, self._start, 0
         else:
@@ -256,7 +250,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         position = base + n
         if position >= len(self):
             epoch, position = epoch + 1, 0
-        return int(epoch), int(position)
+        return {"epoch": int(epoch), "position": int(position), **self.plan_state()}
 
     def plan_state(self) -> dict:
         """What a saved position depends on (seed, ranks, the batch plan, the lengths): the
