@@ -115,7 +115,8 @@ class Trainer:
             torch.backends.cudnn.allow_tf32 = True
         seed_everything(cfg.train.seed)
         self.record = TrainingProgress()
-        self.data = open_train_data(cfg, store, self.device, DistInfo(), None, self.record)
+        self.data = open_train_data(cfg, store, self.device, DistInfo(), None)
+        self.data.continue_from(None, self.record)
         self.initial = build_model(cfg, self.data.vocab_size, len(self.data.languages),
                                    self.data.mel_mean, self.data.mel_std).state_dict()
         self.params_m = sum(v.numel() for k, v in self.initial.items()

@@ -26,5 +26,5 @@ def micro_config(output_dir: Path, *overrides: str) -> Config:
         *MICRO_MODEL, f"train.output_dir={output_dir}", "train.tensorboard=false",
         "data.batch_frames=1200", "data.num_buckets=4", "data.num_workers=0",
         "train.warmup_steps=2", "train.log_every=2", "train.val_every=4", "train.ckpt_every=4",
-        "train.synth_every=0", *overrides,
+        "train.synth_every=0", "train.device=cpu", *overrides,
     ])

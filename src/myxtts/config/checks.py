@@ -36,7 +36,12 @@ def validate(cfg: Config) -> None:
     if not 0.0 <= dt.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), got {dt.val_fraction}")
     positive("data", dt, "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance",
-             "ref_frames", "batch_frames", "num_buckets")
+             "ref_frames", "num_buckets")
+    if dt.batch_frames != "auto":
+        positive("data", dt, "batch_frames")
+    if not 0.0 < dt.auto_memory_fraction <= 1.0:
+        raise ConfigError(f"data.auto_memory_fraction is a share of GPU memory in (0, 1], got "
+                          f"{dt.auto_memory_fraction} (0.85 leaves room for fragmentation)")
     positive("data", dt, "max_batch_size", "prefetch_batches", "min_val_utterances", allow_zero=True)
     if dt.num_workers < -1:
         raise ConfigError(f"data.num_workers must be -1 (auto) or >= 0, got {dt.num_workers}")

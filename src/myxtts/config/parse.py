@@ -29,7 +29,8 @@ def _type_name(tp: Any) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (list,):
         return f"list of {_type_name(typing.get_args(tp)[0])}"
-    return getattr(tp, "__name__", str(tp))
+    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(
+        tp, getattr(tp, "__name__", str(tp)))
 
 
 def _coerce(key: str, value: Any, tp: Any) -> Any:
@@ -48,15 +49,14 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        last: ConfigError | None = None
-        for a in args:
-            if a is type(None):
-                continue
+        options = [a for a in args if a is not type(None)]
+        for a in options:
             try:
                 return _coerce(key, value, a)
-            except ConfigError as e:
-                last = e
-        raise last or ConfigError(f"{key}: bad value {value!r}")
+            except ConfigError:
+                pass
+        expected = " or ".join(_type_name(a) for a in options)
+        raise ConfigError(f"{key}: expected {expected}, got {type(value).__name__} {value!r}")
     if origin is list:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")

@@ -68,8 +68,14 @@ class DataConfig:
     max_text_tokens: int = _f(600, "utterances with more text tokens are rejected")
     refs_per_utterance: int = _f(4, "reference clips of the same speaker recorded per utterance")
     ref_frames: int = _f(256, "frames of the reference mel crop fed to the conditioning encoder")
-    batch_frames: int = _f(12000, "frame budget of a batch: batch_size x padded mel length <= this")
-    max_batch_size: int = _f(64, "upper bound on utterances per batch (0 = only batch_frames)")
+    batch_frames: int | Literal["auto"] = _f(
+        "auto", "frame budget of a batch: batch_size x padded mel length <= this; auto = on a GPU "
+        "the largest batch per bucket that fits in auto_memory_fraction of its memory (probed "
+        "before step 1, cached in the run folder), on a CPU 12000")
+    auto_memory_fraction: float = _f(0.85, "batch_frames=auto: share of the GPU's memory a "
+                                     "bucket's worst-case step may use (the rest is headroom)")
+    max_batch_size: int = _f(64, "upper bound on utterances per batch (0 = only batch_frames "
+                             "or, with auto, the GPU's memory)")
     num_buckets: int = _f(16, "length buckets; each pads to its upper edge, bounding distinct shapes")
     num_workers: int = _f(-1, "loader worker processes; -1 picks from the CPU count")
     prefetch_batches: int = _f(2, "batches copied ahead to the training device on a side stream")
@@ -137,8 +143,14 @@ class TrainConfig:
         "auto", "auto = bf16 where the GPU supports it, fp16 + grad scaler on older GPUs, fp32 on CPU"
     )
     compile: Literal["auto", "on", "off"] = _f(
-        "auto", "torch.compile the training step: auto = on for CUDA, off on CPU (measured on CPU: "
-        "tiny compiled 0.79x eager, 85-140 s warm-up per shape); eager fallback if it fails"
+        "auto", "torch.compile each transformer block (once per block type, time axis dynamic, "
+        "cached on disk): auto = on for CUDA, off on CPU (measured on CPU: tiny compiled 0.79x "
+        "eager); eager fallback if it fails"
+    )
+    cuda_graphs: Literal["auto", "on", "off"] = _f(
+        "auto", "replay each bucket shape's whole step (forward, backward, clip, AdamW) as one "
+        "CUDA graph: no kernel-launch overhead. auto = on for single-process CUDA training in "
+        "bf16/fp32; a capture failure falls back to the plain step with one warning"
     )
     seed: int = _f(1234, "seed of weights, dropout and data order")
     device: str = _f("auto", "training device: auto, cpu, cuda, cuda:N")

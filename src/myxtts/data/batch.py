@@ -20,6 +20,12 @@ are 0.0 after their lengths; ``stop_target`` is 1.0 from the last real frame on 
 :func:`stop_targets`). Every tensor of a batch lives on one device; the host-side
 producers hand out CPU tensors and the prefetcher moves them.
 
+On the way to a GPU, ``mel`` and ``ref_mel`` travel as float16 (``FieldSpec.transfer_dtype``):
+the store keeps float16 mels, so the host only copies them (half the bytes a loader worker
+writes, a shared slot holds and PCIe carries) and the exact float16 -> float32 cast runs on
+the GPU (:func:`to_model_dtypes`, in the prefetcher). A host-side batch for a CPU run is
+float32 from the start: there the cast is free inside the collator's copy.
+
 Why a plain dict (typed as :class:`Batch`) and not a dataclass: ``torch.compile``,
 ``pin_memory``, the shared-memory slots and the prefetcher all walk dicts of tensors
 without special cases, and the typed spec gives the documentation and the checks.
@@ -42,15 +48,21 @@ PAD_MULTIPLE = 8
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """dtype, dimension names (see the module docstring) and meaning of one batch field."""
+    """dtype, dimension names (see the module docstring) and meaning of one batch field;
+    ``transfer_dtype``: a narrower dtype it may travel to the device in (None: ``dtype``)."""
 
     dtype: torch.dtype
     dims: tuple[str, ...]
     doc: str
+    transfer_dtype: torch.dtype | None = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
         return _NUMPY_DTYPES[self.dtype]
+
+    def host_dtype(self, transfer: bool) -> torch.dtype:
+        """The dtype a host-side producer writes: the transfer dtype when batches go to a GPU."""
+        return (self.transfer_dtype or self.dtype) if transfer else self.dtype
 
 
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
@@ -62,13 +74,14 @@ FIELDS: dict[str, FieldSpec] = {
     "tokens": FieldSpec(torch.int64, ("B", "L"),
                         "token ids [BOS, <lang>, characters..., EOS], PAD_ID after token_lengths"),
     "token_lengths": FieldSpec(torch.int64, ("B",), "real tokens per utterance"),
-    "mel": FieldSpec(torch.float32, ("B", "T", "M"), "raw log-mel target, 0.0 after mel_lengths"),
+    "mel": FieldSpec(torch.float32, ("B", "T", "M"), "raw log-mel target, 0.0 after mel_lengths",
+                     transfer_dtype=torch.float16),
     "mel_lengths": FieldSpec(torch.int64, ("B",), "real mel frames per utterance"),
     "stop_target": FieldSpec(torch.float32, ("B", "T"),
                              "1.0 from frame mel_lengths - 1 on (last real frame and padding)"),
     "ref_mel": FieldSpec(torch.float32, ("B", "R", "M"),
                          "raw log-mel crop of a reference clip of the same speaker, 0.0 after "
-                         "ref_lengths"),
+                         "ref_lengths", transfer_dtype=torch.float16),
     "ref_lengths": FieldSpec(torch.int64, ("B",), "real reference frames per utterance"),
     "speaker_ids": FieldSpec(torch.int64, ("B",), "index into the store's speaker list"),
     "language_ids": FieldSpec(torch.int64, ("B",), "index into the tokenizer's languages"),
@@ -110,9 +123,10 @@ class BatchShape:
         sizes = sizes or self.sizes()
         return tuple(sizes[d] for d in FIELDS[name].dims)
 
-    def nbytes(self, align: int = 1) -> int:
-        """Bytes of the whole batch, each field rounded up to ``align`` bytes."""
-        return sum(round_up(int(np.prod(self.of(name))) * spec.numpy_dtype.itemsize, align)
+    def nbytes(self, align: int = 1, transfer: bool = False) -> int:
+        """Bytes of the whole batch, each field rounded up to ``align`` bytes (``transfer``:
+        in the dtypes it travels to a GPU in)."""
+        return sum(round_up(int(np.prod(self.of(name))) * spec.host_dtype(transfer).itemsize, align)
                    for name, spec in FIELDS.items())
 
 
@@ -121,11 +135,29 @@ def round_up(x: int | np.ndarray, multiple: int) -> int | np.ndarray:
     return -(-x // multiple) * multiple
 
 
-def allocate(shape: BatchShape) -> dict[str, np.ndarray]:
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a batch field's torch dtype."""
+    return _NUMPY_DTYPES[dtype]
+
+
+def allocate(shape: BatchShape, transfer: bool = False) -> dict[str, np.ndarray]:
     """Zeroed numpy arrays for every field (``np.zeros`` is a lazily zeroed calloc, so the
-    padding costs nothing until written); a producer fills the real parts."""
+    padding costs nothing until written); a producer fills the real parts. ``transfer``: in
+    the dtypes a batch travels to a GPU in (float16 mels)."""
     sizes = shape.sizes()
-    return {name: np.zeros(shape.of(name, sizes), spec.numpy_dtype) for name, spec in FIELDS.items()}
+    return {name: np.zeros(shape.of(name, sizes), numpy_dtype(spec.host_dtype(transfer)))
+            for name, spec in FIELDS.items()}
+
+
+def to_model_dtypes(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The batch with every field in its ``FIELDS`` dtype: casts what travelled narrower
+    (float16 mels; exact) on whatever device the batch is on; other fields pass as they are."""
+    out = {}
+    for name, t in batch.items():
+        spec = FIELDS.get(name)
+        cast = spec is not None and isinstance(t, Tensor) and t.dtype != spec.dtype
+        out[name] = t.to(spec.dtype) if cast else t
+    return out
 
 
 def stop_targets(mel_lengths: Tensor | np.ndarray, n_frames: int) -> Tensor | np.ndarray:
@@ -160,9 +192,10 @@ def crop(batch: Batch, index: int, sizes: dict[str, int] | None = None) -> Batch
     return out  # type: ignore[return-value]
 
 
-def check_batch(batch: dict[str, Tensor]) -> BatchShape:
+def check_batch(batch: dict[str, Tensor], transfer: bool = False) -> BatchShape:
     """The batch's :class:`BatchShape`, after checking it against ``FIELDS``: every field
-    present, nothing else, dtypes and shapes consistent. Raises ValueError naming the field."""
+    present, nothing else, dtypes and shapes consistent (``transfer``: the dtypes a batch
+    travels to a GPU in). Raises ValueError naming the field."""
     missing, extra = sorted(set(FIELDS) - set(batch)), sorted(set(batch) - set(FIELDS))
     if missing or extra:
         raise ValueError(f"batch fields differ from data.batch.FIELDS: missing {missing}, "
@@ -170,8 +203,9 @@ def check_batch(batch: dict[str, Tensor]) -> BatchShape:
     sizes: dict[str, int] = {}
     for name, spec in FIELDS.items():
         t = batch[name]
-        if t.dtype != spec.dtype:
-            raise ValueError(f"batch field {name!r} is {t.dtype}, expected {spec.dtype}")
+        if t.dtype != spec.host_dtype(transfer):
+            raise ValueError(f"batch field {name!r} is {t.dtype}, expected "
+                             f"{spec.host_dtype(transfer)}")
         if t.dim() != len(spec.dims):
             raise ValueError(f"batch field {name!r} has shape {tuple(t.shape)}, expected "
                              f"[{', '.join(spec.dims)}]")

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.config import Config, ConfigError
-from myxtts.data.batch import FIELDS, PAD_MULTIPLE, Batch, BatchShape, round_up
+from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
 from myxtts.data.collate import Collator
 from myxtts.data.dataset import EpochBatches, StoreDataset
 from myxtts.data.sampler import BucketBatchSampler
@@ -47,9 +47,22 @@ def default_num_workers(cpus: int | None = None) -> int:
     return 0 if cpus <= 2 else min(2, cpus - 2)
 
 
+# data.batch_frames=auto: the frame budget bucket edges are planned with, and on a CPU (where
+# memory is not the limit, step time is) the budget itself. On a GPU the trainer then
+# probes each bucket's batch size (myxtts.train.budget) and rebuilds with those.
+AUTO_PLAN_FRAMES = 12000
+
+
 def pad_multiple(cfg: Config) -> int:
     """Mel frames every bucket edge is a multiple of: whole decoder steps, PAD_MULTIPLE at a time."""
     return cfg.model.frames_per_step * PAD_MULTIPLE
+
+
+def plan_frames(cfg: Config) -> int:
+    """The frame budget batches are planned with: ``data.batch_frames``, or for ``auto``
+    :data:`AUTO_PLAN_FRAMES`."""
+    bf = cfg.data.batch_frames
+    return AUTO_PLAN_FRAMES if bf == "auto" else int(bf)
 
 
 def worker_init(worker_id: int) -> None:
@@ -60,13 +73,15 @@ def worker_init(worker_id: int) -> None:
 
 
 def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, world_size: int = 1,
-                  seed: int | None = None, shuffle: bool = True) -> BucketBatchSampler:
-    """The bucket sampler for these lengths; a batch budget too small is a ConfigError."""
+                  seed: int | None = None, shuffle: bool = True,
+                  batch_sizes: list[int] | None = None) -> BucketBatchSampler:
+    """The bucket sampler for these lengths; a batch budget too small is a ConfigError.
+    ``batch_sizes``: one per bucket (the auto budget's), instead of the frame budget's."""
     try:
         return BucketBatchSampler(
-            mel_lengths, token_lengths, cfg.data.batch_frames, cfg.data.max_batch_size,
+            mel_lengths, token_lengths, plan_frames(cfg), cfg.data.max_batch_size,
             cfg.data.num_buckets, cfg.data.shuffle_seed if seed is None else seed, rank, world_size,
-            pad_multiple(cfg), shuffle)
+            pad_multiple(cfg), shuffle, batch_sizes=batch_sizes)
     except ValueError as e:
         # The sampler's message names data.batch_frames and the value to use; ConfigError
         # makes the CLI print it as one line instead of a traceback.
@@ -75,14 +90,16 @@ def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, wor
 
 def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = "train",
                  rank: int = 0, world_size: int = 1, device: str | torch.device | None = None,
-                 seed: int | None = None, shuffle: bool = True,
-                 num_workers: int | None = None) -> tuple[StoreLoader, BucketBatchSampler]:
+                 seed: int | None = None, shuffle: bool = True, num_workers: int | None = None,
+                 batch_sizes: list[int] | None = None) -> tuple[StoreLoader, BucketBatchSampler]:
     """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
 
     ``store``: an open FeatureStore or its path (opened with ``cfg``, so a store built for
     other features is refused). ``device``: where training runs; CUDA turns on pinned
-    memory. ``seed``: batch order and reference crops (default ``data.shuffle_seed``).
+    memory and float16 mels (cast back on the GPU: ``data.batch.to_model_dtypes``).
+    ``seed``: batch order and reference crops (default ``data.shuffle_seed``).
     ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`default_num_workers`).
+    ``batch_sizes``: one per bucket, replacing the frame budget's (``data.batch_frames=auto``).
     Returns ``(loader, sampler)``: call ``sampler.set_epoch`` / ``state_dict`` on the
     sampler; iterating the loader runs one epoch and advances the sampler to the next.
     """
@@ -93,13 +110,15 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                           f"set data.val_fraction > 0")
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, rank=rank,
-                            world_size=world_size, seed=seed, shuffle=shuffle)
+                            world_size=world_size, seed=seed, shuffle=shuffle,
+                            batch_sizes=batch_sizes)
     dataset = StoreDataset(store, cfg.data.ref_frames, seed)
-    collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg))
+    pin = device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
+    collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
+                        transfer=pin)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)
     if workers < 0:
         workers = default_num_workers()
-    pin = device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
     # Own generator: DataLoader draws a base seed at every iter(); from the global RNG that
     # would shift the model's dropout stream and break bit-exact resume.
     gen = torch.Generator().manual_seed(seed)
@@ -108,7 +127,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                             num_workers=0, generator=gen)
         return StoreLoader(loader, None, pin), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
-                                              cfg.data.ref_frames))
+                                              cfg.data.ref_frames, transfer=pin))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs.
     loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=slots,
                         num_workers=workers, persistent_workers=True,
@@ -133,9 +152,9 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
 # more slots than that. A sequence number in each slot's header is checked before and
 # after the copy, so a violated assumption is an error, never silently mixed data.
 
-def slot_bytes(table: Any, n_mels: int, ref_frames: int) -> int:
+def slot_bytes(table: Any, n_mels: int, ref_frames: int, transfer: bool = False) -> int:
     """Bytes of the largest batch the Collator can produce for these buckets."""
-    return max(BatchShape(batch, l_text, t_mel, ref_frames, n_mels).nbytes(_ALIGN)
+    return max(BatchShape(batch, l_text, t_mel, ref_frames, n_mels).nbytes(_ALIGN, transfer)
                for t_mel, l_text, batch in zip(table.boundaries, table.text_caps, table.batch_sizes))
 
 
@@ -232,7 +251,7 @@ class StoreLoader:
                 out = torch.empty(shape, dtype=dtype, pin_memory=True)
                 dst = out.numpy()
             else:  # numpy's allocations reuse warm heap pages (torch.empty often maps fresh ones)
-                dst = np.empty(shape, dtype=FIELDS[key].numpy_dtype)
+                dst = np.empty(shape, dtype=numpy_dtype(dtype))
                 out = torch.from_numpy(dst)
             np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
             batch[key] = out

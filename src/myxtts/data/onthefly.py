@@ -314,13 +314,14 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
                           rank: int = 0, world_size: int = 1, seed: int | None = None,
                           shuffle: bool = True, num_workers: int | None = None,
                           raw_splits: tuple[dict[str, RawSplit], Any, list[str]] | None = None,
-                          ) -> tuple[OnTheFlyLoader, Any]:
+                          batch_sizes: list[int] | None = None) -> tuple[OnTheFlyLoader, Any]:
     """Like ``build_loader`` but over a raw dataset; features on ``cfg.data.data_device``.
 
     ``tokenizer``: reuse a vocabulary (e.g. a checkpoint's); default: built from the
     dataset's cleaned texts, like prepare. ``mel_stats``: a FeatureStore or ``(mean, std)``;
     default: computed by one pass on first use of ``loader.mel_mean``. ``raw_splits``:
     the result of :func:`read_raw_splits`, to build the train and val loaders from one read.
+    ``batch_sizes``: one per bucket (the trainer's auto budget), as in ``build_loader``.
     Returns ``(loader, sampler)``.
     """
     if split not in SPLITS:
@@ -333,7 +334,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     text_lengths = np.array([len(t) for t in raw.tokens], np.int64)
     sampler = build_sampler(raw.est_frames, text_lengths, cfg, rank=rank, world_size=world_size,
-                            seed=seed, shuffle=shuffle)
+                            seed=seed, shuffle=shuffle, batch_sizes=batch_sizes)
     if isinstance(mel_stats, FeatureStore):
         mel_stats = (mel_stats.mel_mean, mel_stats.mel_std)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)

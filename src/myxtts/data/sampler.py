@@ -77,6 +77,10 @@ class BucketBatchSampler(Sampler[list[int]]):
     ``shuffle=False`` (validation): batches come in bucket order with the same members
     and fill every epoch.
 
+    ``batch_sizes``: one batch size per bucket (e.g. the largest that fits a GPU, measured by
+    the trainer's auto budget) instead of ``batch_frames // edge``; the edges themselves are
+    still planned with ``batch_frames``, so the same lengths and budget give the same buckets.
+
     Resume: ``state_dict(consumed)`` records epoch and position. ``consumed`` is the
     number of batches the consumer actually took from the *current pass* (a DataLoader
     with workers pulls indices ahead of the training loop, so "yielded" over-counts);
@@ -86,7 +90,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __init__(self, mel_lengths: np.ndarray, text_lengths: np.ndarray, batch_frames: int,
                  max_batch_size: int = 0, num_buckets: int = 10, seed: int = 0, rank: int = 0,
                  world_size: int = 1, pad_multiple: int = 8, shuffle: bool = True,
-                 fill_cost: float = 1.0) -> None:
+                 fill_cost: float = 1.0, batch_sizes: list[int] | None = None) -> None:
         super().__init__()
         mel = np.asarray(mel_lengths)
         text = np.asarray(text_lengths)
@@ -130,9 +134,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         order = np.argsort(self.bucket_of, kind="stable")
         counts = np.bincount(self.bucket_of, minlength=len(bounds))
         self._members: list[np.ndarray] = np.split(order, np.cumsum(counts)[:-1])  # sorted idx
-        sizes = self.batch_frames // bounds
-        if self.max_batch_size:
-            sizes = np.minimum(sizes, self.max_batch_size)
+        if batch_sizes is not None:  # explicit, one per bucket (the trainer's auto budget)
+            if len(batch_sizes) != len(bounds) or min(batch_sizes) < 1:
+                raise ValueError(f"batch_sizes must give each of the {len(bounds)} buckets a size "
+                                 f">= 1, got {list(batch_sizes)}")
+            sizes = np.asarray(batch_sizes, dtype=np.int64)
+        else:
+            sizes = self.batch_frames // bounds
+            if self.max_batch_size:
+                sizes = np.minimum(sizes, self.max_batch_size)
         self.boundaries: list[int] = [int(b) for b in bounds]
         self.bucket_batch_sizes: list[int] = [max(1, int(s)) for s in sizes]
         self.text_caps: list[int] = [

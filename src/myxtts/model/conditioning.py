@@ -70,12 +70,15 @@ class ConditioningEncoder(nn.Module):
         b, r, _ = ref_mel.shape
         frame_mask = lengths_to_mask(ref_lengths.clamp(min=1), r)  # [B, R]
         x = torch.nn.functional.gelu(self.conv1(ref_mel, frame_mask))  # [B, R, d]
-        x = torch.nn.functional.gelu(self.conv2(x, frame_mask))  # [B, R, d]
+        # contiguous: the conv hands back a transposed view, and the text encoder's blocks
+        # get contiguous input; one memory layout lets a compiled block serve both
+        x = torch.nn.functional.gelu(self.conv2(x, frame_mask)).contiguous()  # [B, R, d]
         attn_mask = key_mask(ref_lengths, r)  # [B, 1, 1, R]
         for layer in self.layers:
             x = layer(x, attn_mask)  # [B, R, d]
         n_latents = self.latents.shape[0]
-        latents = self.latents[None].expand(b, -1, -1)  # [B, C, d]
+        latents = self.latents[None].expand(b, -1, -1).contiguous()  # [B, C, d], real strides
+        # like the later resampler layers' input (one compiled graph for all of them)
         # Keys are [frames; latents]: latents are always real, frames masked by length.
         full_mask = torch.cat(
             [attn_mask, attn_mask.new_ones(b, 1, 1, n_latents)], dim=-1

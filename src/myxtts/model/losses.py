@@ -80,7 +80,9 @@ def loss_sums(outputs: dict[str, Tensor], batch: dict[str, Tensor], train_cfg: T
     if train_cfg.mel_l2_weight > 0:
         sums["mel_l2"] = _masked_sum((pre - target) ** 2 + (post - target) ** 2, frames)
         counts["mel_l2"] = n_frames * n_mels
-    pos_weight = torch.tensor(train_cfg.stop_pos_weight, device=target.device)
+    # new_full launches a fill kernel; torch.tensor(x, device=cuda) would copy from the host
+    # and synchronise the stream every step (and cannot be captured in a CUDA graph)
+    pos_weight = target.new_full((), train_cfg.stop_pos_weight)
     stop = F.binary_cross_entropy_with_logits(outputs["stop_logits"].float(), batch["stop_target"],
                                               pos_weight=pos_weight, reduction="none")  # [B, T]
     sums["stop"], counts["stop"] = _masked_sum(stop, frames), n_frames

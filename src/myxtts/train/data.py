@@ -4,11 +4,17 @@ Two sources, one result (:class:`TrainData`): a store folder (has ``manifest.jso
 gives memory-mapped features; anything else is read as a raw dataset and featurised on
 the fly on ``data.data_device``. On resume the checkpoint's vocabulary and mel
 statistics must match (a store) or are reused (on the fly), and the sampler continues
-mid-epoch from the checkpoint's position.
+mid-epoch from the checkpoint's position (:meth:`TrainData.continue_from`).
+
+The train loader can be rebuilt with one batch size per bucket
+(:meth:`TrainData.set_batch_sizes`): ``data.batch_frames=auto`` plans the buckets first,
+the trainer measures what fits the GPU, then the loader is built for those sizes -- before
+the data position is restored, which depends on the final batch plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +23,7 @@ import numpy as np
 import torch
 
 from myxtts.config import Config
+from myxtts.data.batch import to_model_dtypes
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
 from myxtts.train import checkpoint as ck
@@ -37,6 +44,9 @@ class TrainData:
     mel_std: np.ndarray
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
+    # builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
+    rebuild: Callable[[list[int] | None], tuple[Any, Any]] | None = None
+    source: str = ""  # the store or dataset folder, for messages
 
     @property
     def vocab_size(self) -> int:
@@ -46,31 +56,44 @@ class TrainData:
     def languages(self) -> list[str]:
         return self.tokenizer.languages
 
+    def set_batch_sizes(self, sizes: list[int]) -> None:
+        """Rebuild the train loader with one batch size per bucket of the current plan."""
+        if self.rebuild is None:
+            raise RuntimeError("this TrainData cannot be rebuilt")
+        self.loader, self.sampler = self.rebuild(sizes)
+
+    def continue_from(self, state: dict[str, Any] | None, progress: ck.TrainingProgress) -> None:
+        """With a checkpoint ``state``: its vocabulary must match, and the sampler continues
+        at ``progress``'s data position (mapped onto a changed batch plan if need be).
+        ``progress.data_plan`` is set to the sampler's plan either way."""
+        if state is not None:
+            if self.tokenizer.to_dict() != state[ck.VOCAB]:
+                raise TrainError(f"{self.source or 'the data'} has another vocabulary than the "
+                                 f"checkpoint; resume on the data the run started with, or start "
+                                 f"a new run with another --output-dir")
+            try:
+                progress.batches_consumed = self.sampler.resume(
+                    progress.data_plan, progress.epoch, progress.batches_consumed)
+            except ValueError as e:
+                raise TrainError(f"cannot continue the data order from the checkpoint: {e}") from e
+        progress.data_plan = self.sampler.plan_state()
+
 
 def is_store(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
 def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
-                    state: dict[str, Any] | None, progress: ck.TrainingProgress) -> TrainData:
-    """The run's data. With a checkpoint ``state``, its vocabulary must match and the sampler
-    continues at ``progress``'s data position (which it may map onto a changed batch plan);
-    ``progress.data_plan`` is set to the sampler's plan either way."""
+                    state: dict[str, Any] | None) -> TrainData:
+    """The run's data, batched as the config plans it. ``state`` (a checkpoint) supplies the
+    vocabulary and mel statistics on the fly. Call :meth:`TrainData.continue_from` once the
+    batch plan is final."""
     path = Path(data_path)
     if not path.exists():
         raise TrainError(f"{path} does not exist: pass a store from `myxtts prepare` or a dataset folder")
     data = _from_store(cfg, path, device, dist) if is_store(path) else \
         _on_the_fly(cfg, path, device, dist, state)
-    if state is not None:
-        if data.tokenizer.to_dict() != state[ck.VOCAB]:
-            raise TrainError(f"{path} has another vocabulary than the checkpoint; resume on the data "
-                             f"the run started with, or start a new run with another --output-dir")
-        try:
-            progress.batches_consumed = data.sampler.resume(
-                progress.data_plan, progress.epoch, progress.batches_consumed)
-        except ValueError as e:
-            raise TrainError(f"cannot continue the data order from the checkpoint: {e}") from e
-    progress.data_plan = data.sampler.plan_state()
+    data.source = str(path)
     _pick_synth_batch(cfg, data)
     return data
 
@@ -79,15 +102,19 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
     from myxtts.data.loader import build_loader
 
     train_store = FeatureStore.open(path, "train", cfg)
-    loader, sampler = build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
-                                   device=device)
+
+    def rebuild(sizes: list[int] | None) -> tuple[Any, Any]:
+        return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
+                            device=device, batch_sizes=sizes)
+
+    loader, sampler = rebuild(None)
     val_loader = val_sampler = None
     val_store = FeatureStore.open(path, "val", cfg)
     if len(val_store) > 0:
         val_loader, val_sampler = build_loader(val_store, cfg, split="val", device=device,
                                                seed=VAL_SEED, shuffle=False, num_workers=0)
     return TrainData(loader, sampler, val_loader, val_sampler, train_store.tokenizer,
-                     train_store.mel_mean, train_store.mel_std)
+                     train_store.mel_mean, train_store.mel_std, rebuild=rebuild)
 
 
 def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
@@ -102,12 +129,18 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
     loader, sampler = build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=stats,
                                             rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
     mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio if not resuming
+
+    def rebuild(sizes: list[int] | None) -> tuple[Any, Any]:
+        return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),
+                                     rank=dist.rank, world_size=dist.world_size, raw_splits=raw,
+                                     batch_sizes=sizes)
+
     val_loader = val_sampler = None
     if raw[0]["val"].paths:
         val_loader, val_sampler = build_onthefly_loader(
             path, cfg, split="val", tokenizer=raw[1], mel_stats=(mean, std), seed=VAL_SEED,
             shuffle=False, num_workers=0, raw_splits=raw)
-    return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std)
+    return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std, rebuild=rebuild)
 
 
 def _pick_synth_batch(cfg: Config, data: TrainData) -> None:
@@ -119,5 +152,6 @@ def _pick_synth_batch(cfg: Config, data: TrainData) -> None:
     batch = next(iter(data.val_loader))
     data.val_sampler.set_epoch(0)
     n = min(n, batch["tokens"].shape[0])
-    data.synth_batch = {k: v[:n].cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    data.synth_batch = to_model_dtypes({k: v[:n].cpu() for k, v in batch.items()
+                                        if isinstance(v, torch.Tensor)})
     data.synth_names = [f"utt{int(i)}" for i in data.synth_batch["indices"]]

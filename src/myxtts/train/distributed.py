@@ -34,12 +34,15 @@ class DistInfo:
             tdist.destroy_process_group()
 
 
-def init_distributed() -> DistInfo:
+def init_distributed(device: str = "auto") -> DistInfo:
+    """The process group torchrun asked for (none without it). ``device`` is
+    ``train.device``: ``cpu`` trains on the CPU (gloo) even where GPUs are visible; anything
+    else uses this rank's GPU (NCCL) when CUDA is available."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return DistInfo()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
         backend = "nccl"

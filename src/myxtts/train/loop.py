@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from myxtts.config import Config, config_from_dict, resolve_device, save_config
-from myxtts.data.batch import Batch
+from myxtts.data.batch import Batch, BatchShape, to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
@@ -30,7 +30,7 @@ from myxtts.train.data import TrainData, open_train_data
 from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep, resolve_compile
+from myxtts.train.step import TrainStep, resolve_compile, resolve_graphs, resolve_precision
 from myxtts.train.validate import synthesize_samples, validation_loss
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
-    dist = init_distributed()
+    dist = init_distributed(cfg.train.device)
     device = dist.device if dist.enabled else resolve_device(cfg.train.device, "train.device")
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
@@ -112,18 +112,24 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         torch.backends.cudnn.allow_tf32 = True
 
     seed_everything(cfg.train.seed + dist.rank)
-    data = open_train_data(cfg, data_path, device, dist, state, record)
+    data = open_train_data(cfg, data_path, device, dist, state)
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
     opt, fused = build_optimizer(model, cfg.train)
     sched = build_scheduler(opt, cfg.train)
+    graphs = resolve_graphs(cfg.train.cuda_graphs, device,
+                            resolve_precision(cfg.train.precision, device), dist.enabled, fused)
     step_fn = TrainStep(model, opt, sched, cfg, device, fused,
                         compile_model=resolve_compile(cfg.train.compile, device),
                         ddp_model=wrap_ddp(model, dist))
     if state is not None:
         ck.restore(state, model, opt, sched, step_fn.scaler)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
+    _fit_batches(step_fn, data, cfg, dist, out)
+    data.continue_from(state, record)
+    if step_fn.compiled or graphs:
+        _warm_up(step_fn, data, cfg, dist, graphs)
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.yaml")
@@ -131,9 +137,9 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     logger = build_logger(out, dist.rank, cfg.train.tensorboard)
     n_params = sum(p.numel() for p in model.parameters())
     if dist.rank == 0:
-        log.info("model %s: %.2f M parameters on %s, precision %s, compile %s, %d train batches/epoch",
+        log.info("model %s: %.2f M parameters on %s, precision %s, %s step, %d train batches/epoch",
                  cfg.model.preset, n_params / 1e6, device, str(step_fn.dtype).replace("torch.", ""),
-                 step_fn.compiled, len(data.sampler))
+                 step_fn.mode, len(data.sampler))
     ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, record)
     finished = False
     try:
@@ -145,6 +151,44 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     finally:
         logger.close()
         dist.close(wait_for_all=finished)
+
+
+def _shapes(sampler: Any, cfg: Config) -> list[BatchShape]:
+    """Each bucket's padded batch shape, in bucket order."""
+    return [BatchShape(b, l_text, t_mel, cfg.data.ref_frames, cfg.audio.n_mels)
+            for b, l_text, t_mel in zip(sampler.bucket_batch_sizes, sampler.text_caps,
+                                        sampler.boundaries)]
+
+
+def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
+                 out: Path) -> None:
+    """``data.batch_frames=auto`` on a GPU: measure each bucket's largest batch (or read the
+    run folder's cache) and rebuild the train loader with those sizes."""
+    if cfg.data.batch_frames != "auto" or step_fn.device.type != "cuda":
+        return
+    from myxtts.train.budget import auto_batch_sizes
+
+    planned = _shapes(data.sampler, cfg)
+    echo = log.info if dist.rank == 0 else (lambda _: None)
+    sizes = auto_batch_sizes(step_fn, planned, [s.batch for s in planned], cfg, out,
+                             data.vocab_size, len(data.languages), dist, echo=echo)
+    data.set_batch_sizes(sizes)
+
+
+def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
+             graphs: bool) -> None:
+    """Every bucket shape before step 1: compile and capture now, with a progress line per
+    shape, instead of pausing the run later (``train.warmup``)."""
+    from myxtts.train.graphs import CudaCapture
+    from myxtts.train.warmup import warm_up
+
+    shapes = sorted(set(_shapes(data.sampler, cfg)), key=lambda s: s.frames)
+    echo = log.info if dist.rank == 0 else (lambda _: None)
+    report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
+                     capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
+    echo(f"warm-up: {len(shapes)} bucket shapes in {report.seconds:.1f} s "
+         f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
+         f"as CUDA graphs); {step_fn.mode} step")
 
 
 class BatchStream:
@@ -163,7 +207,7 @@ class BatchStream:
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
         while True:  # each pass starts where the sampler stands: the record's position
             for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
-                                          self.cfg.data.prefetch_batches):
+                                          self.cfg.data.prefetch_batches, to_model_dtypes):
                 self.record.batches_consumed += 1
                 yield batch, batch.pop("real_frames")
             self.record.epoch += 1
@@ -281,8 +325,13 @@ def _with_frames(loader: Any) -> Iterator[dict[str, Any]]:
 def _oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
     b = micro[0]
     bsz, t_frames = b["mel"].shape[0], b["mel"].shape[1]
+    where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "
+             f"tokens, data.batch_frames={cfg.data.batch_frames})")
+    if cfg.data.batch_frames == "auto":  # measured to fit: something else took memory
+        fraction = round(cfg.data.auto_memory_fraction - 0.15, 2)
+        return (f"out of GPU memory on {where}, although every bucket's worst case fitted "
+                f"before step 1 (another process on the GPU?); try --set "
+                f"data.auto_memory_fraction={fraction} (the sizes are measured again)")
     suggest = int(cfg.data.batch_frames * 0.7)
-    return (f"out of GPU memory on a batch of {bsz} utterances x {t_frames} frames "
-            f"(text {b['tokens'].shape[1]} tokens, data.batch_frames={cfg.data.batch_frames}); "
-            f"try --batch-frames {suggest} or --set train.grad_accum_steps="
-            f"{cfg.train.grad_accum_steps * 2} with a smaller batch")
+    return (f"out of GPU memory on {where}; try --batch-frames {suggest} or --set "
+            f"train.grad_accum_steps={cfg.train.grad_accum_steps * 2} with a smaller batch")

@@ -4,6 +4,14 @@ Everything the host would want to read (losses, grad norm, non-finite counts) is
 accumulated into device tensors and read by ``TrainStep.read()`` at log intervals
 only. A non-finite step is skipped on the device: fused AdamW takes a ``found_inf``
 flag (the GradScaler's own mechanism), so the host never has to look at the loss.
+
+Three ways to run the same step: eager; with the transformer blocks compiled
+(``train.compile``, see ``train.compile``); and replayed as CUDA graphs per bucket shape
+(``train.cuda_graphs``, see ``train.graphs``). For the last, the step keeps two rules that
+the other modes do not need but do not mind: every tensor it writes (parameters, gradients,
+AdamW state, loss sums, counters) is updated IN PLACE -- a graph replays kernels on fixed
+addresses, so a tensor rebound in Python would silently stop updating -- and nothing inside
+reads a device value on the host. ``tests/train/test_graphs.py`` checks both on the CPU.
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ from typing import Any
 
 import torch
 
-from myxtts.config import Config
+from myxtts.config import Config, ConfigError
 from myxtts.model.losses import compute_losses
+from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +44,75 @@ def resolve_compile(mode: str, device: torch.device) -> bool:
     return mode == "on" or (mode == "auto" and device.type == "cuda")
 
 
+def resolve_graphs(mode: str, device: torch.device, dtype: torch.dtype, distributed: bool,
+                   fused: bool) -> bool:
+    """Whether to capture the step as CUDA graphs (``train.cuda_graphs``). ``auto``: on a
+    CUDA device for a single process in bf16/fp32 with fused AdamW; ``on`` where that is
+    impossible is an error naming the reason (DDP's gradient hooks and fp16's loss scaler
+    are not captured; the non-fused optimizer reads the skip flag on the host)."""
+    why = None
+    if device.type != "cuda":
+        why = f"training runs on {device.type}"
+    elif distributed:
+        why = "several processes (DDP) train"
+    elif dtype == torch.float16:
+        why = "train.precision is fp16 (its grad scaler steps on the host)"
+    elif not fused:
+        why = "fused AdamW is unavailable"
+    if why is None:
+        return mode != "off"
+    if mode == "on":
+        raise ConfigError(f"train.cuda_graphs=on but {why}; use --set train.cuda_graphs=auto")
+    return False
+
+
 class TrainStep:
+    """Call with a list of ``grad_accum_steps`` device batches: one optimizer step.
+
+    ``model``: the raw module (for saving); ``ddp_model`` wraps it when distributed.
+    ``compile_model``: compile the transformer blocks (``train.compile``); ``compile_backend``
+    is torch.compile's backend (tests count graphs with their own). ``graphs``: a
+    ``train.graphs.StepGraphs`` replays captured shapes (set by the warm-up).
+    """
+
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, cfg: Config, device: torch.device, fused: bool,
-                 compile_model: bool, ddp_model: torch.nn.Module | None = None):
-        self.model = model  # the raw module (for saving); ddp_model wraps it when distributed
+                 compile_model: bool, ddp_model: torch.nn.Module | None = None,
+                 compile_backend: str | None = None):
+        self.model = model
         self.runner = ddp_model or model
         self.opt, self.sched, self.cfg, self.device, self.fused = optimizer, scheduler, cfg, device, fused
         self.dtype = resolve_precision(cfg.train.precision, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.compiled = False
-        self._loss_fn = self._forward_loss
+        self._blocks: list[torch.nn.Module] = []
         if compile_model:
-            self._setup_compile()
+            try:
+                self._blocks = compile_blocks(model, compile_backend)
+            except Exception as e:  # pragma: no cover - depends on the platform
+                log.warning("torch.compile unavailable (%s); training eagerly", e)
+        self.graphs: Any = None  # train.graphs.StepGraphs once shapes are captured
         z = lambda: torch.zeros((), device=device)  # noqa: E731
         self.nonfinite_total, self.nonfinite_run, self.nonfinite_peak = z(), z(), z()
-        self._sums: dict[str, torch.Tensor] = {}
-        self._n = 0
+        self._loss_total = z()  # this step's summed micro-batch losses: the non-finite check
+        self._found_inf = z()  # 1.0 skips the AdamW update (read by the fused kernel)
+        self._grad_norm_sum = z()
+        self._sums: dict[str, torch.Tensor] = {}  # per loss term, since the last read
+        self._n = 0  # steps since the last read (host-side)
         # scheduled-sampling probability lives on the device: changing it never recompiles
+        # nor re-captures
         self.self_feed = z() if cfg.train.self_feed > 0 else None
 
-    # ------------------------------------------------------------------ compile
+    @property
+    def compiled(self) -> bool:
+        return bool(self._blocks)
+
+    @property
+    def mode(self) -> str:
+        """How the step runs now: ``graphed``, ``compiled`` or ``eager``."""
+        return "graphed" if self.graphs is not None else "compiled" if self.compiled else "eager"
+
+    # ------------------------------------------------------------------ forward
     def _forward_loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.self_feed is None or not self.model.training:  # validation: pure teacher forcing
             out = self.runner(batch)
@@ -72,82 +128,105 @@ class TrainStep:
         ramp = max(1, t.self_feed_after)
         return t.self_feed * min(1.0, max(0.0, (step - t.self_feed_after) / ramp))
 
-    def _setup_compile(self) -> None:
-        try:
-            import torch._dynamo as dynamo
-
-            # one graph per bucket shape (x2 for train/eval mode) plus headroom
-            limit = max(8, 2 * self.cfg.data.num_buckets + 4)
-            for name in ("recompile_limit", "cache_size_limit"):
-                if hasattr(dynamo.config, name):
-                    setattr(dynamo.config, name, limit)
-            self._loss_fn = torch.compile(self._forward_loss, dynamic=False)
-            self.compiled = True
-        except Exception as e:  # pragma: no cover - depends on the platform
-            log.warning("torch.compile unavailable (%s); training eagerly", e)
+    def disable_compile(self, reason: str) -> None:
+        """Back to eager blocks, with one warning naming the cause."""
+        if self._blocks:
+            log.warning("compiled step failed (%s); falling back to eager", reason)
+            uncompile_blocks(self._blocks)
+            self._blocks = []
 
     def loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        ctx = (torch.autocast(self.device.type, dtype=self.dtype)
-               if self.dtype != torch.float32 else contextlib.nullcontext())
+        """The loss dict of one batch under the run's precision (validation calls it too, in
+        eval mode, where the blocks run eagerly: see ``train.compile.eager_blocks``)."""
+        ctx = contextlib.ExitStack()
+        if self.dtype != torch.float32:
+            # No autocast weight-cast cache while graphs may capture: a cached cast made
+            # inside a capture would outlive it in the graph's memory pool.
+            ctx.enter_context(torch.autocast(self.device.type, dtype=self.dtype,
+                                             cache_enabled=self.graphs is None))
+        if self._blocks and not self.model.training:
+            ctx.enter_context(eager_blocks(self._blocks))
         with ctx:
             try:
-                return self._loss_fn(batch)
+                return self._forward_loss(batch)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as e:
                 if not self.compiled:
                     raise
-                log.warning("compiled step failed (%s: %s); falling back to eager",
-                            type(e).__name__, str(e).splitlines()[0][:200])
-                self._loss_fn, self.compiled = self._forward_loss, False
-                return self._loss_fn(batch)
+                self.disable_compile(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                return self._forward_loss(batch)
 
     # ------------------------------------------------------------------ the step
     def __call__(self, batches: list[dict[str, torch.Tensor]]) -> None:
         """Forward/backward each micro-batch, then one clipped, possibly skipped, update."""
-        n = len(batches)
         if self.self_feed is not None:  # a kernel launch with a scalar, not a host sync
             self.self_feed.fill_(self.self_feed_probability(self.sched.last_epoch))
-        loss_total = torch.zeros((), device=self.device)
+        if self.graphs is not None and self.graphs.ready(batches):
+            self.graphs.replay(batches)
+        else:
+            self.run(batches)
+        self._n += 1
+        self.sched.step()
+
+    def run(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        """The step's device work, without the host bookkeeping of ``__call__`` (schedule,
+        read-back counts): what a warm-up or a memory probe runs, and what graphs capture."""
+        n = len(batches)
         for i, batch in enumerate(batches):
-            sync_ctx = contextlib.nullcontext()
-            if i < n - 1 and hasattr(self.runner, "no_sync"):
-                sync_ctx = self.runner.no_sync()  # DDP: all-reduce only on the last micro-batch
-            with sync_ctx:
-                losses = self.loss(batch)
-                self.scaler.scale(losses["loss"] / n).backward()
-            for k, v in losses.items():
-                v = v.detach().float()
-                self._sums[k] = self._sums[k] + v if k in self._sums else v.clone()
-            loss_total = loss_total + losses["loss"].detach().float()
+            self.micro(batch, n, last=i == n - 1)
+        self.update()
+
+    def micro(self, batch: dict[str, torch.Tensor], n_micro: int, last: bool = True) -> None:
+        """Forward + backward of one of ``n_micro`` micro-batches (loss / n_micro), gradients
+        accumulating into ``.grad``; its losses are added to the running sums."""
+        sync_ctx = contextlib.nullcontext()
+        if not last and hasattr(self.runner, "no_sync"):
+            sync_ctx = self.runner.no_sync()  # DDP: all-reduce only on the last micro-batch
+        with sync_ctx:
+            losses = self.loss(batch)
+            self.scaler.scale(losses["loss"] / n_micro).backward()
+        for k, v in losses.items():
+            v = v.detach().float()
+            if k in self._sums:
+                self._sums[k].add_(v)
+            else:  # first step only: allocated before any graph is captured
+                self._sums[k] = v.clone()
+        self._loss_total.add_(losses["loss"].detach().float())
+
+    def update(self) -> None:
+        """Clip, skip-or-apply AdamW, zero the gradients (in place: they stay allocated),
+        advance the counters."""
         self.scaler.unscale_(self.opt)
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
-        bad = ~torch.isfinite(loss_total)
+        bad = ~torch.isfinite(self._loss_total)
         if self.dtype != torch.float16:  # fp16 overflow in grads is the scaler's business
             bad = bad | ~torch.isfinite(grad_norm)
+        self._found_inf.copy_(bad)
         if self.scaler.is_enabled():
             self.scaler.step(self.opt)
         elif self.fused:
-            self.opt.found_inf = bad.float()  # type: ignore[attr-defined]
+            self.opt.found_inf = self._found_inf  # type: ignore[attr-defined]
             self.opt.step()
             del self.opt.found_inf  # type: ignore[attr-defined]
         elif not bool(bad):  # pragma: no cover - non-fused fallback pays one sync
             self.opt.step()
         self.scaler.update()
-        self.opt.zero_grad(set_to_none=True)
-        self.sched.step()
-        badf = bad.float()
-        self.nonfinite_total += badf
-        self.nonfinite_run = (self.nonfinite_run + badf) * badf
-        self.nonfinite_peak = torch.maximum(self.nonfinite_peak, self.nonfinite_run)
-        gn = torch.where(torch.isfinite(grad_norm), grad_norm.float(), torch.zeros_like(grad_norm.float()))
-        self._sums["grad_norm"] = self._sums.get("grad_norm", torch.zeros((), device=self.device)) + gn
-        self._n += 1
+        self.opt.zero_grad(set_to_none=False)
+        bad_f = self._found_inf
+        self.nonfinite_total.add_(bad_f)
+        self.nonfinite_run.add_(bad_f).mul_(bad_f)
+        torch.maximum(self.nonfinite_peak, self.nonfinite_run, out=self.nonfinite_peak)
+        gn = grad_norm.float()
+        self._grad_norm_sum.add_(torch.where(torch.isfinite(gn), gn, torch.zeros_like(gn)))
+        self._loss_total.zero_()
 
+    # ------------------------------------------------------------------ read-back
     def nonfinite_counts(self) -> tuple[int, int]:
         """(non-finite steps in total, in a row now): what a checkpoint records (a host sync)."""
-        return int(self.nonfinite_total.item()), int(self.nonfinite_run.item())
+        total, run = torch.stack([self.nonfinite_total, self.nonfinite_run]).tolist()
+        return int(total), int(run)
 
     def load_nonfinite_counts(self, total: int, in_row: int) -> None:
         """Continue the counts of a checkpoint (``nonfinite_counts``) after a restart."""
@@ -155,20 +234,28 @@ class TrainStep:
         self.nonfinite_run.fill_(in_row)
         self.nonfinite_peak.fill_(in_row)
 
+    def clear_sums(self) -> None:
+        """Forget what was accumulated since the last read (in place)."""
+        for t in (*self._sums.values(), self._grad_norm_sum, self._loss_total):
+            t.zero_()
+        self._n = 0
+
     def read(self) -> dict[str, float]:
         """Means since the last read. This is the (only) host sync of the loop."""
         if self._n == 0:
             return {}
         keys = sorted(self._sums)
-        values = torch.stack([self._sums[k] for k in keys]).cpu().tolist()
-        out = {k: v / self._n / (1 if k == "grad_norm" else self.cfg.train.grad_accum_steps)
-               for k, v in zip(keys, values)}
-        out["nonfinite_steps"] = float(self.nonfinite_total.item())
-        out["nonfinite_run_peak"] = float(self.nonfinite_peak.item())
+        tensors = [self._sums[k] for k in keys]
+        tensors += [self._grad_norm_sum, self.nonfinite_total, self.nonfinite_peak]
+        *values, grad_norm, total, peak = torch.stack(tensors).cpu().tolist()
+        accum = self.cfg.train.grad_accum_steps
+        out = {k: v / self._n / accum for k, v in zip(keys, values)}
+        out["grad_norm"] = grad_norm / self._n
+        out["nonfinite_steps"] = float(total)
+        out["nonfinite_run_peak"] = float(peak)
         out["lr"] = self.sched.get_last_lr()[0]
         if self.scaler.is_enabled():
             out["loss_scale"] = float(self.scaler.get_scale())
-        self._sums.clear()
-        self._n = 0
+        self.clear_sums()
         self.nonfinite_peak.copy_(self.nonfinite_run)
         return out

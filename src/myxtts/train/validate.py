@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from myxtts.config import Config
+from myxtts.data.batch import to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any,
     model.eval()
     sums: dict[str, torch.Tensor] = {}
     n = 0
-    for batch in DevicePrefetcher(val_loader, device, 2):
+    for batch in DevicePrefetcher(val_loader, device, 2, to_model_dtypes):
         losses = step_fn.loss(batch)
         for k, v in losses.items():
             v = v.detach().float()

@@ -1,0 +1,249 @@
+"""``data.batch_frames: auto``: the largest batch per bucket that fits the GPU, found before
+step 1, so a run never runs out of memory at step 10,000 on an unlucky batch.
+
+Why per bucket: a step's memory grows faster than its frames (attention is quadratic in
+length), so one frame budget for every bucket is either wasteful for short utterances or
+too much for long ones. Why measured: activation memory depends on the model, precision,
+compile mode, torch version and GPU in ways no formula tracks.
+
+How: bucket by bucket, longest first, the bucket's worst case (``warmup.worst_case_batch``:
+every utterance at the padded shape) runs a full step -- forward, backward, clip, AdamW, in
+the run's precision and compile mode -- at batch sizes found by doubling, then bisection
+(:func:`largest_fitting`). A size fits when the step does not run out of memory and its
+peak allocation stays within ``data.auto_memory_fraction`` of the device's memory; an
+out-of-memory error is caught and the size lowered. Sizes are capped by
+``data.max_batch_size``. The steps run on the real model inside a ``StateSnapshot``, so
+training starts untouched. Under DDP each rank measures without DDP's hooks (ranks may need
+different numbers of tries) and all take the smallest size per bucket.
+
+The answer is cached in the run folder (``auto_batch.json``), keyed by everything it depends
+on (GPU model and memory, model config, precision, compile and graph modes, torch version,
+the bucket shapes, the memory share, the cap): a restart reuses it; anything else measures
+again, with one line naming what changed.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.system import atomic_write
+from myxtts.train.errors import TrainError
+from myxtts.train.warmup import StateSnapshot, worst_case_batch
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "auto_batch.json"
+UNCAPPED = 4096  # the doubling's ceiling when data.max_batch_size = 0
+BISECT_TOLERANCE = 1 / 16  # stop bisecting within ~6 % of the largest fitting size
+GIB = 2**30
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int, cap: int) -> int:
+    """Largest ``b`` in [1, cap] with ``fits(b)`` (assumed true up to some size, false
+    above), or 0 if not even 1 fits. Doubles from ``start`` until a size fails (or the cap
+    fits), then bisects between the last fit and the first failure until they are within
+    :data:`BISECT_TOLERANCE`; ``fits`` runs O(log) times, never twice on one size."""
+    b = min(max(1, start), cap)
+    if fits(b):
+        lo, hi = b, None
+        while lo < cap:
+            b = min(2 * lo, cap)
+            if not fits(b):
+                hi = b
+                break
+            lo = b
+        if hi is None:
+            return lo
+    else:
+        lo, hi = 0, b
+    while hi - lo > max(1, int(lo * BISECT_TOLERANCE)):
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class CudaMemory:
+    """What the probe needs to know about a CUDA device's memory (tests pass a stand-in)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        props = torch.cuda.get_device_properties(device)
+        self.name, self.total = props.name, int(props.total_memory)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        torch.cuda.synchronize(self.device)
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+    def release(self) -> None:
+        gc.collect()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class Probe:
+    """Runs a bucket's worst case through ``step`` at a given batch size: ``fits(shape)``.
+    ``peaks`` remembers the peak bytes of every size that ran."""
+
+    step: Any
+    memory: Any
+    limit: int
+    n_tokens: int
+    n_languages: int
+
+    def __post_init__(self) -> None:
+        self.peaks: dict[BatchShape, int] = {}
+
+    def fits(self, shape: BatchShape) -> bool:
+        self.memory.reset_peak()
+        failed = False
+        try:
+            batch = worst_case_batch(shape, self.n_tokens, self.n_languages, self.step.device)
+            self.step.run([batch])
+            self.peaks[shape] = self.memory.peak()
+        except torch.cuda.OutOfMemoryError:
+            failed = True  # handled outside the except block: its traceback holds tensors
+        batch = None
+        if failed:
+            self.step.opt.zero_grad(set_to_none=False)
+            self.memory.release()
+            return False
+        return self.peaks[shape] <= self.limit
+
+
+def cache_key(step: Any, memory: Any, shapes: list[BatchShape], cfg: Any, distributed: bool
+              ) -> dict[str, Any]:
+    """Everything the measured sizes depend on."""
+    return {"gpu": memory.name, "gpu_memory_bytes": memory.total, "torch": torch.__version__,
+            "model": _plain(cfg.model), "precision": str(step.dtype).replace("torch.", ""),
+            "step": "compiled" if step.compiled else "eager",
+            "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
+            "memory_fraction": cfg.data.auto_memory_fraction,
+            "max_batch_size": cfg.data.max_batch_size,
+            "buckets": [[s.frames, s.text, s.ref_frames, s.n_mels] for s in shapes]}
+
+
+def _plain(section: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(section)
+
+
+def read_cache(path: Path, key: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+    """``(sizes, None)`` if ``path`` holds sizes measured under ``key``; else ``(None,
+    reason)`` (None reason: no cache yet)."""
+    if not path.is_file():
+        return None, None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        old, sizes = saved["key"], [int(s) for s in saved["batch_sizes"]]
+    except (ValueError, KeyError, TypeError) as e:
+        return None, f"{path} cannot be read ({type(e).__name__}: {e})"
+    for name, value in key.items():
+        if old.get(name) != value:
+            return None, (f"{path} was measured with {name} = {_short(old.get(name))}, this run "
+                          f"has {_short(value)}")
+    if len(sizes) != len(key["buckets"]):
+        return None, f"{path} has {len(sizes)} sizes for {len(key['buckets'])} buckets"
+    return sizes, None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def write_cache(path: Path, key: dict[str, Any], sizes: list[int], peaks: list[int | None]) -> None:
+    blob = {"key": key, "batch_sizes": sizes,
+            "peak_gib": [None if p is None else round(p / GIB, 3) for p in peaks]}
+    atomic_write(path, json.dumps(blob, indent=1) + "\n")
+
+
+def format_table(shapes: list[BatchShape], sizes: list[int], peaks: list[int | None],
+                 header: str) -> str:
+    lines = [header, f"{'bucket':>6} {'T_mel':>6} {'L_text':>6} {'batch':>6} {'frames':>7} "
+                     f"{'peak GiB':>8}"]
+    for k, (s, b, p) in enumerate(zip(shapes, sizes, peaks)):
+        peak = "-" if p is None else f"{p / GIB:.1f}"
+        lines.append(f"{k:>6} {s.frames:>6} {s.text:>6} {b:>6} {b * s.frames:>7} {peak:>8}")
+    return "\n".join(lines)
+
+
+def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap: int,
+            describe: str) -> tuple[list[int], list[int | None]]:
+    """Per bucket (longest first) the largest fitting batch size and its peak bytes. The
+    next shorter bucket starts its search at the frames the longer one fitted."""
+    sizes: list[int] = [0] * len(shapes)
+    peaks: list[int | None] = [None] * len(shapes)
+    frames_fitted = None
+    with StateSnapshot(probe.step):
+        for k in sorted(range(len(shapes)), key=lambda i: shapes[i].frames, reverse=True):
+            s = shapes[k]
+            start = start_sizes[k] if frames_fitted is None else max(1, frames_fitted // s.frames)
+            b = largest_fitting(lambda n, s=s: probe.fits(replace(s, batch=n)), start, cap)
+            if b == 0:
+                raise TrainError(
+                    f"bucket {k} ({s.frames} mel frames, {s.text} text tokens): not even one "
+                    f"utterance fits in {describe}; lower data.max_duration_s, use a smaller "
+                    f"--model-size, or raise data.auto_memory_fraction (now "
+                    f"{probe.limit / max(1, probe.memory.total):.2f})")
+            sizes[k], peaks[k] = b, probe.peaks.get(replace(s, batch=b))
+            frames_fitted = b * s.frames
+    probe.memory.release()
+    return sizes, peaks
+
+
+def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
+                     run_dir: Path, n_tokens: int, n_languages: int, dist: Any,
+                     memory: Any = None, echo: Callable[[str], None] = log.info) -> list[int]:
+    """The batch size of every bucket (``shapes``: each bucket's padded shape, batch
+    ignored; ``start_sizes``: where each search starts, e.g. the planning budget's sizes):
+    from ``run_dir``'s cache when it matches, else measured. Under DDP (``dist.enabled``)
+    the ranks agree on the smallest size per bucket. Prints the per-bucket table."""
+    memory = memory or CudaMemory(step.device)
+    cap = cfg.data.max_batch_size or UNCAPPED
+    limit = int(cfg.data.auto_memory_fraction * memory.total)
+    describe = (f"{cfg.data.auto_memory_fraction:.0%} of {memory.name} "
+                f"({memory.total / GIB:.1f} GiB) with the {cfg.model.preset} preset in "
+                f"{str(step.dtype).replace('torch.', '')}")
+    key = cache_key(step, memory, shapes, cfg, dist.enabled)
+    path = run_dir / CACHE_NAME
+    sizes, reason = read_cache(path, key)
+    peaks: list[int | None] = [None] * len(shapes)
+    measured = sizes is None
+    if measured:
+        if reason:
+            echo(f"auto batch sizes: {reason}; measuring again")
+        echo(f"auto batch sizes: measuring each bucket's worst case on {describe}")
+        probe = Probe(step, memory, limit, n_tokens, n_languages)
+        runner = step.runner
+        step.runner = step.model  # without DDP's all-reduce: ranks try different sizes
+        try:
+            sizes, peaks = measure(probe, shapes, start_sizes, cap, describe)
+        finally:
+            step.runner = runner
+    if dist.enabled:
+        agreed = torch.tensor(sizes, dtype=torch.int64, device=step.device)
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN)
+        sizes = [int(s) for s in agreed.tolist()]
+    if measured and dist.rank == 0:
+        write_cache(path, key, sizes, peaks)
+    source = "measured" if measured else f"from {path}"
+    echo(format_table(shapes, sizes, peaks, f"auto batch sizes ({source}; {describe}, cap "
+                                            f"{cap} utterances):"))
+    return sizes

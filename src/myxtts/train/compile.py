@@ -1,0 +1,127 @@
+"""Regional ``torch.compile``: each transformer block compiled once per block type, not the
+whole model once per bucket shape.
+
+Why: compiling the whole training step cost 74 s per bucket shape cold on an H100 (issue #9:
+LJSpeech's 16 shapes are ~20 minutes before the first fast step). The model is a stack of a
+few repeated block types (``EncoderLayer`` in the text and reference encoders,
+``ResamplerLayer``, ``DecoderLayer``); with parameters traced as inputs (torch's
+``inline_inbuilt_nn_modules``, the default since 2.5) every instance of a type reuses one
+compiled graph, and with ``dynamic=True`` the batch and sequence axes are symbolic from the
+first compile (the model width is pinned by the weights), so all bucket shapes share it too:
+one graph per block type for the whole run (``tests/train/test_compile.py`` counts them)
+instead of one whole-model graph per shape. (torch's default, automatic dynamic shapes,
+compiles a static graph first and a dynamic one per newly varying axis: 2-3 per type.)
+The glue between blocks (embeddings, prenet, postnet, losses) stays eager: its launches
+vanish in the CUDA graph of the whole step (``train.graphs``). Blocks run eagerly in eval
+mode (:func:`eager_blocks`): validation is a small forward pass every few hundred steps,
+not worth a second set of compiled graphs.
+
+Compiled code is cached on disk (:func:`configure_compile_cache`: inductor's FX-graph,
+AOTAutograd and Triton caches in a stable user folder), so a restart with the same model,
+shapes and torch mostly loads instead of compiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from myxtts.model.conditioning import ResamplerLayer
+from myxtts.model.decoder import DecoderLayer
+from myxtts.model.layers import EncoderLayer
+
+log = logging.getLogger(__name__)
+
+BLOCK_TYPES: tuple[type[nn.Module], ...] = (EncoderLayer, ResamplerLayer, DecoderLayer)
+# Dynamo keeps this many graphs per code object: one per block type, plus the odd
+# specialisation (a bucket of batch size 1 is compiled apart) fit well within.
+RECOMPILE_LIMIT = 64
+
+
+def compile_cache_dir() -> Path:
+    """Where compiled kernels persist: ``$TORCHINDUCTOR_CACHE_DIR`` if the user set it, else
+    ``$XDG_CACHE_HOME/myxtts/torch-compile`` (``~/.cache/...``): stable across restarts,
+    unlike torch's default under /tmp, which many containers wipe."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "myxtts" / "torch-compile"
+
+
+def configure_compile_cache() -> Path:
+    """Point inductor at :func:`compile_cache_dir` and turn on its persistent caches (FX
+    graphs, AOTAutograd); returns the folder. Torch versions without a cache flag skip it."""
+    folder = compile_cache_dir()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    try:
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+    except ImportError:  # pragma: no cover - torch without inductor
+        return folder
+    for module, flag in ((inductor_config, "fx_graph_cache"),
+                         (functorch_config, "enable_autograd_cache")):
+        if hasattr(module, flag):
+            setattr(module, flag, True)
+    return folder
+
+
+def _raise_recompile_limit() -> None:
+    import torch._dynamo as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.6
+        if hasattr(dynamo.config, name) and getattr(dynamo.config, name) < RECOMPILE_LIMIT:
+            setattr(dynamo.config, name, RECOMPILE_LIMIT)
+
+
+def compile_blocks(model: nn.Module, backend: str | None = None) -> list[nn.Module]:
+    """Compile every transformer block of ``model`` in place (``nn.Module.compile``: the
+    parameters and the state dict keep their names). Returns the compiled blocks, for
+    :func:`uncompile_blocks`. ``backend``: torch.compile's (default inductor; tests count
+    graphs with their own)."""
+    if backend is None:
+        configure_compile_cache()
+    _raise_recompile_limit()
+    blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
+    for block in blocks:
+        if backend is None:
+            block.compile(dynamic=True)
+        else:
+            block.compile(dynamic=True, backend=backend)
+    return blocks
+
+
+def uncompile_blocks(blocks: list[nn.Module]) -> None:
+    """Back to eager for these blocks (after a compile failure)."""
+    for block in blocks:
+        if getattr(block, "_compiled_call_impl", None) is not None:
+            block._compiled_call_impl = None
+
+
+@contextlib.contextmanager
+def eager_blocks(blocks: list[nn.Module]) -> Iterator[None]:
+    """Run these compiled blocks eagerly inside the ``with`` (validation, in eval mode)."""
+    saved = [getattr(b, "_compiled_call_impl", None) for b in blocks]
+    uncompile_blocks(blocks)
+    try:
+        yield
+    finally:
+        for block, compiled in zip(blocks, saved):
+            block._compiled_call_impl = compiled
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process (for warm-up reports and tests)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def reset_compiled() -> None:
+    """Forget every compiled graph in this process (benchmarks measure cold warm-ups)."""
+    torch._dynamo.reset()

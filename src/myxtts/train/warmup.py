@@ -1,0 +1,169 @@
+"""Before step 1, every bucket shape runs once: nothing compiles, captures or runs out of
+memory later in the run.
+
+``warm_up`` runs the step on each training bucket's worst case -- every utterance at the
+bucket's padded shape, the most a batch of that bucket can ask of the GPU -- compiling the
+blocks (``train.compile``; validation runs them eagerly, so it needs no warm-up) and
+capturing the step's CUDA graphs (``train.cuda_graphs``), with one progress line per shape.
+The auto batch budget (``train.budget``) probes with steps of the same kind.
+
+Both run on the real model and optimizer (a copy would double the memory being measured)
+inside a :class:`StateSnapshot`, which puts parameters, AdamW state, gradients, the step's
+sums and counters and the random streams back IN PLACE: training then starts exactly as if
+no warm-up had run (``tests/train/test_warmup.py``), and the captured graphs still point at
+the live tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from myxtts.data.batch import Batch, BatchShape
+from myxtts.model.dummy import random_batch
+from myxtts.train.compile import compiled_graphs
+from myxtts.train.graphs import Capture, StepGraphs
+
+log = logging.getLogger(__name__)
+
+
+def worst_case_batch(shape: BatchShape, n_tokens: int, n_languages: int,
+                     device: torch.device | str) -> Batch:
+    """A batch of ``shape`` whose every utterance fills it: text ``L`` tokens, ``T`` mel
+    frames, ``R`` reference frames. Memory and compute depend on the padded shape alone, so
+    no real batch of this bucket needs more. Random content from a fixed private generator
+    (the global random streams are not touched)."""
+    b = shape.batch
+    return random_batch(shape.n_mels, max(n_tokens, 5), [shape.text] * b, [shape.frames] * b,
+                        [shape.ref_frames] * b, n_text=shape.text, n_frames=shape.frames,
+                        n_ref=shape.ref_frames, n_languages=n_languages, seed=0, device=device)
+
+
+class StateSnapshot:
+    """The training state of ``step`` (a ``TrainStep``), kept on the host, put back in place
+    by :meth:`restore` (or on leaving the ``with`` block).
+
+    Saved: parameters and buffers, AdamW state (a parameter without state gets it zeroed,
+    which is what AdamW's first step initialises), the step's sums, counters and self-feed
+    probability, the grad scaler, the CPU and CUDA random streams, train/eval mode.
+    Gradients are zeroed (a snapshot is taken between steps, where they are zero).
+    """
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+        model, opt = step.model, step.opt
+        self._tensors = [*model.parameters(), *model.buffers()]
+        self._saved = [t.detach().to("cpu", copy=True) for t in self._tensors]
+        self._opt = {id(p): {k: v.detach().to("cpu", copy=True) for k, v in st.items()
+                             if isinstance(v, torch.Tensor)} for p, st in opt.state.items()}
+        self._sums = {k: v.clone() for k, v in step._sums.items()}
+        live = [step.nonfinite_total, step.nonfinite_run, step.nonfinite_peak,
+                step._grad_norm_sum, step._loss_total, step._found_inf]
+        if step.self_feed is not None:
+            live.append(step.self_feed)
+        self._live = [(t, t.clone()) for t in live]
+        self._n = step._n
+        self._scaler = step.scaler.state_dict() if step.scaler.is_enabled() else None
+        self._rng = torch.get_rng_state()
+        self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self._training = model.training
+
+    def __enter__(self) -> StateSnapshot:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        step = self.step
+        for t, saved in zip(self._tensors, self._saved):
+            t.copy_(saved)
+        for p in step.params:
+            if p.grad is not None:
+                p.grad.zero_()
+        for p, st in step.opt.state.items():
+            saved = self._opt.get(id(p), {})
+            for k, v in st.items():
+                if isinstance(v, torch.Tensor):
+                    v.copy_(saved[k]) if k in saved else v.zero_()
+        for k, v in step._sums.items():
+            v.copy_(self._sums[k]) if k in self._sums else v.zero_()
+        for t, saved in self._live:
+            t.copy_(saved)
+        step._n = self._n
+        if self._scaler is not None:
+            step.scaler.load_state_dict(self._scaler)
+        torch.set_rng_state(self._rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self._cuda_rng)
+        step.model.train(self._training)
+
+
+@dataclass
+class WarmupReport:
+    """What the warm-up did: per shape seconds, graphs compiled, graphs captured."""
+
+    seconds: float = 0.0
+    shape_seconds: list[float] = field(default_factory=list)
+    graphs_compiled: int = 0
+    shapes_captured: int = 0
+    capture_error: str | None = None
+
+
+def _describe(shape: BatchShape) -> str:
+    return f"{shape.batch} x {shape.frames} frames, text {shape.text}"
+
+
+def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+            capture: Capture | None = None, echo: Callable[[str], None] = log.info
+            ) -> WarmupReport:
+    """Run every training shape (longest first) through ``step`` and, with ``capture``
+    (``graphs.CudaCapture``), capture its CUDA graphs. The training state is restored
+    afterwards. A capture failure leaves the step uncaptured, with one warning naming the
+    cause; a compile failure leaves it eager (``TrainStep.loss``)."""
+    report = WarmupReport()
+    t_start, g_start = time.perf_counter(), compiled_graphs()
+    graphs = StepGraphs(step, capture) if capture is not None else None
+    step.graphs = graphs  # set first: the step then runs as it will when captured
+    order = sorted(shapes, key=lambda s: (s.frames, s.text, s.batch), reverse=True)
+    device = step.device
+    with StateSnapshot(step):
+        for i, shape in enumerate(order, 1):
+            t0 = time.perf_counter()
+            batch = worst_case_batch(shape, n_tokens, n_languages, device)
+            step.run([batch] * step.cfg.train.grad_accum_steps)
+            if graphs is not None:
+                try:
+                    graphs.capture(batch)
+                except Exception as e:  # any capture problem: train uncaptured, say why
+                    report.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    log.warning("CUDA graph capture failed for a batch of %s (%s); training "
+                                "with the %s step", _describe(shape), report.capture_error,
+                                "compiled" if step.compiled else "eager")
+                    graphs = step.graphs = None
+                    _release(device)
+            report.shape_seconds.append(time.perf_counter() - t0)
+            echo(f"warm-up: shape {i}/{len(order)} ({_describe(shape)}), {step.mode}, "
+                 f"{report.shape_seconds[-1]:.1f} s")
+    _release(device)
+    report.seconds = time.perf_counter() - t_start
+    report.graphs_compiled = compiled_graphs() - g_start
+    report.shapes_captured = len(graphs) if graphs is not None else 0
+    return report
+
+
+def _release(device: torch.device) -> None:
+    """Give cached blocks back to CUDA (after a warm-up or a failed capture), so the graphs'
+    pool and the training step start from a clean allocator."""
+    if device.type == "cuda":
+        import gc
+
+        gc.collect()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()

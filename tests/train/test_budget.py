@@ -1,0 +1,136 @@
+"""The auto batch budget: the search, out-of-memory recovery, the cache and its key, the
+error for a GPU too small, and the loader built from per-bucket sizes. A stand-in memory
+plays the GPU: a step over ``budget`` frames raises CUDA's out-of-memory error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.train.budget import CACHE_NAME, auto_batch_sizes, largest_fitting
+from myxtts.train.distributed import DistInfo
+from myxtts.train.errors import TrainError
+from tests.helpers import micro_config
+from tests.train.test_graphs import N_MELS, N_TOKENS
+from tests.train.test_warmup import _step
+
+
+@pytest.mark.parametrize("largest", [0, 1, 5, 37, 64, 100, 1000])
+@pytest.mark.parametrize("start", [1, 8, 50])
+def test_the_search_finds_the_largest_fitting_size_in_few_tries(largest, start):
+    tried: list[int] = []
+
+    def fits(b: int) -> bool:
+        tried.append(b)
+        return b <= largest
+
+    got = largest_fitting(fits, start, cap=256)
+    expected = min(largest, 256)
+    assert got <= expected and expected - got <= max(1, expected // 16)  # within ~6 %
+    assert len(tried) == len(set(tried)) <= 16  # never the same size twice; O(log)
+    assert all(1 <= b <= 256 for b in tried)
+
+
+class FakeGpu:
+    """A device with ``budget`` mel frames of room: larger worst cases run out of memory
+    partway through the step (after the forward), as on a GPU."""
+
+    def __init__(self, step, budget: int, name: str = "Fake GPU 24GB") -> None:
+        self.name, self.total, self.budget = name, 24 * 2**30, budget
+        self.runs: list[int] = []
+        self.released = 0
+        real = step.micro
+
+        def micro(batch, n_micro, last=True):
+            frames = batch["mel"].shape[0] * batch["mel"].shape[1]
+            self.runs.append(frames)
+            if frames > self.budget:
+                step.loss(batch)  # some work done, then the allocation fails
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+            real(batch, n_micro, last)
+
+        step.micro = micro
+
+    def reset_peak(self) -> None:
+        pass
+
+    def peak(self) -> int:
+        return 2**30
+
+    def release(self) -> None:
+        self.released += 1
+
+
+SHAPES = [BatchShape(1, 16, 24, 12, N_MELS), BatchShape(1, 24, 48, 12, N_MELS),
+          BatchShape(1, 32, 96, 12, N_MELS)]
+
+
+def _probe(tmp_path, step, gpu, echo=None, **kw):
+    lines: list[str] = []
+    sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], step.cfg, tmp_path / "run", N_TOKENS, 1,
+                             DistInfo(), memory=gpu, echo=echo or lines.append, **kw)
+    return sizes, lines
+
+
+def test_sizes_fit_the_memory_and_training_state_is_untouched(tmp_path, one_thread):
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
+    step = _step(cfg)
+    before = {k: v.clone() for k, v in step.model.state_dict().items()}
+    gpu = FakeGpu(step, budget=1000)
+    sizes, lines = _probe(tmp_path, step, gpu)
+    for s, b in zip(SHAPES, sizes):  # the largest fitting, within the search's tolerance
+        best = 1000 // s.frames
+        assert b * s.frames <= 1000 and best - b <= max(1, best // 16), (s, b)
+    assert gpu.released >= 1  # caches given back after an out-of-memory error
+    assert gpu.runs[0] == 96 * 4  # longest bucket first, from its start size
+    for k, v in step.model.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} changed by the probe"
+    assert all(p.grad is None or not p.grad.any() for p in step.model.parameters())
+    table = "\n".join(lines)
+    assert "measuring each bucket's worst case on 85% of Fake GPU 24GB" in table
+    assert f"{'2':>6} {96:>6} {32:>6} {sizes[2]:>6}" in table  # per-bucket row
+
+
+def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_thread):
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    step = _step(cfg)
+    gpu = FakeGpu(step, budget=700)
+    sizes, _ = _probe(tmp_path, step, gpu)
+    cache = json.loads((tmp_path / "run" / CACHE_NAME).read_text())
+    assert cache["batch_sizes"] == sizes and cache["key"]["gpu"] == "Fake GPU 24GB"
+    runs = len(gpu.runs)
+    again, lines = _probe(tmp_path, step, gpu)
+    assert again == sizes and len(gpu.runs) == runs  # nothing ran
+    assert "from " in lines[-1]
+    other_step = _step(cfg)
+    bigger, lines = _probe(tmp_path, other_step,
+                           FakeGpu(other_step, budget=1400, name="Fake GPU 48GB"))
+    assert "was measured with gpu = \"Fake GPU 24GB\", this run has \"Fake GPU 48GB\"" in lines[0]
+    assert all(b >= a for a, b in zip(sizes, bigger)) and bigger != sizes
+
+
+def test_a_gpu_too_small_for_one_utterance_is_a_clear_error(tmp_path, one_thread):
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    step = _step(cfg)
+    with pytest.raises(TrainError, match=r"bucket 2 \(96 mel frames, 32 text tokens\): not "
+                                         r"even one utterance fits .*data.max_duration_s"):
+        _probe(tmp_path, step, FakeGpu(step, budget=50))
+
+
+def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
+    from myxtts.data.loader import build_loader
+
+    cfg = micro_config(tmp_path)
+    _, planned = build_loader(micro_store, cfg)
+    sizes = [k + 1 for k in range(len(planned.boundaries))]
+    loader, sampler = build_loader(micro_store, cfg, batch_sizes=sizes)
+    assert sampler.boundaries == planned.boundaries  # same buckets, other sizes
+    assert sampler.bucket_batch_sizes == sizes
+    for batch in loader:
+        k = sampler.boundaries.index(batch["mel"].shape[1])
+        assert batch["mel"].shape[0] == sizes[k]
+    with pytest.raises(ValueError, match="batch_sizes must give each of the"):
+        build_loader(micro_store, cfg, batch_sizes=[2])

@@ -1,0 +1,124 @@
+"""The graphed step, replayed the way a CUDA graph replays it (tests/train/graph_recorder.py),
+equals the eager step; and the step never reads a device value on the host."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import random_batch
+from myxtts.model.xtts import build_model
+from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.step import TrainStep
+from myxtts.train.warmup import warm_up
+from tests.helpers import micro_config
+from tests.train.graph_recorder import HostReadError, RecordingCapture, assert_no_host_reads
+
+N_MELS, N_TOKENS = 16, 30
+SHAPES = [BatchShape(3, 16, 24, 12, N_MELS), BatchShape(2, 16, 48, 12, N_MELS)]
+
+
+def _pair(tmp_path, *overrides):
+    """Two steps on identical models: one stays eager, one gets graphs."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0",
+                       "model.prenet_dropout=0", "train.warmup_steps=4", *overrides)
+    steps = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = build_model(cfg, N_TOKENS, 1, None, None)
+        opt, fused = build_optimizer(model, cfg.train)
+        steps.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg,
+                               torch.device("cpu"), fused, compile_model=False))
+    return cfg, steps
+
+
+def _batches(seed: int, accum: int) -> list[dict[str, torch.Tensor]]:
+    """Real-looking batches (ragged lengths) of the two shapes."""
+    out = []
+    for i in range(accum):
+        s = SHAPES[(seed + i) % 2]
+        gen = torch.Generator().manual_seed(seed * 10 + i)
+        mel = torch.randint(s.frames // 2, s.frames + 1, (s.batch,), generator=gen).tolist()
+        tok = torch.randint(4, s.text + 1, (s.batch,), generator=gen).tolist()
+        out.append(random_batch(N_MELS, N_TOKENS, tok, mel, [s.ref_frames] * s.batch,
+                                n_text=s.text, n_frames=s.frames, n_ref=s.ref_frames,
+                                seed=seed * 10 + i))
+    return out
+
+
+@pytest.mark.parametrize("overrides", [
+    (),  # plain: warmup lr schedule, clipping
+    ("train.self_feed=0.5", "train.self_feed_after=2", "train.grad_accum_steps=2"),
+])
+def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
+    """Over 8 steps with a changing learning rate (warm-up), scheduled sampling ramping up
+    and gradient accumulation: the same losses read back and the same weights. A poisoned
+    batch is skipped by both. The replay runs no Python of the step, so a baked-in value or
+    a rebound tensor would show here."""
+    cfg, (eager, graphed) = _pair(tmp_path, *overrides)
+    accum = cfg.train.grad_accum_steps
+    recorder = RecordingCapture()
+    report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=recorder, echo=lambda s: None)
+    assert report.shapes_captured == 2 and report.capture_error is None
+    assert recorder.captures == 3  # one micro graph per shape + the update
+    for i in range(8):
+        batches = _batches(i, accum)
+        if i == 5:
+            batches[0]["mel"][0, 0, 0] = float("nan")
+        assert graphed.graphs.ready(batches)
+        rng = torch.get_rng_state()  # both draw the same self-feed choices
+        eager(batches)
+        torch.set_rng_state(rng)
+        graphed(batches)
+        if i % 4 == 3:
+            a, b = eager.read(), graphed.read()
+            assert a.keys() == b.keys()
+            for k in a:
+                assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7, nan_ok=True), k
+    assert graphed.nonfinite_counts() == eager.nonfinite_counts() == (1, 0)
+    # Within 5 % of one step's size (lr 1e-3): the graphed AdamW reads its lr from a float32
+    # tensor, the eager one a double, so weights differ by an ulp after step 1, and a key bias
+    # (zero gradient: softmax ignores it) walks on that noise. A stale lr, a lost
+    # accumulation or a skipped update would differ by a whole step.
+    for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5, msg=f"{name} differs")
+
+
+def test_a_shape_without_a_graph_runs_uncaptured(tmp_path, one_thread):
+    cfg, (eager, graphed) = _pair(tmp_path)
+    warm_up(graphed, SHAPES[:1], N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
+    other = _batches(1, 1)  # the second shape: not captured
+    assert not graphed.graphs.ready(other)
+    eager(other)
+    graphed(other)
+    for a, b in zip(eager.model.parameters(), graphed.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)
+
+
+def test_a_failed_capture_falls_back_with_one_warning(tmp_path, one_thread, caplog):
+    cfg, (_, step) = _pair(tmp_path)
+
+    def broken(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with caplog.at_level(logging.WARNING):
+        report = warm_up(step, SHAPES, N_TOKENS, 1, capture=broken, echo=lambda s: None)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "not permitted when stream is capturing" in warnings[0].message
+    assert step.graphs is None and step.mode == "eager" and report.shapes_captured == 0
+    step(_batches(0, 1))  # and training goes on
+    assert step.read()["loss"] > 0
+
+
+def test_the_step_reads_nothing_back_on_the_host(tmp_path, one_thread):
+    """No .item(), no bool(tensor), no tensor made from host data inside a step (each would
+    be a host sync per step on a GPU, and impossible to capture)."""
+    cfg, (step, _) = _pair(tmp_path, "train.self_feed=0.5", "model.frame_dropout=0.2")
+    batches = _batches(0, 1)
+    step(batches)  # first step: allocations
+    assert_no_host_reads(lambda: step(batches))
+    with pytest.raises(HostReadError):  # the detector itself works
+        assert_no_host_reads(lambda: step._loss_total.item())

@@ -1,0 +1,77 @@
+"""The warm-up runs steps on the real model and leaves no trace: training afterwards is bit for
+bit the training without it (fresh or mid-run), dropout included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from myxtts.data.batch import BatchShape, check_batch
+from myxtts.model.xtts import build_model
+from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.step import TrainStep
+from myxtts.train.warmup import StateSnapshot, warm_up, worst_case_batch
+from tests.helpers import micro_config
+from tests.train.test_graphs import N_MELS, N_TOKENS, SHAPES, _batches
+
+
+def _step(cfg) -> TrainStep:
+    torch.manual_seed(0)
+    model = build_model(cfg, N_TOKENS, 1, None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
+                     fused, compile_model=False)
+
+
+@pytest.mark.parametrize("steps_before", [0, 3])
+def test_training_after_a_warm_up_equals_training_without(tmp_path, one_thread, steps_before):
+    """Dropout, scheduled sampling and frame dropout on (the random streams must be put
+    back too); warm-up either before step 1 or after a few steps (AdamW state present)."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0.1",
+                       "model.frame_dropout=0.2", "train.self_feed=0.5", "train.self_feed_after=1")
+    plain, warmed = _step(cfg), _step(cfg)
+    torch.manual_seed(1)
+    for i in range(steps_before):
+        rng = torch.get_rng_state()
+        plain(_batches(i, 1))
+        torch.set_rng_state(rng)
+        warmed(_batches(i, 1))
+    rng = torch.get_rng_state()
+    report = warm_up(warmed, SHAPES, N_TOKENS, 1, echo=lambda s: None)
+    assert len(report.shape_seconds) == len(SHAPES)
+    assert torch.equal(torch.get_rng_state(), rng)
+    for i in range(steps_before, steps_before + 4):
+        rng = torch.get_rng_state()
+        plain(_batches(i, 1))
+        torch.set_rng_state(rng)
+        warmed(_batches(i, 1))
+    assert plain.read() == warmed.read()
+    for (name, a), b in zip(plain.model.state_dict().items(), warmed.model.state_dict().values()):
+        assert torch.equal(a, b), f"{name} differs after a warm-up"
+    for pa, pb in zip(plain.opt.state.values(), warmed.opt.state.values()):
+        for k in pa:
+            assert torch.equal(pa[k], pb[k]), f"AdamW {k} differs after a warm-up"
+
+
+def test_a_snapshot_restores_in_place(tmp_path, one_thread):
+    """Restoring writes into the live tensors (a captured graph keeps pointing at them)."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    step = _step(cfg)
+    step(_batches(0, 1))
+    params = [p.data_ptr() for p in step.model.parameters()]
+    before = [p.clone() for p in step.model.parameters()]
+    with StateSnapshot(step):
+        step(_batches(1, 1))
+        assert any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
+    assert [p.data_ptr() for p in step.model.parameters()] == params
+    assert all(torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
+
+
+def test_the_worst_case_batch_fills_its_shape():
+    shape = BatchShape(3, 16, 48, 12, N_MELS)
+    batch = worst_case_batch(shape, N_TOKENS, 2, "cpu")
+    assert check_batch(batch) == shape
+    assert batch["mel_lengths"].tolist() == [48] * 3 and batch["token_lengths"].tolist() == [16] * 3
+    assert batch["ref_lengths"].tolist() == [12] * 3 and int(batch["tokens"].min()) >= 4
+    again = worst_case_batch(shape, N_TOKENS, 2, "cpu")
+    assert all(torch.equal(batch[k], again[k]) for k in batch)  # private, fixed generator
