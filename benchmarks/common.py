@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, help="dataset to prepare (default: ../shared/data/ljspeech-mini)")
     p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
     p.add_argument("--steps", type=int, help="optimizer steps per window (default 8 on CPU, 40 on CUDA)")
-    p.add_argument("--rounds", type=int, default=6, help="windows per arm, interleaved (default 6)")
+    p.add_argument("--rounds", type=int, help="windows per arm, interleaved (default 6 on CPU, "
+                   "3 on CUDA)")
     p.add_argument("--batch-frames", type=int, help="data.batch_frames (default: CPU 1500 tiny, "
                    "1000 small/base; CUDA the config's)")
     p.add_argument("--threads", type=int, help="torch threads; 0 = torch's default (default: 1 on "
@@ -116,12 +117,49 @@ class Trainer:
         seed_everything(cfg.train.seed)
         self.record = TrainingProgress()
         self.data = open_train_data(cfg, store, self.device, DistInfo(), None)
+        self.batch_sizes: list[int] | None = None  # per bucket, once fit_auto() measured them
         self.data.continue_from(None, self.record)
         self.initial = build_model(cfg, self.data.vocab_size, len(self.data.languages),
                                    self.data.mel_mean, self.data.mel_std).state_dict()
         self.params_m = sum(v.numel() for k, v in self.initial.items()
                             if not k.startswith(("mel_mean", "mel_std"))) / 1e6
         self.fps = cfg.audio.frames_per_second
+
+    @property
+    def auto(self) -> bool:
+        """The trainer would measure the batch sizes (``data.batch_frames=auto`` on CUDA)."""
+        return self.cuda and self.cfg.data.batch_frames == "auto"
+
+    def fit_auto(self, step: Any, run_dir: Path) -> list[int]:
+        """What ``train()`` does before step 1 with ``batch_frames=auto``: measure each
+        bucket's batch size with ``step`` (or read ``run_dir``'s cache), rebuild the loader."""
+        from myxtts.train.budget import auto_batch_sizes
+        from myxtts.train.distributed import DistInfo
+        from myxtts.train.loop import _shapes
+
+        planned = _shapes(self.data.sampler, self.cfg)
+        self.batch_sizes = auto_batch_sizes(step, planned, [s.batch for s in planned], self.cfg,
+                                            run_dir, self.data.vocab_size,
+                                            len(self.data.languages), DistInfo(), echo=say)
+        self.data.set_batch_sizes(self.batch_sizes)
+        self.record.epoch = self.record.batches_consumed = 0
+        self.data.continue_from(None, self.record)
+        return self.batch_sizes
+
+    def shapes(self) -> list[Any]:
+        """The bucket shapes of the current plan (``BatchShape``), longest first."""
+        from myxtts.train.loop import _shapes
+
+        return sorted(set(_shapes(self.data.sampler, self.cfg)), key=lambda s: -s.frames)
+
+    def warm_up(self, step: Any, graphs: bool) -> Any:
+        """The trainer's warm-up: every shape through ``step`` (compiling it), captured as
+        CUDA graphs with ``graphs``; returns the ``WarmupReport``."""
+        from myxtts.train.graphs import CudaCapture
+        from myxtts.train.warmup import warm_up
+
+        return warm_up(step, self.shapes(), self.data.vocab_size, len(self.data.languages),
+                       capture=CudaCapture(self.device) if graphs else None, echo=say)
 
     def step(self, compiled: bool) -> Any:
         from myxtts.model.xtts import build_model
@@ -144,18 +182,20 @@ class Trainer:
     def stage(self) -> dict[tuple, tuple[dict, int]]:
         """One device batch per bucket shape, from a loader of its own (the trainer's
         sampler and stream stay untouched): shape key -> (batch, real frames)."""
+        from myxtts.data.batch import to_model_dtypes
         from myxtts.data.loader import build_loader
         from myxtts.observe.flops import batch_key
 
         loader, sampler = build_loader(self.data.loader.dataset.store, self.cfg,
-                                       device=self.device, num_workers=0)
+                                       device=self.device, num_workers=0,
+                                       batch_sizes=self.batch_sizes)
         wanted, staged = set(self.data.sampler.shapes()), {}
         for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
             sampler.set_epoch(epoch)
             for batch in loader:
                 key = batch_key(batch)
                 if key not in staged:
-                    staged[key] = ({k: v.to(self.device) for k, v in batch.items()},
+                    staged[key] = (to_model_dtypes({k: v.to(self.device) for k, v in batch.items()}),
                                    int(batch["mel_lengths"].sum()))
             if len(staged) == len(wanted):
                 break
@@ -209,6 +249,47 @@ class Trainer:
         if util is not None:
             out["gpu_util"] = util
         return out
+
+
+def loader_ratio(t: Trainer, step: Any, staged: dict[tuple, tuple[dict, int]], steps: int,
+                 rounds: int, warmup: int, name: str) -> dict[str, Any]:
+    """The trainer's real input path (``BatchStream``: loader -> side-stream prefetch) against
+    the same ``step`` fed pre-staged batches in the same shape order, in interleaved windows
+    (A/B, B/A, ...): per-round ratios of steps/s, medians per arm, shape-order mismatches."""
+    from myxtts.observe.flops import batch_key
+    from myxtts.train.loop import BatchStream
+
+    stream = iter(BatchStream(t.cfg, t.data, t.device, t.record))
+    accum = t.cfg.train.grad_accum_steps
+    mismatches = 0
+
+    def loader_fetch(expected: list[tuple[tuple, int]]) -> Callable[[], tuple[dict, int]]:
+        it = iter(expected)
+
+        def fetch() -> tuple[dict, int]:
+            nonlocal mismatches
+            batch, frames = next(stream)
+            if (batch_key(batch), frames) != next(it):
+                mismatches += 1
+            return batch, frames
+
+        return fetch
+
+    t.window(step, loader_fetch(t.upcoming(warmup * accum)), warmup)
+    arms: dict[str, list[dict]] = {"loader": [], "pre-staged": []}
+    for r in range(rounds):
+        plan = t.upcoming(steps * accum)
+        for arm in (["loader", "pre-staged"] if r % 2 == 0 else ["pre-staged", "loader"]):
+            fetch = loader_fetch(plan) if arm == "loader" else staged_fetch(staged, [k for k, _ in plan])
+            arms[arm].append(t.window(step, fetch, steps))
+        say(f"{name}: round {r + 1}/{rounds}: " + ", ".join(
+            f"{a} {arms[a][-1]['steps_per_s']:.2f} steps/s" for a in arms))
+    out: dict[str, Any] = {"ratios": [a["steps_per_s"] / b["steps_per_s"]
+                                      for a, b in zip(arms["loader"], arms["pre-staged"])],
+                           "mismatches": mismatches}
+    for arm, windows in arms.items():
+        out[arm] = {k: median([w[k] for w in windows]) for k in windows[0]}
+    return out
 
 
 def staged_fetch(staged: dict[tuple, tuple[dict, int]], keys: list[tuple]) -> Callable:

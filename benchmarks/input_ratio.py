@@ -3,8 +3,9 @@
     python benchmarks/input_ratio.py [--presets tiny,small] [--steps N] [--rounds R]
         [--data DIR | --store DIR] [--batch-frames N] [--threads N] [--set section.key=value]
 
-Two arms per preset, run in the trainer's step mode (``train.compile``: eager on CPU,
-compiled on CUDA), on the same shapes in the same order:
+Two arms per preset, run in the trainer's step mode (eager on CPU; on CUDA compiled and
+captured as CUDA graphs, after the trainer's warm-up and, with ``data.batch_frames=auto``,
+its measured batch sizes), on the same shapes in the same order:
 
 * loader: prepared store -> ``open_train_data`` (``build_loader``) -> the loop's
   ``BatchStream`` (side-stream prefetch) -> ``TrainStep``;
@@ -25,7 +26,7 @@ CPU defaults: presets tiny and small at small budgets (``data.batch_frames`` 150
 ~0.15 / ~1 s steps on 2 cores), one torch thread (``--threads 1``: on a shared 2-core
 machine torch's 2 threads made a step swing by 10x whenever another process took a core;
 the loader runs on the training thread either way at <= 2 CPUs). GPU defaults: tiny, small,
-base at the config's budget, torch's threads, 40 steps per window.
+base at the config's budget (auto: measured per bucket), torch's threads, 40 steps per window.
 """
 
 from __future__ import annotations
@@ -41,53 +42,29 @@ import common
 def measure(store: Path, preset: str, args: argparse.Namespace, cuda: bool) -> dict:
     import torch
 
-    from myxtts.observe.flops import batch_key
-    from myxtts.train.loop import BatchStream
-    from myxtts.train.step import resolve_compile
+    from myxtts.train.step import resolve_compile, resolve_graphs
 
     bf = args.batch_frames or (None if cuda else common.CPU_BATCH_FRAMES[preset])
     t = common.Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else (0 if cuda else 1))
     compiled = resolve_compile(t.cfg.train.compile, t.device)
-    staged = t.stage()
     step = t.step(compiled)
-    stream = iter(BatchStream(t.cfg, t.data, t.device, t.record))
+    if t.auto:  # as train() does: measure the batch sizes first
+        t.fit_auto(step, args.tmp / f"run-{preset}")
+    graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
+    common.say(f"{preset}: warming up ({step.mode}{', graphs' if graphs else ''})")
+    if compiled or graphs:
+        t.warm_up(step, graphs)
+    staged = t.stage()
     accum = t.cfg.train.grad_accum_steps
-    n = args.steps * accum
-    mismatches = 0
-
-    def loader_fetch(expected: list[tuple[tuple, int]]):
-        it = iter(expected)
-
-        def fetch() -> tuple[dict, int]:
-            nonlocal mismatches
-            batch, frames = next(stream)
-            if (batch_key(batch), frames) != next(it):
-                mismatches += 1
-            return batch, frames
-
-        return fetch
-
-    common.say(f"{preset}: warming up ({'compiled' if compiled else 'eager'}, {len(staged)} shapes)")
-    shapes = [k for k in sorted(staged) for _ in range(accum)]  # every shape once (compiles it)
+    shapes = [k for k in sorted(staged) for _ in range(accum)]  # every shape once (allocations)
     t.window(step, common.staged_fetch(staged, shapes), len(staged))
-    t.window(step, loader_fetch(t.upcoming(args.warmup * accum)), args.warmup)
-    arms: dict[str, list[dict]] = {"loader": [], "pre-staged": []}
-    for r in range(args.rounds):
-        plan = t.upcoming(n)
-        order = ["loader", "pre-staged"] if r % 2 == 0 else ["pre-staged", "loader"]
-        for arm in order:
-            fetch = loader_fetch(plan) if arm == "loader" else common.staged_fetch(staged, [k for k, _ in plan])
-            arms[arm].append(t.window(step, fetch, args.steps))
-        common.say(f"{preset}: round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{a} {arms[a][-1]['steps_per_s']:.2f} steps/s" for a in arms))
-    ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(arms["loader"], arms["pre-staged"])]
-    out = {"preset": preset, "params_m": t.params_m, "mode": "compiled" if compiled else "eager",
-           "device": str(t.device), "threads": torch.get_num_threads(),
-           "batch_frames": t.cfg.data.batch_frames, "shapes": len(staged),
-           "batches": len(t.data.sampler), "padding": t.data.sampler.padding_efficiency(),
-           "workers": t.data.loader.num_workers, "ratios": ratios, "mismatches": mismatches}
-    for arm, windows in arms.items():
-        out[arm] = {k: common.median([w[k] for w in windows]) for k in windows[0]}
+    out = common.loader_ratio(t, step, staged, args.steps, args.rounds, args.warmup, preset)
+    out.update({"preset": preset, "params_m": t.params_m, "mode": step.mode,
+                "device": str(t.device),
+                "threads": torch.get_num_threads(), "batch_frames": t.cfg.data.batch_frames,
+                "shapes": len(staged), "batches": len(t.data.sampler),
+                "padding": t.data.sampler.padding_efficiency(),
+                "workers": t.data.loader.num_workers})
     return out
 
 
@@ -100,8 +77,9 @@ def main() -> None:
 
     cuda = torch.cuda.is_available()
     args.steps = args.steps or (40 if cuda else 8)
+    args.rounds = args.rounds or (3 if cuda else 6)
     presets = (args.presets or ("tiny,small,base" if cuda else "tiny,small")).split(",")
-    tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-input-"))
+    tmp = args.tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-input-"))
     try:
         data, store = common.prepare(args.data, args.store, tmp)
         results = [measure(store, preset, args, cuda) for preset in presets]

@@ -9,6 +9,18 @@ import pytest
 from tests.helpers import micro_config
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA: skipped (with the reason) where there is none."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def one_thread():
     """Tiny tensors: one intra-op thread is fastest, and immune to a busy machine (with 2

@@ -172,7 +172,7 @@ def test_module_buffers_precision_and_grad_free():
     assert not ref.requires_grad
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cpu_and_cuda_agree():
     cfg = AudioConfig()
     module = MelSpectrogram(cfg)

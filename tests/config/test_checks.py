@@ -29,8 +29,36 @@ def test_cuda_without_cuda_names_the_key_and_the_fix():
         resolve_device("cuda", "--device")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_a_gpu_that_does_not_exist_is_named():
     n = torch.cuda.device_count()
     with pytest.raises(ConfigError, match=f"only {n} CUDA GPU"):
         resolve_device(f"cuda:{n}", "train.device")
+
+
+def test_batch_frames_is_a_positive_integer_or_auto():
+    assert load_config().data.batch_frames == "auto"
+    assert load_config(overrides=["data.batch_frames=24000"]).data.batch_frames == 24000
+    with pytest.raises(ConfigError, match=r"data.batch_frames: expected an integer or one of "
+                                          r"'auto', got str 'lots'"):
+        load_config(overrides=["data.batch_frames=lots"])
+    with pytest.raises(ConfigError, match="data.batch_frames must be > 0, got 0"):
+        load_config(overrides=["data.batch_frames=0"])
+    for bad in (0, 1.5):
+        with pytest.raises(ConfigError, match=rf"data.auto_memory_fraction .* got {bad}"):
+            load_config(overrides=[f"data.auto_memory_fraction={bad}"])
+
+
+def test_cuda_graphs_resolve_per_device_and_explain_when_forced():
+    from myxtts.train.step import resolve_graphs
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert resolve_graphs("auto", cuda, torch.bfloat16, False, True)
+    assert not resolve_graphs("off", cuda, torch.bfloat16, False, True)
+    for args, why in (((cpu, torch.float32, False, True), "training runs on cpu"),
+                      ((cuda, torch.bfloat16, True, True), "several processes"),
+                      ((cuda, torch.float16, False, True), "fp16"),
+                      ((cuda, torch.float32, False, False), "fused AdamW")):
+        assert not resolve_graphs("auto", *args)
+        with pytest.raises(ConfigError, match=f"train.cuda_graphs=on but .*{why}"):
+            resolve_graphs("on", *args)

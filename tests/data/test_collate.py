@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from myxtts.data.batch import BatchShape, check_batch
+from myxtts.data.batch import BatchShape, check_batch, to_model_dtypes
 from myxtts.data.buckets import ShapeTable
 from myxtts.data.collate import Collator
 from myxtts.data.sampler import BucketBatchSampler
@@ -67,6 +67,22 @@ def test_float16_mels_are_converted_exactly():
     assert out["mel"].dtype == torch.float32 and out["ref_mel"].dtype == torch.float32
     np.testing.assert_array_equal(out["mel"][0, :12].numpy(), items[0]["mel"].astype(np.float32))
     np.testing.assert_array_equal(out["ref_mel"][1].numpy(), items[1]["ref_mel"].astype(np.float32))
+
+
+def test_batches_for_a_gpu_carry_float16_mels_that_cast_back_exactly():
+    """transfer=True (training on CUDA): mels stay float16 on the host and over PCIe; the
+    cast on the device gives exactly the float32 batch (the store's mels are float16)."""
+    items = [item(0, 12, 4, 5, np.float16), item(1, 30, 20, 6, np.float16)]
+    wire = Collator(TABLE, N_MELS, REF, transfer=True)(items)
+    assert wire["mel"].dtype == wire["ref_mel"].dtype == torch.float16
+    assert check_batch(wire, transfer=True) == check_batch(to_model_dtypes(wire))
+    plain = Collator(TABLE, N_MELS, REF)(items)
+    cast = to_model_dtypes(wire)
+    assert cast.keys() == plain.keys()
+    for k in plain:
+        assert cast[k].dtype == plain[k].dtype and torch.equal(cast[k], plain[k]), k
+    shape = check_batch(plain)
+    assert shape.nbytes(transfer=True) < shape.nbytes()  # what the slots and PCIe carry
 
 
 def test_float16_memmap_input(tmp_path):

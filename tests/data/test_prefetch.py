@@ -35,12 +35,26 @@ def test_other_devices_move_tensors_and_keep_other_values():
     assert out[1]["mel"].shape == (2, 3)
 
 
+def test_transform_runs_on_each_batch_once_it_is_on_the_device():
+    from myxtts.data.batch import to_model_dtypes
+
+    data = [{"mel": torch.full((2, 3), 0.5, dtype=torch.float16), "indices": torch.tensor([i])}
+            for i in range(3)]
+    for device in ("cpu", "meta"):
+        out = list(DevicePrefetcher(data, device, transform=to_model_dtypes))
+        assert [b["mel"].dtype for b in out] == [torch.float32] * 3
+        assert [b["indices"].dtype for b in out] == [torch.int64] * 3
+    on_cpu = list(DevicePrefetcher(data, "cpu", transform=to_model_dtypes))
+    assert torch.equal(on_cpu[2]["mel"], torch.full((2, 3), 0.5))
+    assert on_cpu[2]["indices"] is data[2]["indices"]  # nothing else is touched
+
+
 def test_rejects_zero_batches():
     with pytest.raises(ValueError, match="prefetch_batches"):
         DevicePrefetcher([], "cpu", num_batches=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_batches", [1, 2, 8])
 def test_cuda_copies_values_to_device_in_order(num_batches):
     data = batches(6)
@@ -60,7 +74,20 @@ def test_cuda_copies_values_to_device_in_order(num_batches):
     assert not data[0]["mel"].is_cuda  # inputs untouched
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
+def test_cuda_float16_batches_are_cast_on_the_device_exactly():
+    from myxtts.data.batch import to_model_dtypes
+
+    data = [{"mel": (torch.randn(4, 100, 80) * 3).half().pin_memory(),
+             "mel_lengths": torch.tensor([100, 90, 80, 70])} for _ in range(4)]
+    out = list(DevicePrefetcher(data, "cuda", num_batches=2, transform=to_model_dtypes))
+    for src, got in zip(data, out):
+        assert got["mel"].is_cuda and got["mel"].dtype == torch.float32
+        assert torch.equal(got["mel"].cpu(), src["mel"].float())
+        assert got["mel_lengths"].dtype == torch.int64
+
+
+@pytest.mark.gpu
 def test_cuda_pinned_input_and_large_batches_survive_allocator_reuse():
     # Many big batches through a 2-deep pipeline: with missing record_stream / waits, the
     # values read on the compute stream would come from reused or unfinished buffers.

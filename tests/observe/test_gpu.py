@@ -36,7 +36,7 @@ def test_samples_are_averaged_over_the_window():
     assert sampler.stop() is None  # stopped already: nothing new
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_a_real_gpu_reads_a_percentage():
     sampler = GpuUtilSampler(torch.device("cuda", 0))
     if not sampler.available:

@@ -38,6 +38,7 @@ def _cfg(out: Path):
     return load_config(demo_config_path(), overrides=[
         f"train.output_dir={out}", f"train.max_steps={STEPS}", f"train.val_every={STEPS}",
         f"train.ckpt_every={STEPS}", "train.synth_every=0", "train.tensorboard=false",
+        "train.device=cpu",  # the thresholds were measured on the CPU, one thread
     ])
 
 
@@ -114,7 +115,7 @@ def _free_running(trained, n: int = 8):
     from myxtts.data.store import FeatureStore
     from myxtts.inference.synthesizer import Synthesizer
 
-    synth = Synthesizer.from_checkpoint(trained["run"])
+    synth = Synthesizer.from_checkpoint(trained["run"], device="cpu")
     tok, lengths, ref, ref_len = _inputs(trained, n)
     torch.manual_seed(0)
     mels, out_len = synth.model.generate(tok, lengths, torch.zeros(len(tok), dtype=torch.long),
@@ -202,7 +203,7 @@ def test_voice_follows_the_reference_speaker_also_unseen(trained):
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_speaker_f0
 
-    synth = Synthesizer.from_checkpoint(trained["run"])
+    synth = Synthesizer.from_checkpoint(trained["run"], device="cpu")
     sentence = ["lamo tesi kunapo miresu"]
     full = trained["full"]
     lines = (full / "metadata.csv").read_text(encoding="utf-8").splitlines()

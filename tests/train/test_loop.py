@@ -70,7 +70,7 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
            "--output-dir", str(run), "--max-steps", "400", "--set", "train.ckpt_every=1000",
            "--set", "train.val_every=1000"]
     for item in [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0",
-                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0"]:
+                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0", "train.device=cpu"]:
         cmd += ["--set", item]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = run / "metrics.jsonl"
@@ -115,7 +115,7 @@ def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
            "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet", "--output-dir", str(run),
            "--max-steps", "6"]
     for item in [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0",
-                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0",
+                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0", "train.device=cpu",
                  "train.val_every=6", "train.ckpt_every=6"]:
         cmd += ["--set", item]
     env = dict(os.environ, OMP_NUM_THREADS="1")
