@@ -134,10 +134,10 @@ class Trainer:
         """What ``train()`` does before step 1 with ``batch_frames=auto``: measure each
         bucket's batch size with ``step`` (or read ``run_dir``'s cache), rebuild the loader."""
         from myxtts.train.budget import auto_batch_sizes
+        from myxtts.train.data import bucket_shapes
         from myxtts.train.distributed import DistInfo
-        from myxtts.train.loop import _shapes
 
-        planned = _shapes(self.data.sampler, self.cfg)
+        planned = bucket_shapes(self.data.sampler, self.cfg)
         self.batch_sizes = auto_batch_sizes(step, planned, [s.batch for s in planned], self.cfg,
                                             run_dir, self.data.vocab_size,
                                             len(self.data.languages), DistInfo(), echo=say)
@@ -148,9 +148,9 @@ class Trainer:
 
     def shapes(self) -> list[Any]:
         """The bucket shapes of the current plan (``BatchShape``), longest first."""
-        from myxtts.train.loop import _shapes
+        from myxtts.train.data import bucket_shapes
 
-        return sorted(set(_shapes(self.data.sampler, self.cfg)), key=lambda s: -s.frames)
+        return sorted(set(bucket_shapes(self.data.sampler, self.cfg)), key=lambda s: -s.frames)
 
     def warm_up(self, step: Any, graphs: bool) -> Any:
         """The trainer's warm-up: every shape through ``step`` (compiling it), captured as

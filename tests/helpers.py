@@ -28,3 +28,23 @@ def micro_config(output_dir: Path, *overrides: str) -> Config:
         "train.warmup_steps=2", "train.log_every=2", "train.val_every=4", "train.ckpt_every=4",
         "train.synth_every=0", "train.device=cpu", *overrides,
     ])
+
+
+def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
+    """``train(cfg, data)`` with its ``call``-th training step raising "simulated crash" (the
+    checkpoints before it stay, as after a killed run); the error propagates."""
+    from unittest import mock
+
+    from myxtts.train.loop import train
+    from myxtts.train.step import TrainStep
+
+    real, calls = TrainStep.__call__, []
+
+    def crashing(self, batches):
+        calls.append(1)
+        if len(calls) == call:
+            raise RuntimeError("simulated crash")
+        return real(self, batches)
+
+    with mock.patch.object(TrainStep, "__call__", crashing):
+        train(cfg, data, progress=False)

@@ -16,7 +16,7 @@ from myxtts.train.graphs import CudaCapture
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.step import TrainStep
 from myxtts.train.warmup import warm_up, worst_case_batch
-from tests.helpers import micro_config
+from tests.helpers import micro_config, train_crashing_at
 
 pytestmark = pytest.mark.gpu
 
@@ -112,7 +112,7 @@ def test_auto_budget_sizes_run_without_running_out_of_memory(tmp_path):
         assert torch.cuda.max_memory_allocated(CUDA) <= limit * 1.05
 
 
-def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path, monkeypatch):
+def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path):
     """CUDA kernels with atomics (embedding backward) are not bit-reproducible, so the
     resumed weights are compared within a tolerance after 10 graphed steps."""
     from myxtts.train.loop import train
@@ -120,18 +120,8 @@ def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path,
     common = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
               "train.device=cuda", "train.compile=off", "data.batch_frames=1200")
     train(micro_config(tmp_path / "full", *common), micro_store, progress=False)
-    real, calls = TrainStep.__call__, []
-
-    def crash_on_8th(self, batches):
-        calls.append(1)
-        if len(calls) == 8:
-            raise RuntimeError("simulated crash")
-        return real(self, batches)
-
-    monkeypatch.setattr(TrainStep, "__call__", crash_on_8th)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(micro_config(tmp_path / "part", *common), micro_store, progress=False)
-    monkeypatch.setattr(TrainStep, "__call__", real)
+        train_crashing_at(micro_config(tmp_path / "part", *common), micro_store, call=8)
     assert train(micro_config(tmp_path / "part", *common), micro_store, progress=False).step == 10
     a = ck.load(ck.CheckpointManager(tmp_path / "full" / "checkpoints", 9).latest())[ck.MODEL]
     b = ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 9).latest())[ck.MODEL]

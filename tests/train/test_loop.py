@@ -16,7 +16,7 @@ import torch
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import _oom_message, train
-from tests.helpers import MICRO_MODEL, micro_config
+from tests.helpers import MICRO_MODEL, micro_config, train_crashing_at
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
@@ -29,27 +29,15 @@ def _losses(run: Path) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("self_feed", [0.0, 0.5])
-def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, monkeypatch, self_feed):
+def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, self_feed):
     # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch); with
     # scheduled sampling on, its random choices must resume exactly too.
     overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
                  f"train.self_feed={self_feed}", "train.self_feed_after=2")
     assert train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False).step == 10
 
-    from myxtts.train.step import TrainStep
-
-    real_call, calls = TrainStep.__call__, []
-
-    def crash_on_8th(self, batches):
-        calls.append(1)
-        if len(calls) == 8:
-            raise RuntimeError("simulated crash")
-        return real_call(self, batches)
-
-    monkeypatch.setattr(TrainStep, "__call__", crash_on_8th)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False)
-    monkeypatch.setattr(TrainStep, "__call__", real_call)
+        train_crashing_at(micro_config(tmp_path / "part", *overrides), micro_store, call=8)
     # the newest checkpoint is step 6 (epoch 0, 6 batches in); the same command continues
     saved = ck.TrainingProgress.from_state_dict(
         ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])

@@ -75,3 +75,18 @@ def test_the_worst_case_batch_fills_its_shape():
     assert batch["ref_lengths"].tolist() == [12] * 3 and int(batch["tokens"].min()) >= 4
     again = worst_case_batch(shape, N_TOKENS, 2, "cpu")
     assert all(torch.equal(batch[k], again[k]) for k in batch)  # private, fixed generator
+
+
+def test_a_bucket_that_does_not_fit_stops_before_step_1_naming_it(tmp_path, one_thread):
+    from myxtts.train.errors import TrainError
+
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.batch_frames=3000")
+    step = _step(cfg)
+
+    def micro(batch, n_micro, last=True):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+
+    step.micro = micro
+    with pytest.raises(TrainError, match=r"out of GPU memory before step 1 .*\(2 x 48 frames, "
+                                         r"text 16, .*data.batch_frames=3000\); lower --batch-frames"):
+        warm_up(step, SHAPES, N_TOKENS, 1, echo=lambda s: None)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from myxtts.config import Config
-from myxtts.data.batch import to_model_dtypes
+from myxtts.data.batch import BatchShape, to_model_dtypes
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
 from myxtts.train import checkpoint as ck
@@ -77,6 +77,14 @@ class TrainData:
             except ValueError as e:
                 raise TrainError(f"cannot continue the data order from the checkpoint: {e}") from e
         progress.data_plan = self.sampler.plan_state()
+
+
+def bucket_shapes(sampler: Any, cfg: Config) -> list[BatchShape]:
+    """Each bucket's padded batch shape, in bucket order (what the warm-up and the auto batch
+    budget run)."""
+    return [BatchShape(b, l_text, t_mel, cfg.data.ref_frames, cfg.audio.n_mels)
+            for b, l_text, t_mel in zip(sampler.bucket_batch_sizes, sampler.text_caps,
+                                        sampler.boundaries)]
 
 
 def is_store(path: Path) -> bool:

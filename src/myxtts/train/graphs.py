@@ -90,6 +90,9 @@ class StepGraphs:
         self._update: Replay | None = None
         self.lr = [torch.zeros((), dtype=torch.float32, device=step.device)
                    for _ in step.opt.param_groups]
+        # CudaCapture runs each function once uncaptured before capturing it, on purpose:
+        # silence torch's one-time "capturable=True but not capturing" performance warning
+        step.opt._warned_capturable_if_run_uncaptured = True
 
     def __len__(self) -> int:
         """Bucket shapes captured."""

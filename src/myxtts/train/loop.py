@@ -20,13 +20,13 @@ import numpy as np
 import torch
 
 from myxtts.config import Config, config_from_dict, resolve_device, save_config
-from myxtts.data.batch import Batch, BatchShape, to_model_dtypes
+from myxtts.data.batch import Batch, to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train import checkpoint as ck
-from myxtts.train.data import TrainData, open_train_data
+from myxtts.train.data import TrainData, bucket_shapes, open_train_data
 from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.optim import build_optimizer, build_scheduler
@@ -128,7 +128,7 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     _fit_batches(step_fn, data, cfg, dist, out)
     data.continue_from(state, record)
-    if step_fn.compiled or graphs:
+    if step_fn.compiled or graphs or device.type == "cuda":
         _warm_up(step_fn, data, cfg, dist, graphs)
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -153,13 +153,6 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         dist.close(wait_for_all=finished)
 
 
-def _shapes(sampler: Any, cfg: Config) -> list[BatchShape]:
-    """Each bucket's padded batch shape, in bucket order."""
-    return [BatchShape(b, l_text, t_mel, cfg.data.ref_frames, cfg.audio.n_mels)
-            for b, l_text, t_mel in zip(sampler.bucket_batch_sizes, sampler.text_caps,
-                                        sampler.boundaries)]
-
-
 def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
                  out: Path) -> None:
     """``data.batch_frames=auto`` on a GPU: measure each bucket's largest batch (or read the
@@ -168,7 +161,7 @@ def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInf
         return
     from myxtts.train.budget import auto_batch_sizes
 
-    planned = _shapes(data.sampler, cfg)
+    planned = bucket_shapes(data.sampler, cfg)
     echo = log.info if dist.rank == 0 else (lambda _: None)
     sizes = auto_batch_sizes(step_fn, planned, [s.batch for s in planned], cfg, out,
                              data.vocab_size, len(data.languages), dist, echo=echo)
@@ -178,11 +171,12 @@ def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInf
 def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
              graphs: bool) -> None:
     """Every bucket shape before step 1: compile and capture now, with a progress line per
-    shape, instead of pausing the run later (``train.warmup``)."""
+    shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
+    fits (``train.warmup``)."""
     from myxtts.train.graphs import CudaCapture
     from myxtts.train.warmup import warm_up
 
-    shapes = sorted(set(_shapes(data.sampler, cfg)), key=lambda s: s.frames)
+    shapes = sorted(set(bucket_shapes(data.sampler, cfg)), key=lambda s: s.frames)
     echo = log.info if dist.rank == 0 else (lambda _: None)
     report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
                      capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
@@ -328,7 +322,7 @@ def _oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
     where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "
              f"tokens, data.batch_frames={cfg.data.batch_frames})")
     if cfg.data.batch_frames == "auto":  # measured to fit: something else took memory
-        fraction = round(cfg.data.auto_memory_fraction - 0.15, 2)
+        fraction = max(0.05, round(cfg.data.auto_memory_fraction - 0.15, 2))
         return (f"out of GPU memory on {where}, although every bucket's worst case fitted "
                 f"before step 1 (another process on the GPU?); try --set "
                 f"data.auto_memory_fraction={fraction} (the sizes are measured again)")

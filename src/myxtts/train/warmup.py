@@ -27,6 +27,7 @@ import torch
 from myxtts.data.batch import Batch, BatchShape
 from myxtts.model.dummy import random_batch
 from myxtts.train.compile import compiled_graphs
+from myxtts.train.errors import TrainError
 from myxtts.train.graphs import Capture, StepGraphs
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,16 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
         for i, shape in enumerate(order, 1):
             t0 = time.perf_counter()
             batch = worst_case_batch(shape, n_tokens, n_languages, device)
-            step.run([batch] * step.cfg.train.grad_accum_steps)
+            try:
+                step.run([batch] * step.cfg.train.grad_accum_steps)
+            except torch.cuda.OutOfMemoryError as e:
+                data = step.cfg.data
+                fix = (f"lower --set data.auto_memory_fraction (now {data.auto_memory_fraction})"
+                       if data.batch_frames == "auto" else "lower --batch-frames, or use --set "
+                       "data.batch_frames=auto to measure what fits")
+                raise TrainError(f"out of GPU memory before step 1 on the worst case of a bucket "
+                                 f"({_describe(shape)}, data.batch_frames={data.batch_frames}); "
+                                 f"{fix}") from e
             if graphs is not None:
                 try:
                     graphs.capture(batch)
