@@ -152,7 +152,10 @@ class TrainStep:
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as e:
-                if not self.compiled:
+                # inside a CUDA graph capture the error is the capture's (the warm-up falls
+                # back to the uncaptured step), not the compiler's
+                capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+                if not self.compiled or capturing:
                     raise
                 self.disable_compile(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 return self._forward_loss(batch)
