@@ -1,18 +1,19 @@
 """The CUDA half of ``train_step.py``: one preset as ``myxtts train`` runs it on a GPU.
 
-Per preset, in the order the trainer does it (``train.loop``):
+Per preset:
 
-1. cold warm-up: the compiled step measures each bucket's batch size (``data.batch_frames
-   =auto``, ``train.budget``) and the warm-up compiles and captures every shape
-   (``train.warmup``), with a fresh compile cache: the seconds before a user's first step;
-2. warm warm-up: the same in a new process with the caches and run folder of 1 (a
-   restart: the sizes come from the run folder's cache, the kernels from disk);
-3. eager vs compiled vs graphed step (the same initial weights) on pre-staged batches at the
-   measured sizes, interleaved windows: step time, utterances/s, mel frames/s, NVML
-   utilisation, MFU from counted model FLOPs;
-4. the trainer's real input path against pre-staged batches with the graphed step
-   (``common.loader_ratio``);
-5. peak GPU memory.
+1. cold warm-up, in a new process with empty compile caches and run folder: the
+   compiled step measures each bucket's batch size (``data.batch_frames=auto``,
+   ``train.budget``), then compiles and captures every shape (``train.warmup``): the seconds
+   before a user's first step;
+2. warm warm-up: the same in another new process with the caches and run folder of 1 (a
+   restart: the sizes come from the run folder, the kernels from disk);
+3. eager, compiled and graphed step on pre-staged batches at those sizes, one mode after the
+   other so only one model is on the GPU at a time (the graphed step's memory pool stays
+   reserved while it lives): step time, utterances/s, mel frames/s, NVML utilisation, MFU
+   from model FLOPs counted once per shape;
+4. with the graphed step, the trainer's real input path against pre-staged batches
+   (``common.loader_ratio``) and the peak memory of that step.
 
 An arm that fails is reported as failed with its reason, not as a crash of the benchmark.
 """
@@ -20,6 +21,7 @@ An arm that fails is reported as failed with its reason, not as a crash of the b
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -38,13 +40,19 @@ def _threads(args: argparse.Namespace) -> int:
     return args.threads if args.threads is not None else 0
 
 
+def _cache_env(cache: Path) -> dict[str, str]:
+    """Inductor's and Triton's caches under ``cache`` (inductor fixes Triton's folder once per
+    process, so each preset's cold warm-up runs in its own process)."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+
+
 def cold_and_warm_up(t: common.Trainer, run_dir: Path) -> tuple[Any, dict]:
-    """What ``train()`` does before step 1, timed: the graphed (compiled + captured) step."""
+    """What ``train()`` does before step 1, timed: returns the step it readies."""
     from myxtts.train.compile import compiled_graphs
-    from myxtts.train.step import resolve_graphs
+    from myxtts.train.step import resolve_compile, resolve_graphs
 
     t0, g0 = time.perf_counter(), compiled_graphs()
-    step = t.step(compiled=True)
+    step = t.step(compiled=resolve_compile(t.cfg.train.compile, t.device))
     if t.auto:
         t.fit_auto(step, run_dir)
     t1 = time.perf_counter()
@@ -56,16 +64,16 @@ def cold_and_warm_up(t: common.Trainer, run_dir: Path) -> tuple[Any, dict]:
                   "capture_error": report.capture_error, "mode": step.mode}
 
 
-def restart_main(args: argparse.Namespace) -> None:
-    """``train_step.py --restart-of PRESET``: the warm-up of a restarted run, as one JSON line."""
-    t = common.Trainer(args.store, args.restart_of, args.batch_frames, args.set, _threads(args))
+def warmup_main(args: argparse.Namespace) -> None:
+    """``train_step.py --warmup-of PRESET``: the trainer's warm-up, as one JSON line."""
+    t = common.Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args))
     _, timing = cold_and_warm_up(t, args.run_dir)
     print(json.dumps(timing))
 
 
-def warm_restart(store: Path, preset: str, args: argparse.Namespace, run_dir: Path,
-                 cache: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).with_name("train_step.py")), "--restart-of", preset,
+def warmup_in_new_process(store: Path, preset: str, args: argparse.Namespace, run_dir: Path,
+                          cache: Path) -> dict:
+    cmd = [sys.executable, str(Path(__file__).with_name("train_step.py")), "--warmup-of", preset,
            "--store", str(store), "--run-dir", str(run_dir)]
     for item in args.set:
         cmd += ["--set", item]
@@ -73,12 +81,25 @@ def warm_restart(store: Path, preset: str, args: argparse.Namespace, run_dir: Pa
         cmd += ["--batch-frames", str(args.batch_frames)]
     if args.threads is not None:  # CPU kernels are compiled for a thread count
         cmd += ["--threads", str(args.threads)]
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache))
+    started = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=420,
+                           env=dict(os.environ, **_cache_env(cache)))
+        if r.returncode != 0:
+            raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1][:200])
+        out = json.loads(r.stdout.strip().splitlines()[-1])
     except Exception as e:  # a failed arm is a table cell, not a crash
-        return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+        return {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+    out["process_s"] = time.perf_counter() - started
+    return out
+
+
+def _release() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
@@ -88,48 +109,59 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     from myxtts.observe.gpu import GpuUtilSampler
     from myxtts.train.compile import reset_compiled
 
-    reset_compiled()
     cache = args.inductor_cache or args.tmp / f"inductor-{preset}"
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     run_dir = args.tmp / f"run-{preset}"
+    common.say(f"{preset}: cold warm-up in a new process (sizes, compile, capture)")
+    out: dict[str, Any] = {"preset": preset,
+                           "cold": warmup_in_new_process(store, preset, args, run_dir, cache)}
+    common.say(f"{preset}: warm warm-up in a new process (same caches and run folder)")
+    out["warm"] = warmup_in_new_process(store, preset, args, run_dir, cache)
+    os.environ.update(_cache_env(cache))  # this process compiles from the warm caches
+    reset_compiled()
     t = common.Trainer(store, preset, args.batch_frames, args.set, _threads(args))
-    if t.cuda:
-        torch.cuda.reset_peak_memory_stats(t.device)
-    common.say(f"{preset}: cold warm-up (measuring batch sizes, compiling, capturing)")
-    graphed, cold = cold_and_warm_up(t, run_dir)
-    out: dict[str, Any] = {"preset": preset, "params_m": t.params_m, "device": str(t.device),
-                           "precision": str(graphed.dtype).split(".")[-1], "cold": cold,
-                           "batch_frames": t.cfg.data.batch_frames,
-                           "sizes": [(s.frames, s.batch) for s in sorted(t.shapes(), key=lambda s: s.frames)]}
-    common.say(f"{preset}: cold warm-up {cold['total_s']:.1f} s; restarting for the warm one")
-    out["warm"] = warm_restart(store, preset, args, run_dir, cache)
-    staged = t.stage()
-    steps = {"eager": t.step(compiled=False), "compiled": t.step(compiled=True), "graphed": graphed}
-    by_frequency = [k for k, _ in Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
-    eager = steps["eager"]
-    flops = StepFlops(eager.loss, lambda: eager.model.zero_grad(set_to_none=False))
-    for key in by_frequency:
-        flops(staged[key][0])
+    out.update(params_m=t.params_m, device=str(t.device), batch_frames=t.cfg.data.batch_frames)
     accum = t.cfg.train.grad_accum_steps
-    for step in steps.values():  # one untimed pass over every shape (allocations, autotune)
-        t.window(step, common.staged_fetch(staged, [k for k in by_frequency for _ in range(accum)]),
-                 len(by_frequency))
+    flops = staged = by_frequency = None
     gpu = GpuUtilSampler(t.device)
-    n = args.steps * accum
-    windows: dict[str, list[dict]] = {m: [] for m in MODES}
-    for r in range(args.rounds):
-        sequence = [by_frequency[(r * n + i) % len(by_frequency)] for i in range(n)]
-        for mode in MODES[r % 3:] + MODES[:r % 3]:
-            windows[mode].append(t.window(steps[mode], common.staged_fetch(staged, sequence),
-                                          args.steps, flops, gpu))
-        common.say(f"{preset}: round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{m} {windows[m][-1]['steps_per_s']:.2f} steps/s" for m in MODES))
-    for mode, ws in windows.items():
-        out[mode] = {k: common.median([w[k] for w in ws if k in w]) for k in ws[0]}
+    for mode in MODES:  # eager first: it counts the FLOPs
+        step = t.step(compiled=mode != "eager")
+        if t.auto and t.batch_sizes is None:
+            t.fit_auto(step, run_dir)  # from the run folder's cache: nothing is measured
+        if staged is None:
+            staged = t.stage()
+            by_frequency = [k for k, _ in
+                            Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
+            flops = StepFlops(step.loss, lambda s=step: s.model.zero_grad(set_to_none=False))
+            for key in by_frequency:
+                flops(staged[key][0])
+            flops.loss_fn = flops.zero_grad = None  # the counts stay, the eager model may go
+        if t.cuda:
+            torch.cuda.reset_peak_memory_stats(t.device)
+        if mode != "eager":
+            report = t.warm_up(step, graphs=mode == "graphed" and t.cuda)
+            if mode == "graphed" and report.capture_error:
+                out["capture_error"] = report.capture_error
+        out[f"{mode}_is"] = step.mode
+        every_shape = [k for k in by_frequency for _ in range(accum)]
+        t.window(step, common.staged_fetch(staged, every_shape), len(by_frequency))  # untimed
+        n, windows = args.steps * accum, []
+        for r in range(args.rounds):
+            sequence = [by_frequency[(r * n + i) % len(by_frequency)] for i in range(n)]
+            windows.append(t.window(step, common.staged_fetch(staged, sequence), args.steps,
+                                    flops, gpu))
+        out[mode] = {k: common.median([w[k] for w in windows if k in w]) for k in windows[0]}
+        common.say(f"{preset}: {mode} ({step.mode}): {out[mode]['steps_per_s']:.2f} steps/s")
+        if mode == "graphed":
+            out["ratio"] = common.loader_ratio(t, step, staged, args.steps, args.rounds, 2, preset)
+            out["workers"] = t.data.loader.num_workers
+            out["peak_gib"] = (torch.cuda.max_memory_allocated(t.device) / 2**30 if t.cuda
+                               else float("nan"))
+        step = None
+        _release()
+    out["sizes"] = [(s.frames, s.batch) for s in sorted(t.shapes(), key=lambda s: s.frames)]
     out["nvml"] = gpu.available
-    out["ratio"] = common.loader_ratio(t, graphed, staged, args.steps, args.rounds, 2, preset)
-    out["workers"] = t.data.loader.num_workers
-    out["peak_gib"] = torch.cuda.max_memory_allocated(t.device) / 2**30 if t.cuda else float("nan")
+    del t, staged
+    _release()
     return out
 
 
@@ -138,22 +170,18 @@ def rows(results: list[dict], peak_tflops: float) -> list[tuple[str, list[str]]]
         return [" / ".join(format(r[m][metric] / scale, fmt) if metric in r[m] else "-"
                            for m in MODES) for r in results]
 
-    def warm(r: dict) -> str:
-        w = r["warm"]
-        return f"failed: {w['error']}" if "error" in w else \
-            f"{w['total_s']:.1f} ({w['graphs']} graphs, {w['captured']} captured)"
-
-    def cold(r: dict) -> str:
-        c = r["cold"]
-        text = (f"{c['total_s']:.0f} = {c['probe_s']:.0f} + {c['warmup_s']:.0f} ({c['graphs']} "
-                f"graphs, {c['captured']} captured)")
-        return text + (" CAPTURE FAILED" if c["capture_error"] else "")
+    def warm_up(w: dict) -> str:
+        if "error" in w:
+            return f"failed: {w['error']}"
+        text = (f"{w['total_s']:.0f} = {w['probe_s']:.0f} + {w['warmup_s']:.0f} "
+                f"({w['graphs']} graphs, {w['captured']} captured)")
+        return text + (" CAPTURE FAILED" if w["capture_error"] else "")
 
     return [
         ("parameters (M)", [f"{r['params_m']:.1f}" for r in results]),
-        ("device / precision / trainer's step", [f"{r['device']} {r['precision']} {r['cold']['mode']}"
-                                                 for r in results]),
-        ("data.batch_frames / bucket shapes", [f"{r['batch_frames']} / {len(r['sizes'])}" for r in results]),
+        ("device / trainer's step", [f"{r['device']} {r['cold'].get('mode', '?')}" for r in results]),
+        ("data.batch_frames / bucket shapes", [f"{r['batch_frames']} / {len(r['sizes'])}"
+                                               for r in results]),
         ("step ms: eager / compiled / graphed", [" / ".join(f"{1e3 / r[m]['steps_per_s']:.1f}"
                                                             for m in MODES) for r in results]),
         ("utterances/s: eager / compiled / graphed", three("utt_per_s", ".0f")),
@@ -164,17 +192,23 @@ def rows(results: list[dict], peak_tflops: float) -> list[tuple[str, list[str]]]
          [common.spread(r["ratio"]["ratios"]) for r in results]),
         ("data-wait share: loader / loader workers",
          [f"{r['ratio']['loader']['wait_share']:.2%} / {r['workers']}" for r in results]),
-        ("warm-up s cold: total = sizes + compile/capture", [cold(r) for r in results]),
-        ("warm-up s warm (restart, same caches)", [warm(r) for r in results]),
-        ("peak GPU memory GiB", [f"{r['peak_gib']:.1f}" for r in results]),
+        ("warm-up s cold: total = sizes + compile/capture", [warm_up(r["cold"]) for r in results]),
+        ("warm-up s warm (restart, same caches)", [warm_up(r["warm"]) for r in results]),
+        ("peak GPU memory GiB (graphed step)", [f"{r['peak_gib']:.1f}" for r in results]),
     ]
 
 
 def notes(results: list[dict]) -> str:
     lines = ["batch sizes per bucket (T_mel:batch): " + "; ".join(
         f"{r['preset']} " + " ".join(f"{t}:{b}" for t, b in r["sizes"]) for r in results)]
-    lines += [f"{r['preset']}: CUDA graph capture failed: {r['cold']['capture_error']}"
-              for r in results if r["cold"]["capture_error"]]
-    lines.append("step modes: eager; compiled (regional torch.compile of the transformer blocks); "
-                 "graphed (compiled + the whole step replayed as CUDA graphs: the trainer's mode).")
+    for r in results:
+        modes = ", ".join(f"{m} ran {r[f'{m}_is']}" for m in MODES if r[f"{m}_is"] != m)
+        if modes:
+            lines.append(f"{r['preset']}: {modes}")
+        if r.get("capture_error"):
+            lines.append(f"{r['preset']}: CUDA graph capture failed: {r['capture_error']}")
+    lines.append("step modes: eager; compiled (regional torch.compile of the transformer "
+                 "blocks); graphed (compiled + each bucket's whole step replayed as a CUDA "
+                 "graph: the trainer's mode). Modes are measured one after the other, one model "
+                 "on the GPU at a time; warm-up seconds are the trainer's in a new process.")
     return "\n".join(lines)

@@ -106,7 +106,7 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_arguments(p)
-    p.add_argument("--restart-of", help=argparse.SUPPRESS)  # step_gpu.py's warm restart
+    p.add_argument("--warmup-of", help=argparse.SUPPRESS)  # step_gpu.py's warm-up process
     p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--skip-compile", action="store_true", help="eager only")
     p.add_argument("--compile-presets", help="CPU: presets also measured compiled (default tiny)")
@@ -119,10 +119,10 @@ def main() -> None:
     p.add_argument("--inductor-cache", type=Path,
                    help="TORCHINDUCTOR_CACHE_DIR (default: a fresh one: warm-up is a cold compile)")
     args = p.parse_args()
-    if args.restart_of:
+    if args.warmup_of:
         import step_gpu
 
-        step_gpu.restart_main(args)
+        step_gpu.warmup_main(args)
         return
     tmp = args.tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-step-"))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(args.inductor_cache or tmp / "inductor")
@@ -188,7 +188,7 @@ def gpu_main(args: argparse.Namespace, tmp: Path) -> None:
             except Exception as e:  # one preset failing must not lose the others' figures
                 common.say(f"{preset}: FAILED ({type(e).__name__}: {str(e)[:300]})")
         head = common.header(data, store, f"windows: {args.steps} steps on pre-staged batches, "
-                             f"{args.rounds} rounds per mode interleaved, medians over rounds"
+                             f"{args.rounds} per mode, medians"
                              + (f"; overrides {args.set}" if args.set else ""))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -59,10 +59,12 @@ def _close(a: TrainStep, b: TrainStep, rtol: float, atol: float) -> None:
 def test_graphed_step_equals_eager_over_several_steps(tmp_path):
     eager, graphed = _steps(tmp_path, 2)
     report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
-    assert report.capture_error is None and graphed.mode == "graphed"
+    assert report.capture_error is None and report.shapes_captured == 2
     for i in range(6):
-        eager([_batch(i)])
-        graphed([_batch(i)])
+        batch = _batch(i)
+        assert graphed.graphs.ready([batch])  # replayed, not run uncaptured
+        eager([batch])
+        graphed([batch])
     _close(eager, graphed, rtol=1e-4, atol=1e-5)
 
 
@@ -90,11 +92,13 @@ def test_compiled_step_equals_eager(tmp_path):
 
 def test_the_step_never_syncs_with_the_host(tmp_path):
     (step,) = _steps(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16")
-    step([_batch(0)])  # first step: lazy allocations
+    batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
+    step([batches[0]])  # first step: lazy allocations
+    torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for i in range(1, 4):
-            step([_batch(i)])
+        for batch in batches[1:]:
+            step([batch])
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

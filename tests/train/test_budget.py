@@ -34,12 +34,27 @@ def test_the_search_finds_the_largest_fitting_size_in_few_tries(largest, start):
     assert all(1 <= b <= 256 for b in tried)
 
 
-class FakeGpu:
+class FakeMemory:
+    """A GPU's memory as the probe sees it: a name, a size, a peak within the limit."""
+
+    name, total, released = "Fake GPU 24GB", 24 * 2**30, 0
+
+    def reset_peak(self) -> None:
+        pass
+
+    def peak(self) -> int:
+        return 2**30
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class FakeGpu(FakeMemory):
     """A device with ``budget`` mel frames of room: larger worst cases run out of memory
     partway through the step (after the forward), as on a GPU."""
 
     def __init__(self, step, budget: int, name: str = "Fake GPU 24GB") -> None:
-        self.name, self.total, self.budget = name, 24 * 2**30, budget
+        self.name, self.budget = name, budget
         self.runs: list[int] = []
         self.released = 0
         real = step.micro
@@ -53,15 +68,6 @@ class FakeGpu:
             real(batch, n_micro, last)
 
         step.micro = micro
-
-    def reset_peak(self) -> None:
-        pass
-
-    def peak(self) -> int:
-        return 2**30
-
-    def release(self) -> None:
-        self.released += 1
 
 
 SHAPES = [BatchShape(1, 16, 24, 12, N_MELS), BatchShape(1, 24, 48, 12, N_MELS),
@@ -134,3 +140,40 @@ def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
         assert batch["mel"].shape[0] == sizes[k]
     with pytest.raises(ValueError, match="batch_sizes must give each of the"):
         build_loader(micro_store, cfg, batch_sizes=[2])
+
+
+def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(tmp_path,
+                                                                               one_thread):
+    """An out-of-memory error while AdamW creates its state (first step of a fresh run)
+    leaves some parameters with part of it; the probe clears those, so the next size's step
+    (and training after the probe) initialise them whole."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
+    step = _step(cfg)
+    budget, real_update, sizes_seen = 600, step.update, []
+
+    def micro(batch, n_micro, last=True):
+        sizes_seen.append(batch["mel"].shape[0] * batch["mel"].shape[1])
+        real_micro(batch, n_micro, last)
+
+    def update():
+        if sizes_seen[-1] > budget:
+            first = next(iter(step.params))
+            step.opt.state[first] = {"step": torch.zeros(())}  # half made, then no memory
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+        real_update()
+
+    real_micro = step.micro
+    step.micro, step.update = micro, update
+    sizes, _ = _probe(tmp_path, step, FakeMemory())
+    assert all(b * s.frames <= budget for s, b in zip(SHAPES, sizes))
+    assert {tuple(sorted(st)) for st in step.opt.state.values()} <= {
+        (), ("exp_avg", "exp_avg_sq", "step")}  # none, or whole
+    step.micro, step.update = real_micro, real_update
+    step([_batches_for(SHAPES[0])])  # a real step afterwards initialises AdamW whole
+    assert all(set(st) == {"step", "exp_avg", "exp_avg_sq"} for st in step.opt.state.values())
+
+
+def _batches_for(shape: BatchShape) -> dict[str, torch.Tensor]:
+    from myxtts.train.warmup import worst_case_batch
+
+    return worst_case_batch(shape, N_TOKENS, 1, "cpu")

@@ -121,6 +121,10 @@ class Probe:
         batch = None
         if failed:
             self.step.opt.zero_grad(set_to_none=False)
+            full = set().union(*(st.keys() for st in self.step.opt.state.values()))
+            for st in self.step.opt.state.values():  # AdamW state half made when memory ran
+                if set(st) != full:                   # out: the next step makes it again
+                    st.clear()
             self.memory.release()
             return False
         return self.peaks[shape] <= self.limit
@@ -224,6 +228,11 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
     key = cache_key(step, memory, shapes, cfg, dist.enabled)
     path = run_dir / CACHE_NAME
     sizes, reason = read_cache(path, key)
+    if dist.enabled:  # all ranks measure if any must (none waits in a collective meanwhile)
+        have = torch.tensor([0 if sizes is None else 1], device=step.device)
+        torch.distributed.all_reduce(have, op=torch.distributed.ReduceOp.MIN)
+        if int(have.item()) == 0:
+            sizes, reason = None, reason or "another rank has no cached sizes"
     peaks: list[int | None] = [None] * len(shapes)
     measured = sizes is None
     if measured:

@@ -54,25 +54,31 @@ def shape_key(batch: dict[str, torch.Tensor]) -> tuple:
 class CudaCapture:
     """Captures a function as a CUDA graph in a memory pool shared by all its captures.
 
-    Before capturing, the function runs once on the capture stream (torch's recipe: lazy
-    per-stream initialisations such as cuBLAS workspaces happen outside the capture). That run
-    changes the training state like any step; the warm-up restores it afterwards.
+    Before its first capture the function runs once on the capture stream (torch's recipe:
+    lazy per-stream and per-thread initialisations, such as the cuBLAS workspace, happen
+    outside a capture). Later captures skip that run: each shape already ran uncaptured in
+    the warm-up's first pass, and an uncaptured run beside the pool the earlier captures hold
+    would need twice the memory. The run changes the training state like any step; the
+    warm-up restores it afterwards.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)
+        self._stream_ready = False
 
     def __call__(self, fn: Callable[[], None]) -> Replay:
         graph = torch.cuda.CUDAGraph()
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            fn()
-        current.wait_stream(self.stream)
+        if not self._stream_ready:
+            with torch.cuda.stream(self.stream):
+                fn()
+            self._stream_ready = True
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             fn()
+        current.wait_stream(self.stream)
         return graph.replay
 
 
@@ -90,7 +96,7 @@ class StepGraphs:
         self._update: Replay | None = None
         self.lr = [torch.zeros((), dtype=torch.float32, device=step.device)
                    for _ in step.opt.param_groups]
-        # CudaCapture runs each function once uncaptured before capturing it, on purpose:
+        # CudaCapture runs a function once uncaptured before its first capture, on purpose:
         # silence torch's one-time "capturable=True but not capturing" performance warning
         step.opt._warned_capturable_if_run_uncaptured = True
 
@@ -123,9 +129,9 @@ class StepGraphs:
     def capture(self, batch: dict[str, torch.Tensor]) -> None:
         """Capture the micro-step for ``batch``'s shape (and the update, the first time).
 
-        The step must have run uncaptured before (its sums and gradients then exist and stay
-        where they are), and the caller restores the training state afterwards: capturing
-        runs the step (``CudaCapture``'s warm-up run, or a recorder's)."""
+        The step must have run uncaptured before (its sums, gradients and AdamW state then
+        exist and stay where they are), and the caller restores the training state
+        afterwards: capturing may run the step (``CudaCapture``'s first run, a recorder's)."""
         static = {k: v.detach().clone() for k, v in batch.items()}
         with self._device_lr():
             replay = self._capture(lambda: self.step.micro(static, self.n_micro))

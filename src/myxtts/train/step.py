@@ -140,10 +140,12 @@ class TrainStep:
         eval mode, where the blocks run eagerly: see ``train.compile.eager_blocks``)."""
         ctx = contextlib.ExitStack()
         if self.dtype != torch.float32:
-            # No autocast weight-cast cache while graphs may capture: a cached cast made
-            # inside a capture would outlive it in the graph's memory pool.
+            # The weight-cast cache stays off, in every mode: compiled blocks guard on the
+            # flag, so a flag that changed between the probe, the warm-up, capture and
+            # training would recompile them; and the cache saves little here (a weight is
+            # cast once per forward anyway, twice with self-feed).
             ctx.enter_context(torch.autocast(self.device.type, dtype=self.dtype,
-                                             cache_enabled=self.graphs is None))
+                                             cache_enabled=False))
         if self._blocks and not self.model.training:
             ctx.enter_context(eager_blocks(self._blocks))
         with ctx:

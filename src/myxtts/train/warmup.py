@@ -88,8 +88,12 @@ class StateSnapshot:
         for p in step.params:
             if p.grad is not None:
                 p.grad.zero_()
+        full = set().union(*(st.keys() for st in step.opt.state.values()))
         for p, st in step.opt.state.items():
             saved = self._opt.get(id(p), {})
+            if not saved and set(st) != full:  # half-initialised (an out-of-memory in the
+                st.clear()                      # middle of AdamW's first step): start over
+                continue
             for k, v in st.items():
                 if isinstance(v, torch.Tensor):
                     v.copy_(saved[k]) if k in saved else v.zero_()
@@ -127,45 +131,60 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
     """Run every training shape (longest first) through ``step`` and, with ``capture``
     (``graphs.CudaCapture``), capture its CUDA graphs. The training state is restored
     afterwards. A capture failure leaves the step uncaptured, with one warning naming the
-    cause; a compile failure leaves it eager (``TrainStep.loss``)."""
+    cause; a compile failure leaves it eager (``TrainStep.loss``).
+
+    Two passes, for memory: first every shape runs uncaptured (compiling it and proving its
+    worst case fits), then, with the allocator's cache released, every shape is captured,
+    largest first. Interleaved, a shape's uncaptured activations would sit beside the pool
+    the earlier captures keep reserved: about twice the memory of one step."""
     report = WarmupReport()
     t_start, g_start = time.perf_counter(), compiled_graphs()
-    graphs = StepGraphs(step, capture) if capture is not None else None
-    step.graphs = graphs  # set first: the step then runs as it will when captured
+    step.graphs = StepGraphs(step, capture) if capture is not None else None  # runs as captured
     order = sorted(shapes, key=lambda s: (s.frames, s.text, s.batch), reverse=True)
-    device = step.device
+    total = len(order) * (2 if capture is not None else 1)
     with StateSnapshot(step):
         for i, shape in enumerate(order, 1):
             t0 = time.perf_counter()
-            batch = worst_case_batch(shape, n_tokens, n_languages, device)
-            try:
-                step.run([batch] * step.cfg.train.grad_accum_steps)
-            except torch.cuda.OutOfMemoryError as e:
-                data = step.cfg.data
-                fix = (f"lower --set data.auto_memory_fraction (now {data.auto_memory_fraction})"
-                       if data.batch_frames == "auto" else "lower --batch-frames, or use --set "
-                       "data.batch_frames=auto to measure what fits")
-                raise TrainError(f"out of GPU memory before step 1 on the worst case of a bucket "
-                                 f"({_describe(shape)}, data.batch_frames={data.batch_frames}); "
-                                 f"{fix}") from e
-            if graphs is not None:
-                try:
-                    graphs.capture(batch)
-                except Exception as e:  # any capture problem: train uncaptured, say why
-                    report.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                    log.warning("CUDA graph capture failed for a batch of %s (%s); training "
-                                "with the %s step", _describe(shape), report.capture_error,
-                                "compiled" if step.compiled else "eager")
-                    graphs = step.graphs = None
-                    _release(device)
+            _run_worst_case(step, shape, n_tokens, n_languages)
             report.shape_seconds.append(time.perf_counter() - t0)
-            echo(f"warm-up: shape {i}/{len(order)} ({_describe(shape)}), {step.mode}, "
-                 f"{report.shape_seconds[-1]:.1f} s")
-    _release(device)
+            echo(f"warm-up {i}/{total}: {'compiled' if step.compiled else 'ran'} a batch of "
+                 f"{_describe(shape)} in {report.shape_seconds[-1]:.1f} s")
+        _release(step.device)
+        for i, shape in enumerate(order if step.graphs is not None else [], len(order) + 1):
+            t0 = time.perf_counter()
+            try:
+                step.graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
+            except Exception as e:  # any capture problem: train uncaptured, say why
+                report.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                log.warning("CUDA graph capture failed for a batch of %s (%s); training with "
+                            "the %s step", _describe(shape), report.capture_error,
+                            "compiled" if step.compiled else "eager")
+                step.graphs = None
+                break
+            report.shape_seconds.append(time.perf_counter() - t0)
+            echo(f"warm-up {i}/{total}: captured a batch of {_describe(shape)} as a CUDA graph "
+                 f"in {report.shape_seconds[-1]:.1f} s")
+    _release(step.device)
     report.seconds = time.perf_counter() - t_start
     report.graphs_compiled = compiled_graphs() - g_start
-    report.shapes_captured = len(graphs) if graphs is not None else 0
+    report.shapes_captured = len(step.graphs) if step.graphs is not None else 0
     return report
+
+
+def _run_worst_case(step: Any, shape: BatchShape, n_tokens: int, n_languages: int) -> None:
+    """One uncaptured step on the worst case of ``shape``; out of memory is a TrainError
+    naming the bucket and the fix."""
+    batch = worst_case_batch(shape, n_tokens, n_languages, step.device)
+    try:
+        step.run([batch] * step.cfg.train.grad_accum_steps)
+    except torch.cuda.OutOfMemoryError as e:
+        data = step.cfg.data
+        fix = (f"lower --set data.auto_memory_fraction (now {data.auto_memory_fraction})"
+               if data.batch_frames == "auto" else "lower --batch-frames, or use --set "
+               "data.batch_frames=auto to measure what fits")
+        raise TrainError(f"out of GPU memory before step 1 on the worst case of a bucket "
+                         f"({_describe(shape)}, data.batch_frames={data.batch_frames}); "
+                         f"{fix}") from e
 
 
 def _release(device: torch.device) -> None:
