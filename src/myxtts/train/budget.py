@@ -37,7 +37,7 @@ import torch
 from myxtts.data.batch import BatchShape
 from myxtts.system import atomic_write
 from myxtts.train.errors import TrainError
-from myxtts.train.warmup import StateSnapshot, worst_case_batch
+from myxtts.train.warmup import StateSnapshot, drop_half_made_state, worst_case_batch
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,7 @@ class Probe:
         batch = None
         if failed:
             self.step.opt.zero_grad(set_to_none=False)
-            full = set().union(*(st.keys() for st in self.step.opt.state.values()))
-            for st in self.step.opt.state.values():  # AdamW state half made when memory ran
-                if set(st) != full:                   # out: the next step makes it again
-                    st.clear()
+            drop_half_made_state(self.step.opt)
             self.memory.release()
             return False
         return self.peaks[shape] <= self.limit

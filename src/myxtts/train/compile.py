@@ -32,6 +32,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -93,7 +94,7 @@ def _configure_dynamo() -> None:
         fx_config.use_duck_shape = False
 
 
-def compile_blocks(model: nn.Module, backend: str | None = None) -> list[nn.Module]:
+def compile_blocks(model: nn.Module, backend: Any = None) -> list[nn.Module]:
     """Compile every transformer block of ``model`` in place (``nn.Module.compile``: the
     parameters and the state dict keep their names). Returns the compiled blocks, for
     :func:`uncompile_blocks`. ``backend``: torch.compile's (default inductor; tests count

@@ -104,10 +104,16 @@ class StepGraphs:
         """Bucket shapes captured."""
         return len(self.micro)
 
+    def _graphs_for(self, batches: list[dict[str, torch.Tensor]]) -> list | None:
+        """Each batch's (replay, static inputs), or None if any shape was not captured."""
+        if self._update is None or len(batches) != self.n_micro:
+            return None
+        found = [self.micro.get(shape_key(b)) for b in batches]
+        return None if None in found else found
+
     def ready(self, batches: list[dict[str, torch.Tensor]]) -> bool:
-        """True when every batch's shape has a graph (else the step runs uncaptured)."""
-        return (self._update is not None and len(batches) == self.n_micro
-                and all(shape_key(b) in self.micro for b in batches))
+        """True when every batch's shape has a graph (``replay`` would run them)."""
+        return self._graphs_for(batches) is not None
 
     @contextlib.contextmanager
     def _device_lr(self) -> Iterator[None]:
@@ -139,15 +145,18 @@ class StepGraphs:
                 self._update = self._capture(self.step.update)
         self.micro[shape_key(batch)] = (replay, static)
 
-    def replay(self, batches: list[dict[str, torch.Tensor]]) -> None:
-        """One step: this step's learning rate and batches into the static tensors, then
-        the graphs (kernel launches only: no host sync)."""
+    def replay(self, batches: list[dict[str, torch.Tensor]]) -> bool:
+        """One step if every batch's shape was captured (else False, and nothing ran): this
+        step's learning rate and batches into the static tensors, then the graphs (kernel
+        launches only: no host sync)."""
+        graphs = self._graphs_for(batches)
+        if graphs is None:
+            return False
         for lr, group in zip(self.lr, self.step.opt.param_groups):
             lr.fill_(float(group["lr"]))
-        for batch in batches:
-            run, static = self.micro[shape_key(batch)]
+        for batch, (run, static) in zip(batches, graphs):
             for k, v in batch.items():
                 static[k].copy_(v)
             run()
-        assert self._update is not None
-        self._update()
+        self._update()  # type: ignore[misc]  # (set whenever _graphs_for found graphs)
+        return True

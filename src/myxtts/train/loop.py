@@ -128,7 +128,7 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     _fit_batches(step_fn, data, cfg, dist, out)
     data.continue_from(state, record)
-    if step_fn.compiled or graphs or device.type == "cuda":
+    if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
         _warm_up(step_fn, data, cfg, dist, graphs)
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ class TrainStep:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, cfg: Config, device: torch.device, fused: bool,
                  compile_model: bool, ddp_model: torch.nn.Module | None = None,
-                 compile_backend: str | None = None):
+                 compile_backend: Any = None):
         self.model = model
         self.runner = ddp_model or model
         self.opt, self.sched, self.cfg, self.device, self.fused = optimizer, scheduler, cfg, device, fused
@@ -167,9 +167,7 @@ class TrainStep:
         """Forward/backward each micro-batch, then one clipped, possibly skipped, update."""
         if self.self_feed is not None:  # a kernel launch with a scalar, not a host sync
             self.self_feed.fill_(self.self_feed_probability(self.sched.last_epoch))
-        if self.graphs is not None and self.graphs.ready(batches):
-            self.graphs.replay(batches)
-        else:
+        if self.graphs is None or not self.graphs.replay(batches):
             self.run(batches)
         self._n += 1
         self.sched.step()

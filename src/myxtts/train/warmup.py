@@ -45,6 +45,16 @@ def worst_case_batch(shape: BatchShape, n_tokens: int, n_languages: int,
                         n_ref=shape.ref_frames, n_languages=n_languages, seed=0, device=device)
 
 
+def drop_half_made_state(opt: torch.optim.Optimizer) -> None:
+    """Clear the AdamW state of parameters that have only part of it (an out-of-memory error
+    in the middle of AdamW's first step leaves that): their next step makes it whole again,
+    where a half state would fail with a KeyError."""
+    full = set().union(*(st.keys() for st in opt.state.values()))
+    for st in opt.state.values():
+        if set(st) != full:
+            st.clear()
+
+
 class StateSnapshot:
     """The training state of ``step`` (a ``TrainStep``), kept on the host, put back in place
     by :meth:`restore` (or on leaving the ``with`` block).
@@ -88,12 +98,9 @@ class StateSnapshot:
         for p in step.params:
             if p.grad is not None:
                 p.grad.zero_()
-        full = set().union(*(st.keys() for st in step.opt.state.values()))
+        drop_half_made_state(step.opt)  # (states that were saved are whole)
         for p, st in step.opt.state.items():
             saved = self._opt.get(id(p), {})
-            if not saved and set(st) != full:  # half-initialised (an out-of-memory in the
-                st.clear()                      # middle of AdamW's first step): start over
-                continue
             for k, v in st.items():
                 if isinstance(v, torch.Tensor):
                     v.copy_(saved[k]) if k in saved else v.zero_()
