@@ -103,7 +103,7 @@ class Trainer:
         from myxtts.train.checkpoint import TrainingProgress
         from myxtts.train.data import open_train_data
         from myxtts.train.distributed import DistInfo
-        from myxtts.train.loop import seed_everything
+        from myxtts.train.setup import seed_everything
 
         if threads:
             torch.set_num_threads(threads)

@@ -108,6 +108,7 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     from myxtts.observe.flops import StepFlops
     from myxtts.observe.gpu import GpuUtilSampler
     from myxtts.train.compile import reset_compiled
+    from myxtts.train.efficiency import meta_step_counter
 
     cache = args.inductor_cache or args.tmp / f"inductor-{preset}"
     run_dir = args.tmp / f"run-{preset}"
@@ -131,10 +132,9 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
             staged = t.stage()
             by_frequency = [k for k, _ in
                             Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
-            flops = StepFlops(step.loss, lambda s=step: s.model.zero_grad(set_to_none=False))
+            flops = StepFlops(meta_step_counter(t.cfg, t.data.vocab_size, len(t.data.languages)))
             for key in by_frequency:
-                flops(staged[key][0])
-            flops.loss_fn = flops.zero_grad = None  # the counts stay, the eager model may go
+                flops(key)
         if t.cuda:
             torch.cuda.reset_peak_memory_stats(t.device)
         if mode != "eager":

@@ -22,7 +22,8 @@ the same initial weights:
 * compile warm-up: seconds to compile, cold (a fresh inductor cache unless
   ``--inductor-cache``), graphs compiled then and any compiled during the timed windows
   (recompiles: should be 0);
-* model FLOPs per step (``myxtts.observe.flops``, with ``--flops``) and achieved TFLOP/s.
+* model FLOPs per step (``myxtts.train.efficiency``: counted on a meta-device copy, as
+  training and ``myxtts profile`` count them; with ``--flops``) and achieved TFLOP/s.
 
 Compiled only for tiny and then on its most frequent shape only by default (a cold inductor
 compile takes minutes on 2 cores; ``--compile-shapes 0`` measures all shapes); eager-only
@@ -50,6 +51,7 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
 
     from myxtts.observe.flops import StepFlops
     from myxtts.train.compile import compiled_graphs, reset_compiled
+    from myxtts.train.efficiency import meta_step_counter
     from myxtts.train.step import resolve_precision
 
     reset_compiled()
@@ -64,9 +66,9 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
     steps = {EAGER: t.step(compiled=False)}
     flops = None
     if args.flops:
-        flops = StepFlops(steps[EAGER].loss, lambda: steps[EAGER].model.zero_grad(set_to_none=True))
+        flops = StepFlops(meta_step_counter(t.cfg, t.data.vocab_size, len(t.data.languages)))
         for key in keys:
-            flops(staged[key][0])
+            flops(key)
     out: dict = {"preset": preset, "params_m": t.params_m, "device": str(t.device),
                  "precision": str(resolve_precision(t.cfg.train.precision, t.device)).split(".")[-1],
                  "threads": torch.get_num_threads(), "batch_frames": t.cfg.data.batch_frames,

@@ -19,6 +19,9 @@ SUBCOMMANDS = [
     "myxtts.cli.demo",
     "myxtts.cli.prepare",
     "myxtts.cli.data_cmds",
+    "myxtts.cli.doctor",
+    "myxtts.cli.monitor",
+    "myxtts.cli.profile",
 ]
 
 

@@ -16,6 +16,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", help="prepared store folder, or a raw dataset for on-the-fly features")
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint file "
                    "(default: the newest one in the output folder, if any)")
+    add_run_args(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_args(p)
+    p.set_defaults(func=run)
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """How the step runs: flags ``myxtts profile`` takes too, so it measures the same run."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--compile", dest="compile", action="store_const", const="on",
                    help="force torch.compile of the training step (train.compile=on)")
@@ -24,12 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], help="train.precision")
     p.add_argument("--device", help="train.device: auto, cpu, cuda, cuda:N")
     p.add_argument("--data-device", help="on-the-fly mode: device computing mels (data.data_device)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_config_args(p)
-    p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``add_run_args`` flags as config overrides."""
     extra = []
     if args.compile:
         extra.append(f"train.compile={args.compile}")
@@ -39,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
         extra.append(f"train.device={args.device}")
     if args.data_device:
         extra.append(f"data.data_device={args.data_device}")
-    cfg = config_from_args(args, base_overrides=extra)
+    return extra
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args, base_overrides=run_overrides(args))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from myxtts.train.loop import train
 

@@ -64,7 +64,7 @@ def validate(cfg: Config) -> None:
              "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row")
     positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
              "synth_sentences", "keep_last", "mel_l2_weight", "guided_attn_weight",
-             "min_lr_ratio", "self_feed_after", allow_zero=True)
+             "min_lr_ratio", "self_feed_after", "peak_tflops", allow_zero=True)
     lo, hi = GUIDED_SIGMA_RANGE
     if not lo <= t.guided_attn_sigma <= hi:
         raise ConfigError(f"train.guided_attn_sigma must be in [{lo}, {hi}] (the range the guided "

@@ -171,6 +171,9 @@ class TrainConfig:
     keep_last: int = _f(3, "checkpoints kept besides the best-by-validation one")
     max_nonfinite_in_row: int = _f(20, "stop the run after this many consecutive non-finite losses")
     tensorboard: bool = _f(True, "write TensorBoard logs when tensorboard is installed")
+    peak_tflops: float = _f(0.0, "the device's dense peak TFLOP/s at the training precision, for "
+                            "MFU in logs and `myxtts profile`; 0 = from the built-in table of "
+                            "NVIDIA GPUs (MFU is left out on a device it does not know)")
 
 
 @dataclass

@@ -12,6 +12,10 @@ yields the loader's own objects.
 ``transform`` runs on each batch once it is on the device, on the copy stream, so its
 kernels overlap the current step too: the trainer passes ``data.batch.to_model_dtypes``,
 which casts the float16 mels that crossed PCIe to float32 there.
+
+``copy_log``: a list that receives a (start, end) pair of timing CUDA events per batch,
+recorded on the copy stream around its copy and transform (``myxtts profile`` reads them
+after a sync; training passes none and records nothing).
 """
 
 from __future__ import annotations
@@ -57,13 +61,15 @@ class DevicePrefetcher:
     """
 
     def __init__(self, iterable: Iterable[Any], device: str | torch.device,
-                 num_batches: int = 2, transform: Callable[[Any], Any] | None = None) -> None:
+                 num_batches: int = 2, transform: Callable[[Any], Any] | None = None,
+                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
         if num_batches < 1:
             raise ValueError(f"num_batches must be >= 1 (data.prefetch_batches), got {num_batches}")
         self.iterable = iterable
         self.device = torch.device(device)
         self.num_batches = int(num_batches)
         self.transform = transform
+        self.copy_log = copy_log
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]  # TypeError if it has none
@@ -97,12 +103,18 @@ class DevicePrefetcher:
                 host = next(source)
             except StopIteration:
                 return False
+            timed = self.copy_log is not None
             with torch.cuda.stream(copy_stream):
+                if timed:
+                    start = torch.cuda.Event(enable_timing=True)
+                    start.record(copy_stream)
                 moved = _map_tensors(host, to_device)
                 if self.transform is not None:
                     moved = self.transform(moved)
-                done = torch.cuda.Event()
+                done = torch.cuda.Event(enable_timing=timed)
                 done.record(copy_stream)
+            if timed:
+                self.copy_log.append((start, done))
             queue.append((moved, done, host))
             return True
 

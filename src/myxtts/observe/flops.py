@@ -4,12 +4,18 @@ Why count rather than estimate: the XTTS step mixes attention over three sequenc
 (text, reference latents, mel steps), convolutions and a self-fed second decoder pass; a
 closed-form "6 x parameters x tokens" is off by a different factor for every bucket shape.
 ``torch.utils.flop_counter.FlopCounterMode`` counts the matmuls and convolutions the step
-actually runs. Counting costs one extra eager forward + backward, so it is done once per
-bucket shape and cached: a training epoch has at most ``data.num_buckets`` shapes.
+actually runs. A count is made once per bucket shape and cached (an epoch has at most
+``data.num_buckets`` shapes); ``train.efficiency`` counts on a copy of the model on the
+``meta`` device, so counting computes nothing, allocates nothing and never touches the
+weights, gradients or random streams of the run. Training, ``myxtts profile`` and the
+benchmarks all take their FLOPs from there.
 
 Attention is counted through the math SDPA kernel: the flash and memory-efficient
 kernels are not counted the same way on every device and torch version, and MFU is
 defined on the model's FLOPs, not on what a given kernel happens to recompute.
+
+MFU needs the device's peak: :func:`peak_tflops` knows the dense tensor-core figures of
+common NVIDIA GPUs (their data sheets); ``train.peak_tflops`` sets it for any other.
 """
 
 from __future__ import annotations
@@ -35,27 +41,25 @@ def batch_key(batch: dict[str, torch.Tensor]) -> tuple[int, int, int]:
 
 
 class StepFlops:
-    """Forward + backward FLOPs of a training step, counted once per batch shape.
+    """Forward + backward FLOPs of one micro-batch, counted once per shape key.
 
-    ``loss_fn(batch)`` returns the loss dict of one micro-batch (``TrainStep.loss``);
-    ``zero_grad()`` drops the gradients the counting backward left behind, so a count
-    between two optimizer steps never changes training.
-    """
+    ``count(key)`` counts the FLOPs of a micro-batch of that ``batch_key`` (in practice
+    ``train.efficiency.meta_step_counter``); calling the object with a key or a batch
+    returns the cached count."""
 
-    def __init__(self, loss_fn: Callable[[dict], dict], zero_grad: Callable[[], None]) -> None:
-        self.loss_fn, self.zero_grad = loss_fn, zero_grad
+    def __init__(self, count: Callable[[Hashable], float]) -> None:
+        self.count = count
         self.by_shape: dict[Hashable, float] = {}
 
-    def __call__(self, batch: dict[str, torch.Tensor]) -> float:
-        key = batch_key(batch)
+    def __call__(self, key_or_batch: Hashable | dict[str, torch.Tensor]) -> float:
+        key = batch_key(key_or_batch) if isinstance(key_or_batch, dict) else key_or_batch
         if key not in self.by_shape:
-            self.by_shape[key] = count_flops(lambda: self.loss_fn(batch)["loss"].backward())
-            self.zero_grad()
+            self.by_shape[key] = float(self.count(key))
         return self.by_shape[key]
 
     def total(self, keys: list[Hashable]) -> float:
-        """FLOPs of steps over batches of these (already counted) shapes."""
-        return sum(self.by_shape[k] for k in keys)
+        """FLOPs of micro-batches of these shapes (each shape counted on first sight)."""
+        return sum(self(k) for k in keys)
 
 
 def achieved_tflops(flops: float, seconds: float) -> float:
@@ -67,3 +71,42 @@ def mfu(flops: float, seconds: float, peak_tflops: float) -> float:
     if peak_tflops <= 0:
         raise ValueError(f"peak_tflops must be > 0, got {peak_tflops}")
     return achieved_tflops(flops, seconds) / peak_tflops
+
+
+# Dense (no sparsity) tensor-core peaks from NVIDIA's data sheets, TFLOP/s:
+# (bf16/fp16 with fp32 accumulation, tf32). Matched by substring of the device name,
+# first match wins, so the more specific names come first.
+PEAK_TFLOPS: list[tuple[str, float, float]] = [
+    ("H200", 989.0, 494.0),
+    ("H100 PCIe", 756.0, 378.0),
+    ("H100 NVL", 835.0, 418.0),
+    ("H100", 989.0, 494.0),  # SXM
+    ("H800", 989.0, 494.0),
+    ("GH200", 989.0, 494.0),
+    ("A100", 312.0, 156.0),
+    ("A800", 312.0, 156.0),
+    ("L40S", 362.0, 183.0),
+    ("L40", 181.0, 90.5),
+    ("L4", 121.0, 60.0),
+    ("A10G", 70.0, 35.0),
+    ("A10", 125.0, 62.5),
+    ("RTX 6000 Ada", 364.0, 182.0),
+    ("RTX A6000", 155.0, 77.4),
+    ("RTX 5090", 209.5, 104.8),
+    ("RTX 4090", 165.2, 82.6),
+    ("RTX 4080", 97.5, 48.7),
+    ("RTX 3090", 71.0, 35.6),
+    ("V100", 125.0, 0.0),  # fp16 only: no bf16, no tf32
+    ("T4", 65.0, 0.0),
+]
+
+
+def peak_tflops(device_name: str, dtype: torch.dtype) -> float | None:
+    """The device's dense peak at this training precision, or None when unknown (a CPU, a
+    GPU not in :data:`PEAK_TFLOPS`, or fp32 on a GPU without TF32: MFU is then not shown
+    unless ``train.peak_tflops`` says it)."""
+    for name, half, tf32 in PEAK_TFLOPS:
+        if name.lower() in device_name.lower():
+            value = half if dtype in (torch.bfloat16, torch.float16) else tf32
+            return value or None
+    return None

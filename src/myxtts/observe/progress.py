@@ -1,4 +1,5 @@
-"""Console progress bar: step, loss, utterances/s, audio-seconds/s and data-wait %.
+"""Console progress bar: step, loss, utterances/s, audio-seconds/s, data-wait %, and on a
+GPU its NVML utilisation and the run's MFU.
 
 Updated only at log intervals (the values come from the one sync per interval), so
 drawing it costs nothing on the hot path. Falls back to plain log lines when stdout
@@ -24,10 +25,15 @@ class Progress:
 
     @staticmethod
     def format(values: dict[str, float]) -> str:
-        return (f"loss {values.get('loss', float('nan')):.4f} | "
+        text = (f"loss {values.get('loss', float('nan')):.4f} | "
                 f"{values.get('utterances_per_s', 0):.1f} utt/s | "
                 f"{values.get('audio_s_per_s', 0):.1f} audio-s/s | "
                 f"data-wait {100 * values.get('data_wait_share', 0):.1f}%")
+        if "gpu_util" in values:
+            text += f" | GPU {values['gpu_util']:.0f}%"
+        if "mfu" in values:
+            text += f" | MFU {100 * values['mfu']:.1f}%"
+        return text
 
     def update_to(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:

@@ -158,5 +158,7 @@ class StepGraphs:
             for k, v in batch.items():
                 static[k].copy_(v)
             run()
+            self.step.mark("forward+backward")  # one graph: the two cannot be told apart
         self._update()  # type: ignore[misc]  # (set whenever _graphs_for found graphs)
+        self.step.mark("optimizer")
         return True

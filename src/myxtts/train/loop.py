@@ -1,7 +1,8 @@
 """The training loop: set up, then step / log / validate / synthesise / checkpoint.
 
-Read top to bottom: ``train()`` builds everything from the config, restores a
-checkpoint when the run folder has one, and runs the loop (``_LoopContext.run``). The rules:
+Read top to bottom: ``train()`` builds everything from the config and restores a
+checkpoint when the run folder has one (``train.setup``, shared with ``myxtts profile``),
+then runs the loop (``_LoopContext.run``). The rules:
 batches arrive already on the device (side-stream prefetch), the step never syncs,
 and the host reads device-side accumulators only every ``log_every`` steps.
 """
@@ -9,34 +10,31 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
-import random
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from myxtts.config import Config, config_from_dict, resolve_device, save_config
+from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch, to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train import checkpoint as ck
-from myxtts.train.data import TrainData, bucket_shapes, open_train_data
-from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
+from myxtts.train.data import TrainData, bucket_shapes
+from myxtts.train.distributed import DistInfo
+from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep, resolve_compile, resolve_graphs, resolve_precision
+from myxtts.train.setup import build_setup
+from myxtts.train.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
 
 log = logging.getLogger(__name__)
-
-# Architecture keys come from the checkpoint on resume (a changed preset cannot load).
-_ARCH_SECTIONS = ("audio", "text", "model")
 
 
 @dataclass
@@ -46,12 +44,6 @@ class TrainResult:
     last_checkpoint: Path | None
     best_val_loss: float
     stopped_by_signal: bool = False
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class _StopFlag:
@@ -81,55 +73,14 @@ class _StopFlag:
             signal.signal(s, h)
 
 
-def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
-    """Keep the run's training knobs, but take architecture and features from the checkpoint."""
-    merged = cfg.to_dict()
-    for section in _ARCH_SECTIONS:
-        if merged[section] != saved[section]:
-            log.warning("config section '%s' differs from the checkpoint's; using the checkpoint's",
-                        section)
-        merged[section] = saved[section]
-    return config_from_dict(merged)
-
-
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
-    dist = init_distributed(cfg.train.device)
-    device = dist.device if dist.enabled else resolve_device(cfg.train.device, "train.device")
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
-
-    state: dict[str, Any] | None = None
-    record = ck.TrainingProgress()
     resume_path = Path(resume) if resume else manager.latest()
-    if resume_path is not None:
-        state = ck.load(resume_path)
-        cfg = _resume_config(cfg, state[ck.CONFIG])
-        record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
-        log.info("resuming from %s (step %d)", resume_path, record.step)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-    seed_everything(cfg.train.seed + dist.rank)
-    data = open_train_data(cfg, data_path, device, dist, state)
-    from myxtts.model.xtts import build_model
-
-    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
-    opt, fused = build_optimizer(model, cfg.train)
-    sched = build_scheduler(opt, cfg.train)
-    graphs = resolve_graphs(cfg.train.cuda_graphs, device,
-                            resolve_precision(cfg.train.precision, device), dist.enabled, fused)
-    step_fn = TrainStep(model, opt, sched, cfg, device, fused,
-                        compile_model=resolve_compile(cfg.train.compile, device),
-                        ddp_model=wrap_ddp(model, dist))
-    if state is not None:
-        ck.restore(state, model, opt, sched, step_fn.scaler)
-        step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
-    _fit_batches(step_fn, data, cfg, dist, out)
-    data.continue_from(state, record)
-    if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
-        _warm_up(step_fn, data, cfg, dist, graphs)
+    run = build_setup(cfg, data_path, resume_path)
+    cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
+                                               run.dist, run.record)
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.yaml")
@@ -138,9 +89,10 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     n_params = sum(p.numel() for p in model.parameters())
     if dist.rank == 0:
         log.info("model %s: %.2f M parameters on %s, precision %s, %s step, %d train batches/epoch",
-                 cfg.model.preset, n_params / 1e6, device, str(step_fn.dtype).replace("torch.", ""),
+                 cfg.model.preset, n_params / 1e6, run.device, str(step_fn.dtype).replace("torch.", ""),
                  step_fn.mode, len(data.sampler))
-    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, device, out, record)
+    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, run.device, out,
+                       record)
     finished = False
     try:
         with _StopFlag() as stop:
@@ -153,38 +105,6 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         dist.close(wait_for_all=finished)
 
 
-def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
-                 out: Path) -> None:
-    """``data.batch_frames=auto`` on a GPU: measure each bucket's largest batch (or read the
-    run folder's cache) and rebuild the train loader with those sizes."""
-    if cfg.data.batch_frames != "auto" or step_fn.device.type != "cuda":
-        return
-    from myxtts.train.budget import auto_batch_sizes
-
-    planned = bucket_shapes(data.sampler, cfg)
-    echo = log.info if dist.rank == 0 else (lambda _: None)
-    sizes = auto_batch_sizes(step_fn, planned, [s.batch for s in planned], cfg, out,
-                             data.vocab_size, len(data.languages), dist, echo=echo)
-    data.set_batch_sizes(sizes)
-
-
-def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
-             graphs: bool) -> None:
-    """Every bucket shape before step 1: compile and capture now, with a progress line per
-    shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
-    fits (``train.warmup``)."""
-    from myxtts.train.graphs import CudaCapture
-    from myxtts.train.warmup import warm_up
-
-    shapes = sorted(set(bucket_shapes(data.sampler, cfg)), key=lambda s: s.frames)
-    echo = log.info if dist.rank == 0 else (lambda _: None)
-    report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
-                     capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
-    echo(f"warm-up: {len(shapes)} bucket shapes in {report.seconds:.1f} s "
-         f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
-         f"as CUDA graphs); {step_fn.mode} step")
-
-
 class BatchStream:
     """The trainer's endless stream of (device batch, real frames), exactly as training sees
     it (loader -> side-stream prefetch). It advances the run's data position in ``record``
@@ -195,13 +115,15 @@ class BatchStream:
     throughput is exact without reading anything back from the device."""
 
     def __init__(self, cfg: Config, data: TrainData, device: torch.device,
-                 record: ck.TrainingProgress) -> None:
+                 record: ck.TrainingProgress, copy_log: list | None = None) -> None:
         self.cfg, self.data, self.device, self.record = cfg, data, device, record
+        self.copy_log = copy_log  # (start, end) CUDA events per copied batch (profile)
 
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
         while True:  # each pass starts where the sampler stands: the record's position
             for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
-                                          self.cfg.data.prefetch_batches, to_model_dtypes):
+                                          self.cfg.data.prefetch_batches, to_model_dtypes,
+                                          self.copy_log):
                 self.record.batches_consumed += 1
                 yield batch, batch.pop("real_frames")
             self.record.epoch += 1
@@ -218,6 +140,7 @@ class _LoopContext:
         self.stream = BatchStream(cfg, data, device, record)
         self.fps = cfg.audio.frames_per_second
         self.saved_step = record.step if record.step else -1  # step of the newest checkpoint
+        self.eff: IntervalEfficiency | None = None  # set by run()
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
         """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
@@ -233,7 +156,26 @@ class _LoopContext:
                            self.step_fn.scaler, extra)
         return self.manager.save(state, r.step, val_loss, is_best)
 
+    def _efficiency(self) -> IntervalEfficiency | None:
+        """GPU utilisation and MFU per log interval (rank 0 logs; the others skip it)."""
+        if self.dist.rank != 0:
+            return None
+        eff = IntervalEfficiency(self.cfg, self.device, self.step_fn.dtype, self.data.vocab_size,
+                                 len(self.data.languages))
+        if self.device.type == "cuda":  # count every bucket shape now, not at log steps
+            eff.prepare([(s.batch, s.text, s.frames)
+                         for s in set(bucket_shapes(self.data.sampler, self.cfg))])
+        return eff
+
     def run(self, stop: _StopFlag, show: bool) -> Path | None:
+        self.eff = self._efficiency()
+        try:
+            return self._run(stop, show)
+        finally:
+            if self.eff is not None:
+                self.eff.close()
+
+    def _run(self, stop: _StopFlag, show: bool) -> Path | None:
         t, r = self.cfg.train, self.record
         timer = StepTimer(self.device)
         bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
@@ -255,6 +197,8 @@ class _LoopContext:
             r.step += 1
             step = r.step
             timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
+            if self.eff is not None:
+                self.eff.add([batch_key(b) for b in micro])
             if step % t.log_every == 0 or step == t.max_steps:
                 self._log(step, timer, bar)
             if step % t.val_every == 0 or step == t.max_steps:
@@ -304,6 +248,8 @@ class _LoopContext:
                 f"--set train.precision=fp32 to rule out overflow")
         values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
+        if self.eff is not None:
+            values.update(self.eff.collect(iv.seconds))
         if self.device.type == "cuda":
             values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.logger.scalars(step, values, prefix="train/")

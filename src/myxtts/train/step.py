@@ -92,6 +92,9 @@ class TrainStep:
             except Exception as e:  # pragma: no cover - depends on the platform
                 log.warning("torch.compile unavailable (%s); training eagerly", e)
         self.graphs: Any = None  # train.graphs.StepGraphs once shapes are captured
+        # marker(phase) at the end of each phase ("forward", "backward", "optimizer"; a graph
+        # replay: "forward+backward"): how `myxtts profile` times the phases. None in training.
+        self.marker: Any = None
         z = lambda: torch.zeros((), device=device)  # noqa: E731
         self.nonfinite_total, self.nonfinite_run, self.nonfinite_peak = z(), z(), z()
         self._loss_total = z()  # this step's summed micro-batch losses: the non-finite check
@@ -188,7 +191,9 @@ class TrainStep:
             sync_ctx = self.runner.no_sync()  # DDP: all-reduce only on the last micro-batch
         with sync_ctx:
             losses = self.loss(batch)
+            self.mark("forward")
             self.scaler.scale(losses["loss"] / n_micro).backward()
+            self.mark("backward")
         for k, v in losses.items():
             v = v.detach().float()
             if k in self._sums:
@@ -224,6 +229,12 @@ class TrainStep:
         gn = grad_norm.float()
         self._grad_norm_sum.add_(torch.where(torch.isfinite(gn), gn, torch.zeros_like(gn)))
         self._loss_total.zero_()
+        self.mark("optimizer")
+
+    def mark(self, phase: str) -> None:
+        """The end of a phase, for a profiler's ``marker`` (nothing while training)."""
+        if self.marker is not None:
+            self.marker(phase)
 
     # ------------------------------------------------------------------ read-back
     def nonfinite_counts(self) -> tuple[int, int]:

@@ -1,0 +1,41 @@
+"""`myxtts doctor [DATA|STORE]`: check the machine (and the data) before training."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from myxtts.cli.common import add_config_args, config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="check this machine (and a store or dataset) for training",
+        description="One line per check: ✔ ok, ⚠ works but limited (with its fix), ✗ blocks "
+                    "training (with its fix). Exit code 1 when anything blocks training. "
+                    "Compiling a test function takes a few seconds (skip it with "
+                    "--set train.compile=off).")
+    p.add_argument("data", nargs="?", help="prepared store or raw dataset to check as well")
+    add_config_args(p, training=False)
+    g = p.add_argument_group("loader and device (what the checks size against)")
+    g.add_argument("--num-workers", type=int, help="loader worker processes (data.num_workers; "
+                                                   "-1 = auto)")
+    g.add_argument("--batch-frames", type=int, help="frame budget per batch (data.batch_frames)")
+    g.add_argument("--batch-size", type=int, help="max utterances per batch (data.max_batch_size)")
+    g.add_argument("--device", help="train.device: auto, cpu, cuda, cuda:N")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args, base_overrides=[f"train.device={args.device}"] if args.device
+                           else None)
+    from myxtts.diagnose.doctor import exit_code, format_checks, run_checks
+
+    checks = run_checks(cfg, args.data)
+    try:
+        "✔⚠✗—".encode(sys.stdout.encoding or "ascii")
+        ascii_only = False
+    except (UnicodeEncodeError, LookupError):
+        ascii_only = True
+    print(format_checks(checks, ascii_only=ascii_only))
+    return exit_code(checks)

@@ -1,0 +1,49 @@
+"""`myxtts profile DATA`: where a training step's time goes, and what to change."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.train import add_run_args, run_overrides
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="time the real training step phase by phase and say what limits it",
+        description="Build the run exactly as `myxtts train DATA` would (same flags and config: "
+                    "loader, model, precision, compile mode, CUDA graphs, frame budget), run a few "
+                    "untimed steps, then time STEPS steps phase by phase (data wait, host->device "
+                    "copy, forward, backward, optimizer, other), with GPU utilisation, MFU, peak "
+                    "memory and padding; end with a verdict and the change to try. Writes no "
+                    "checkpoint.")
+    p.add_argument("data", help="prepared store folder, or a raw dataset (features on the fly)")
+    p.add_argument("--steps", type=int, default=30, help="measured steps (default 30)")
+    p.add_argument("--json", action="store_true",
+                   help="print everything as one JSON object on stdout (progress goes to stderr)")
+    p.add_argument("--trace", metavar="DIR", type=Path,
+                   help="also write a torch.profiler trace of a few steps into DIR "
+                        "(TensorBoard's profiler plugin or https://ui.perfetto.dev)")
+    add_run_args(p)
+    add_config_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    if args.trace is not None and args.trace.exists() and not args.trace.is_dir():
+        raise CLIError(f"--trace {args.trace} is a file; pass a folder")
+    cfg = config_from_args(args, base_overrides=run_overrides(args))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from myxtts.diagnose.profile import profile
+    from myxtts.diagnose.report import format_report
+
+    result = profile(cfg, args.data, args.steps, args.trace,
+                     echo=lambda s: print(s, file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    return 0

@@ -1,0 +1,262 @@
+"""``myxtts doctor``'s data checks: the store or dataset given, and what its loader needs.
+
+Why apart from ``doctor``: these checks read the data (a store's checksums and read
+speed, a dataset's clip headers) and size the loader, while ``doctor`` asks torch about
+the machine. ``myxtts.data`` is imported inside the functions: it needs soundfile and
+soxr, and the doctor must still run (and say so) when one of them is missing.
+
+Shared memory: each store-loader worker writes batches into ``PREFETCH_PER_WORKER + 2``
+preallocated /dev/shm slots sized for the largest bucket (``myxtts.data.loader``); a
+Docker container's default 64 MB /dev/shm cannot hold them, and workers then die with a
+bus error mid-epoch. With a healthy store the need is exact (its bucket table); without
+one it is an estimate from the config. On-the-fly training (a raw dataset) sends raw
+audio batches through torch's own per-batch shared memory instead, estimated likewise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from myxtts.config import Config, ConfigError
+from myxtts.diagnose.doctor import Check
+
+MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
+READ_LIMIT = 2 << 30  # bytes of the mel file timed at most (keeps doctor in seconds)
+READ_CHUNK = 16 << 20
+MIN_TIMED_BYTES = 64 << 20  # a smaller file reads too fast to judge the disk by
+ONTHEFLY_IN_FLIGHT = 3  # on-the-fly loader: prefetch_factor 2 per worker + the batch being read
+MAX_PROBLEMS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """How training would load the data: on the fly (a raw dataset) or from a store, and for
+    a healthy store its bucket table (``table``: the sampler's ShapeTable) for exact sizes."""
+
+    on_the_fly: bool = False
+    table: Any = None
+    n_mels: int = 0
+
+
+def check_data(cfg: Config, path: str | Path | None,
+               read_limit: int = READ_LIMIT) -> tuple[list[Check], DataPlan]:
+    """The checks of the store or dataset at ``path`` (none without a path), and the plan
+    the loader checks size from."""
+    if path is None:
+        return [], DataPlan()
+    path = Path(path).expanduser()
+    if not path.exists():
+        return [Check("data", "fail", f"{path} does not exist",
+                       "pass a store from `myxtts prepare DATA --out STORE`, or a dataset folder")
+                ], DataPlan()
+    try:
+        from myxtts.data.store.format import store_state
+    except (ImportError, OSError) as e:
+        return [Check("data", "fail", f"cannot load myxtts.data ({type(e).__name__}: {e})",
+                       "install the missing package named above")], DataPlan()
+    if store_state(path) in ("complete", "partial"):
+        return check_store(path, cfg, read_limit)
+    return check_dataset(path, cfg), DataPlan(on_the_fly=True)
+
+
+def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
+                ) -> tuple[list[Check], DataPlan]:
+    """Integrity (``verify_store``), features matching ``cfg``, batching, read speed."""
+    from myxtts.data.loader import build_sampler
+    from myxtts.data.store import FeatureStore, StoreError, verify_store
+    from myxtts.data.store.format import store_state
+
+    rebuild = f"myxtts prepare DATA --out {path} --force"
+    if store_state(path) == "partial":
+        rebuild = f"re-run the same `myxtts prepare DATA --out {path}` to resume it"
+    speed = check_read_speed(path, read_limit)  # first: verify's hashing fills the page cache
+    try:
+        problems = verify_store(path)
+    except StoreError as e:
+        problems = [str(e)]
+    if problems:
+        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+        more = len(problems) - MAX_PROBLEMS_SHOWN
+        shown += f" (and {more} more)" if more > 0 else ""
+        return [Check("store", "fail", f"{len(problems)} problem(s): {shown}", rebuild)], DataPlan()
+    checks = []
+    try:
+        store = FeatureStore.open(path, "train", cfg)
+    except StoreError as e:
+        return [Check("store", "fail", str(e), rebuild)], DataPlan()
+    splits = store.manifest.get("splits", {})
+    count = {s: int(splits.get(s, {}).get("utterances", 0)) for s in ("train", "val")}
+    hours = sum(float(splits.get(s, {}).get("hours", 0.0)) for s in ("train", "val"))
+    checks.append(Check("store", "ok", f"{path} verified (checksums, index); {count['train']} "
+                                        f"train + {count['val']} val utterances, {hours:.2f} h, "
+                                        f"{len(store.speakers)} speakers"))
+    if speed is not None:
+        checks.append(speed)
+    if len(store) == 0:
+        return checks + [Check("batches", "fail", "the train split is empty",
+                                f"prepare a dataset with more utterances ({rebuild})")], DataPlan()
+    try:
+        sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg)
+    except ConfigError as e:
+        return checks + [Check("batches", "fail", str(e), "--set data.batch_frames=N (the "
+                                "value the message names)")], DataPlan()
+    return checks, DataPlan(False, sampler.shape_table(), store.n_mels)
+
+
+def read_file(path: Path, limit: int = READ_LIMIT) -> tuple[int, float]:
+    """``(bytes, seconds)`` reading ``path`` from its start in large chunks, up to ``limit``
+    bytes. The file's cached pages are dropped first where the OS allows, so the figure is
+    the disk's rather than the page cache's."""
+    buf = memoryview(bytearray(READ_CHUNK))
+    n = 0
+    with open(path, "rb", buffering=0) as fh:
+        if hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+        start = time.perf_counter()
+        while n < limit:
+            k = fh.readinto(buf[:min(READ_CHUNK, limit - n)])
+            if not k:
+                break
+            n += k
+        return n, time.perf_counter() - start
+
+
+def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
+    """How fast the train split's mel file reads; None when the store has none to read."""
+    from myxtts.data.store.format import MEL_FILE
+
+    f = path / "train" / MEL_FILE
+    if not f.is_file() or f.stat().st_size == 0:
+        return None
+    total = f.stat().st_size
+    n, seconds = read_file(f, limit)
+    mbs = n / 1e6 / max(seconds, 1e-9)
+    part = "" if n >= total else f", the first {n / 1e6:.0f} of {total / 1e6:.0f} MB"
+    found = (f"{mbs:.0f} MB/s reading train/{MEL_FILE} ({n / 1e6:.1f} MB in {seconds:.2f} s{part}; "
+             f"a file still in the page cache reads at memory speed)")
+    if n < MIN_TIMED_BYTES:
+        return Check("store read speed", "ok", found + "; too small to judge the disk by")
+    if mbs < MIN_READ_MBS:
+        return Check("store read speed", "warn", found + f"; training wants >= {MIN_READ_MBS:.0f} "
+                                                          f"MB/s", "slow disk: copy the store to a "
+                                                                   "local SSD")
+    return Check("store read speed", "ok", found)
+
+
+def check_dataset(path: Path, cfg: Config) -> list[Check]:
+    """``inspect_dataset``'s summary as one line: usable, with problems (clips skipped), or
+    unreadable (``DatasetError``)."""
+    from myxtts.data.inspect import inspect_dataset
+    from myxtts.data.records import DatasetError
+
+    see = f"`myxtts inspect-data {path}` lists every problem"
+    try:
+        ins = inspect_dataset(path, cfg)
+    except (DatasetError, ConfigError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return [Check("dataset", "fail", first, see)]
+    utts = ins.splits.all
+    found = (f"{path}: {len(utts)} utterances, {ins.hours(utts):.2f} h, "
+             f"{len(ins.splits.speakers)} speakers")
+    counts = ins.report.counts_by_reason()
+    if not counts:
+        return [Check("dataset", "ok", found + ", no problems")]
+    per_reason = ", ".join(f"{reason} {n}" for reason, n in counts.items())
+    return [Check("dataset", "warn", f"{found}; {len(ins.report)} problem(s), those clips are "
+                                      f"skipped: {per_reason}", f"see {see}")]
+
+
+# ---------------------------------------------------------------- loader workers, /dev/shm
+
+def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False) -> tuple[int, str]:
+    """``(workers, where the number came from)`` as the loader resolves ``data.num_workers``."""
+    n = cfg.data.num_workers
+    if n >= 0:
+        return n, f"data.num_workers={n}"
+    return _default_workers(cpus, on_the_fly), (f"auto for {cpus} CPUs"
+                                                + (", on the fly" if on_the_fly else ""))
+
+
+def _default_workers(cpus: int, on_the_fly: bool) -> int:
+    from myxtts.data.loader import default_num_workers
+    from myxtts.data.onthefly import default_onthefly_workers
+
+    return default_onthefly_workers(cpus) if on_the_fly else default_num_workers(cpus)
+
+
+def check_workers(workers: int, source: str, cpus: int, on_the_fly: bool = False) -> Check:
+    """Workers >= CPUs compete with the training process for cores."""
+    found = f"{cpus} CPUs, {workers} loader worker{'' if workers == 1 else 's'} ({source})"
+    if workers < cpus:
+        return Check("CPUs", "ok", found)
+    best = _default_workers(cpus, on_the_fly)
+    best = best if best < cpus else 0
+    return Check("CPUs", "warn", f"{found}: the workers compete with the training process",
+                  f"--num-workers {best}")
+
+
+def shm_free_bytes(path: str | Path = "/dev/shm") -> int | None:
+    """Free bytes of /dev/shm, None where the OS has none (macOS, Windows)."""
+    return shutil.disk_usage(path).free if Path(path).is_dir() else None
+
+
+def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, int, str]:
+    """``(bytes per batch, batches each worker holds in shared memory, how it was sized)``.
+    ``transfer``: training on a GPU (batches travel in float16)."""
+    from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
+    from myxtts.data.loader import PREFETCH_PER_WORKER, pad_multiple, plan_frames, slot_bytes
+
+    d, a = cfg.data, cfg.audio
+    slots = PREFETCH_PER_WORKER + 2
+    if plan.table is not None:
+        return slot_bytes(plan.table, plan.n_mels, d.ref_frames, transfer), slots, "this store"
+    batch = d.max_batch_size or 64
+    if plan.on_the_fly:  # float32 waveforms, reference clips with their STFT margin, tokens
+        margin = 2 * math.ceil(a.n_fft / 2 / a.hop_length)
+        nbytes = (4 * a.hop_length * (plan_frames(cfg) + batch * (d.ref_frames + margin))
+                  + 8 * batch * d.max_text_tokens)
+        return nbytes, ONTHEFLY_IN_FLIGHT, "estimate for raw-audio batches"
+    shape = BatchShape(batch, round_up(d.max_text_tokens, PAD_MULTIPLE),
+                       round_up(math.ceil(plan_frames(cfg) / batch), pad_multiple(cfg)),
+                       d.ref_frames, a.n_mels)
+    return shape.nbytes(64, transfer), slots, "estimate from the config"
+
+
+def check_shm(per_batch: int, batches: int, how: str, workers: int, free: int | None,
+              ranks: int = 1) -> Check:
+    """/dev/shm against workers x batches x bytes (x ranks: one loader per GPU under torchrun)."""
+    if workers == 0:
+        return Check("/dev/shm", "ok", "not needed: 0 loader workers (the training process "
+                                       "builds the batches)")
+    if free is None:
+        return Check("/dev/shm", "skip", "no /dev/shm on this OS")
+    need = per_batch * batches * workers * ranks
+    per_rank = f" x {ranks} ranks, one per GPU under torchrun" if ranks > 1 else ""
+    plural = "" if workers == 1 else "s"
+    found = (f"{free / 2**20:.0f} MiB free, the loader needs ~{need / 2**20:.0f} MiB ({workers} "
+             f"worker{plural} x {batches} batches x {per_batch / 2**20:.1f} MiB{per_rank}, {how})")
+    if need > free:
+        return Check("/dev/shm", "fail", found, "--num-workers 0 (no shared memory), or a larger "
+                                                 "/dev/shm (Docker: docker run --shm-size=8g)")
+    return Check("/dev/shm", "ok", found)
+
+
+def check_loader(cfg: Config, plan: DataPlan, cpus: int, *, transfer: bool, ranks: int,
+                 shm_free: int | None) -> list[Check]:
+    """Worker count against the CPUs, and /dev/shm against what those workers need."""
+    try:
+        workers, source = resolve_workers(cfg, cpus, plan.on_the_fly)
+        per_batch, batches, how = shm_per_worker(cfg, plan, transfer)
+    except (ImportError, OSError) as e:
+        return [Check("loader", "skip", f"myxtts.data cannot load ({type(e).__name__}: {e})")]
+    return [check_workers(workers, source, cpus, plan.on_the_fly),
+            check_shm(per_batch, batches, how, workers, shm_free, ranks)]

@@ -1,0 +1,229 @@
+"""``myxtts profile``: run the real training setup for a measured window and say what limits it.
+
+The run is built by ``train.setup.build_setup``, exactly as ``myxtts train`` builds it
+(loader, model, precision, compile mode, CUDA graphs, the measured batch sizes, the warm-up
+of every bucket shape), fed by the trainer's own input path (``BatchStream``), and never
+writes a checkpoint. After ``WARMUP_STEPS`` untimed steps (loader workers started, the
+prefetch queue full, the allocator warm), ``steps`` steps are timed phase by phase
+(``diagnose.phases``) while NVML samples the GPU; then the figures go to the rules of
+``diagnose.verdict``. ``trace_dir``: a few more steps under ``torch.profiler``, written as a
+Chrome trace that TensorBoard's profiler plugin and Perfetto open.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myxtts.config import Config, ConfigError
+from myxtts.data.loader import default_num_workers
+from myxtts.diagnose.phases import COPY, PhaseClock, copy_seconds, phase_stats
+from myxtts.diagnose.verdict import Figures, decide
+from myxtts.observe.flops import StepFlops, achieved_tflops
+from myxtts.observe.gpu import GpuUtilSampler
+from myxtts.system import available_cpus
+from myxtts.train.compile import compiled_graphs
+from myxtts.train.data import bucket_shapes, is_store
+from myxtts.train.efficiency import meta_step_counter, resolve_peak
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import BatchStream
+from myxtts.train.setup import TrainSetup, build_setup
+from myxtts.train.step import resolve_graphs
+
+WARMUP_STEPS = 5
+TRACE_STEPS = 5
+_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | None = None,
+            echo: Any = print) -> dict[str, Any]:
+    """Everything the report shows, as a JSON-ready dict (``report.format_report`` prints it)."""
+    if steps < 1:
+        raise ConfigError(f"--steps must be at least 1, got {steps}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TrainError("myxtts profile measures one process: run it without torchrun")
+    started = time.perf_counter()
+    run = build_setup(cfg, data_path, None)
+    setup_s = time.perf_counter() - started
+    cfg, device, step_fn = run.cfg, run.device, run.step_fn
+    cuda = device.type == "cuda"
+    copy_log: list | None = [] if cuda else None
+    stream = iter(BatchStream(cfg, run.data, device, run.record, copy_log))
+    accum = cfg.train.grad_accum_steps
+
+    def fetch() -> list[tuple[dict, int]]:
+        return [next(stream) for _ in range(accum)]
+
+    echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured")
+    for _ in range(WARMUP_STEPS):
+        step_fn([b for b, _ in fetch()])
+    if cuda:
+        torch.cuda.synchronize(device)
+        copy_log.clear()
+        torch.cuda.reset_peak_memory_stats(device)
+    graphs0 = compiled_graphs()
+    gpu = GpuUtilSampler(device)
+    clock = PhaseClock(device)
+    host: list[float] = []
+    keys: list[tuple] = []
+    utterances = real_frames = padded_frames = 0
+    gpu.start()
+    wall0 = time.perf_counter()
+    step_fn.marker = clock.mark
+    try:
+        for _ in range(steps):
+            clock.start()
+            micro = fetch()
+            clock.fetched()
+            h0 = time.perf_counter()
+            step_fn([b for b, _ in micro])
+            host.append(time.perf_counter() - h0)
+            for batch, frames in micro:
+                b, text, t_mel = (int(batch["tokens"].shape[0]), int(batch["tokens"].shape[1]),
+                                  int(batch["mel"].shape[1]))
+                keys.append((b, text, t_mel))
+                utterances += b
+                real_frames += frames
+                padded_frames += b * t_mel
+        clock.finish()
+    finally:
+        step_fn.marker = None
+    wall = time.perf_counter() - wall0
+    util = gpu.stop()
+    recompiles = compiled_graphs() - graphs0
+    step_fn.read()  # the loop's log-step read-back: the sums start clean for what follows
+    copies = copy_seconds(copy_log) if copy_log is not None else []
+
+    stats = phase_stats(clock.steps(), copies)
+    fps = cfg.audio.frames_per_second
+    flops = StepFlops(meta_step_counter(cfg, run.data.vocab_size, len(run.data.languages)))
+    tflops = achieved_tflops(flops.total(keys), wall)
+    peak = resolve_peak(cfg, device, step_fn.dtype)
+    memory = _memory(device)
+    out: dict[str, Any] = {
+        "device": _device_info(device),
+        "setup": _setup_info(run, data_path, setup_s),
+        "timing": "CUDA events on the compute stream" if cuda
+                  else "wall clock, synchronous CPU execution",
+        "warmup_steps": WARMUP_STEPS, "steps": steps, "seconds": wall,
+        "phases": {k: {**v.as_dict(), "share": v.mean / stats["step"].mean
+                       if stats["step"].mean > 0 else 0.0} for k, v in stats.items()},
+        "host_s": sum(host) / len(host),
+        "throughput": {"steps_per_s": steps / wall, "utterances_per_s": utterances / wall,
+                       "audio_s_per_s": real_frames / fps / wall},
+        "gpu_util": util, "tflops": tflops, "peak_tflops": peak,
+        "mfu": tflops / peak if peak else None,
+        "memory": memory,
+        "padding_efficiency": real_frames / padded_frames if padded_frames else 1.0,
+        "shapes": [{"batch": k[0], "text": k[1], "frames": k[2], "batches": n}
+                   for k, n in sorted(Counter(keys).items(), key=lambda kv: -kv[1])],
+        "recompiles": recompiles,
+    }
+    figures = _figures(out, run, data_path, keys, stats)
+    out["verdict"] = decide(figures).as_dict()
+    out["trace"] = str(_trace(run, fetch, trace_dir)) if trace_dir is not None else None
+    return out
+
+
+def _device_info(device: torch.device) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return {"type": device.type, "name": name, "torch": torch.__version__,
+            "cpus": available_cpus()}
+
+
+def _setup_info(run: TrainSetup, data_path: str | Path, seconds: float) -> dict[str, Any]:
+    cfg, step_fn = run.cfg, run.step_fn
+    shapes = sorted(set(bucket_shapes(run.data.sampler, cfg)), key=lambda s: s.frames)
+    return {"seconds": seconds, "data": str(data_path), "on_the_fly": not is_store(Path(data_path)),
+            "preset": cfg.model.preset, "step_mode": step_fn.mode,
+            "precision": _PRECISION.get(step_fn.dtype, str(step_fn.dtype)),
+            "compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs,
+            "batch_frames": cfg.data.batch_frames, "grad_accum_steps": cfg.train.grad_accum_steps,
+            "batch_sizes": [{"frames": s.frames, "batch": s.batch} for s in shapes],
+            "num_workers": _workers(run), "prefetch_batches": cfg.data.prefetch_batches}
+
+
+def _workers(run: TrainSetup) -> int:
+    n = getattr(run.data.loader, "num_workers", None)
+    if n is None:
+        n = run.cfg.data.num_workers if run.cfg.data.num_workers >= 0 else default_num_workers()
+    return int(n)
+
+
+def _memory(device: torch.device) -> dict[str, Any]:
+    """Peak memory of the window against the device's total (a CPU: this process's peak
+    resident set against the machine's RAM)."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        return {"kind": "GPU", "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+                "reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
+                "total_gib": total / 2**30}
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"kind": "host RAM, peak RSS", "peak_gib": rss_kib / 2**20,
+            "reserved_gib": rss_kib / 2**20, "total_gib": total / 2**30}
+
+
+def _graphs_blocker(run: TrainSetup) -> str | None:
+    try:
+        resolve_graphs("on", run.device, run.step_fn.dtype, run.dist.enabled, run.step_fn.fused)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: list[tuple],
+             stats: dict) -> Figures:
+    cfg, setup, mem = run.cfg, out["setup"], out["memory"]
+    cuda = run.device.type == "cuda"
+    per_step_copy = stats[COPY].mean * cfg.train.grad_accum_steps if COPY in stats else None
+    batches = [s.batch for s in bucket_shapes(run.data.sampler, cfg)]
+    return Figures(
+        device=run.device.type, step_s=stats["step"].mean,
+        data_wait_s=stats["data wait"].mean if "data wait" in stats else 0.0,
+        copy_s=per_step_copy if cuda else None, host_s=out["host_s"], gpu_util=out["gpu_util"],
+        mem_peak_gib=mem["reserved_gib"], mem_total_gib=mem["total_gib"], mfu=out["mfu"],
+        padding_efficiency=out["padding_efficiency"], step_mode=setup["step_mode"],
+        compile_setting=cfg.train.compile, graphs_setting=cfg.train.cuda_graphs,
+        graphs_blocker=_graphs_blocker(run), precision=setup["precision"],
+        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        batch_frames=str(cfg.data.batch_frames),
+        largest_batch_frames=max(b * t for b, _, t in keys),
+        batch_capped=cfg.data.max_batch_size > 0 and max(batches) >= cfg.data.max_batch_size,
+        max_batch_size=cfg.data.max_batch_size,
+        auto_memory_fraction=cfg.data.auto_memory_fraction, num_workers=setup["num_workers"],
+        cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
+        on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
+        preset=cfg.model.preset)
+
+
+def _trace(run: TrainSetup, fetch: Any, trace_dir: Path) -> Path:
+    """``TRACE_STEPS`` steps under ``torch.profiler``, after the measured window (the
+    profiler's own overhead must not colour the figures), as one Chrome trace file."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    trace_dir = Path(trace_dir)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU]
+    if run.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with torch_profile(activities=activities) as prof:
+        for _ in range(TRACE_STEPS):
+            run.step_fn([b for b, _ in fetch()])
+        if run.device.type == "cuda":
+            torch.cuda.synchronize(run.device)
+    run.step_fn.read()
+    # the file name TensorBoard's profiler plugin looks for: WORKER.TIMESTAMP.pt.trace.json
+    path = trace_dir / f"{socket.gethostname()}_{os.getpid()}.{int(time.time() * 1e3)}.pt.trace.json"
+    tmp = path.with_name(path.name + ".tmp")
+    prof.export_chrome_trace(str(tmp))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,300 @@
+"""`myxtts doctor`: every branch of every check from faked machine facts, and real runs
+(this CPU machine, a healthy and a corrupted store, datasets, a missing path) through
+the CLI entry point."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from myxtts.cli.main import main
+from myxtts.config import load_config
+from myxtts.diagnose import doctor
+from myxtts.diagnose import doctor_data as dd
+from myxtts.diagnose.doctor import Check, GpuFacts, TorchFacts
+
+MIB = 2**20
+H100 = GpuFacts(0, "NVIDIA H100 80GB HBM3", 79.1, (9, 0))
+V100 = GpuFacts(0, "Tesla V100-SXM2-32GB", 31.7, (7, 0))
+CPU_TORCH = TorchFacts("2.13.0+cpu", None)
+
+
+def _cuda(*gpus: GpuFacts, nccl: bool = True, auto: str = "bf16") -> TorchFacts:
+    gpus = tuple(GpuFacts(i, g.name, g.total_gib, g.capability) for i, g in enumerate(gpus))
+    return TorchFacts("2.5.1+cu124", "12.4", gpus, nccl, "550.54.15", None, auto)
+
+
+def _fast_compile(device: str) -> float:
+    return 0.25
+
+
+def _importer_without(*missing: str):
+    def imp(name: str):
+        if name in missing:
+            raise ImportError(f"No module named {name!r}")
+        return importlib.import_module(name)
+    return imp
+
+
+def _doctor(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["doctor", *[str(a) for a in argv]])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _line(out: str, name: str) -> str:
+    return next(ln for ln in out.splitlines() if ln[2:].startswith(f"{name}:"))
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+    """The real compile check costs seconds: every CLI run but the compile test fakes it."""
+    monkeypatch.setattr(doctor, "compile_probe", _fast_compile)
+
+
+# ---------------------------------------------------------------- versions and GPUs
+
+def test_python_and_torch_versions():
+    assert doctor.check_python((3, 9, 18)).status == "fail"
+    assert doctor.check_python((3, 11, 7)) == Check("python", "ok", "3.11.7")
+    old = doctor.check_torch(TorchFacts("2.3.1+cu121", "12.1"))
+    assert old.status == "fail" and "torch>=2.4" in old.fix
+    cpu = doctor.check_torch(CPU_TORCH)
+    assert cpu.status == "ok" and "2.13.0+cpu (CPU-only build)" in cpu.found
+    assert "CUDA 12.4 build" in doctor.check_torch(_cuda(H100)).found
+
+
+def test_no_gpu_warns_unless_the_config_asks_for_cuda():
+    [auto] = doctor.check_gpus(CPU_TORCH, "auto")
+    assert auto.status == "warn" and "CPU-only build" in auto.found and "CUDA build" in auto.fix
+    [asked] = doctor.check_gpus(CPU_TORCH, "cuda:0")
+    assert asked.status == "fail" and "--set train.device=cpu" in asked.fix
+    [hidden] = doctor.check_gpus(_cuda(), "auto", {"CUDA_VISIBLE_DEVICES": ""})
+    assert hidden.status == "warn" and "CUDA_VISIBLE_DEVICES=''" in hidden.found
+    assert "nvidia-smi" in hidden.fix
+
+
+def test_gpus_are_listed_and_a_missing_device_index_blocks():
+    checks = doctor.check_gpus(_cuda(H100), "auto")
+    assert [c.status for c in checks] == ["ok", "ok"]
+    assert "CUDA 12.4" in checks[0].found and "550.54.15" in checks[0].found
+    assert "H100" in checks[1].found and "79.1 GiB" in checks[1].found and "9.0" in checks[1].found
+    bad = doctor.check_gpus(_cuda(H100), "cuda:1")[-1]
+    assert bad.name == "train.device" and bad.status == "fail" and "cuda:0" in bad.fix
+    assert doctor.training_device("auto", 0) == "cpu"
+    assert doctor.training_device("auto", 2) == "cuda:0"
+    assert doctor.training_device("cuda", 1) == "cuda:0"
+    with pytest.raises(ValueError, match="not a device"):
+        doctor.training_device("tpu", 1)
+
+
+def test_bf16_tf32_by_compute_capability_and_precision():
+    assert doctor.check_precision(CPU_TORCH, "auto").status == "skip"
+    assert doctor.check_precision(_cuda(H100), "auto").status == "ok"
+    scaled = doctor.check_precision(_cuda(V100, auto="fp16"), "auto")
+    assert scaled.status == "warn" and "fp16 with a loss scaler will be used" in scaled.found
+    assert scaled.fix
+    emulated = doctor.check_precision(_cuda(V100, auto="bf16"), "auto")
+    assert emulated.status == "warn" and "--set train.precision=fp16" in emulated.fix
+    assert doctor.check_precision(_cuda(V100), "fp16").status == "ok"
+
+
+def test_nccl_only_matters_with_several_gpus():
+    assert doctor.check_nccl(_cuda(H100, nccl=False)).status == "skip"
+    assert doctor.check_nccl(_cuda(H100, H100)).status == "ok"
+    missing = doctor.check_nccl(_cuda(H100, H100, nccl=False))
+    assert missing.status == "warn" and "NCCL" in missing.fix and "one GPU still trains" in missing.found
+
+
+def test_compile_check_branches():
+    ok = doctor.check_compile("cpu", "auto", _fast_compile)
+    assert ok.status == "ok" and "0.2 s" in ok.found and "eagerly on CPU" in ok.found
+
+    def broken(device: str) -> float:
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nlong details")
+
+    cpu = doctor.check_compile("cpu", "on", broken)
+    assert cpu.status == "warn" and "No working C++ compiler" in cpu.found
+    assert "long details" not in cpu.found
+    assert "train.compile=off" in cpu.fix and "g++" in cpu.fix
+    gpu = doctor.check_compile("cuda:0", "auto", broken)
+    assert "train.compile=off" in gpu.fix and "g++" not in gpu.fix
+    assert doctor.check_compile("cpu", "off", broken).status == "skip"  # probe never called
+
+
+def test_compile_probe_really_compiles_on_this_machine():
+    check = doctor.check_compile("cpu", "on", doctor.compile_probe)
+    assert check.status == "ok", check
+
+
+# ---------------------------------------------------------------- packages
+
+def test_missing_packages():
+    by_name = {c.name: c for c in doctor.check_packages(
+        1, True, _importer_without("soundfile", "soxr", "tensorboard", "pynvml"))}
+    assert by_name["soundfile"].status == "fail" and "pip install soundfile" in by_name["soundfile"].fix
+    assert by_name["soxr"].status == "fail" and "pip install soxr" in by_name["soxr"].fix
+    assert by_name["tensorboard"].status == "warn" and "tensorboard" in by_name["tensorboard"].fix
+    assert by_name["NVML"].status == "warn" and "nvidia-ml-py" in by_name["NVML"].fix
+    quiet = {c.name: c for c in doctor.check_packages(0, False, _importer_without("tensorboard",
+                                                                                 "pynvml"))}
+    assert quiet["tensorboard"].status == "ok" and quiet["NVML"].status == "ok"
+    import soundfile
+
+    assert soundfile.__libsndfile_version__ in quiet["soundfile"].found
+
+
+# ---------------------------------------------------------------- workers and /dev/shm
+
+def test_workers_against_cpus():
+    cfg = load_config()  # data.num_workers = -1
+    assert dd.resolve_workers(cfg, 16) == (2, "auto for 16 CPUs")
+    assert dd.resolve_workers(cfg, 2)[0] == 0
+    assert dd.resolve_workers(cfg, 8, on_the_fly=True)[0] == 7
+    assert dd.resolve_workers(load_config(overrides=["data.num_workers=4"]), 16) == \
+        (4, "data.num_workers=4")
+    assert dd.check_workers(4, "data.num_workers=4", 16).status == "ok"
+    many = dd.check_workers(8, "data.num_workers=8", 8)
+    assert many.status == "warn" and many.fix == "--num-workers 2"
+    assert dd.check_workers(4, "data.num_workers=4", 2).fix == "--num-workers 0"
+
+
+def test_shm_too_small_for_four_workers():
+    small = dd.check_shm(10 * MIB, 4, "estimate", workers=4, free=64 * MIB)
+    assert small.status == "fail" and "160 MiB" in small.found
+    assert "--num-workers 0" in small.fix and "--shm-size" in small.fix
+    assert dd.check_shm(10 * MIB, 4, "estimate", workers=4, free=1024 * MIB).status == "ok"
+    ranks = dd.check_shm(10 * MIB, 4, "estimate", workers=4, free=200 * MIB, ranks=2)
+    assert ranks.status == "fail" and "x 2 ranks" in ranks.found
+    assert dd.check_shm(10 * MIB, 4, "x", workers=0, free=0).status == "ok"
+    assert dd.check_shm(10 * MIB, 4, "x", workers=2, free=None).status == "skip"
+    assert dd.shm_free_bytes(Path("/no/such/dir")) is None
+
+
+def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
+    from myxtts.data.loader import PREFETCH_PER_WORKER, build_sampler, slot_bytes
+    from myxtts.data.store import FeatureStore
+
+    cfg = load_config()
+    checks, plan = dd.check_data(cfg, micro_store)
+    assert [c.status for c in checks] == ["ok", "ok"] and plan.table is not None
+    store = FeatureStore.open(micro_store, "train", cfg)
+    table = build_sampler(store.mel_lengths, store.token_lengths, cfg).shape_table()
+    for transfer in (False, True):
+        assert dd.shm_per_worker(cfg, plan, transfer) == (
+            slot_bytes(table, store.n_mels, cfg.data.ref_frames, transfer=transfer),
+            PREFETCH_PER_WORKER + 2, "this store")
+    est, slots, how = dd.shm_per_worker(cfg, dd.DataPlan(), transfer=False)
+    assert how.startswith("estimate") and slots == PREFETCH_PER_WORKER + 2
+    assert dd.shm_per_worker(cfg, dd.DataPlan(), transfer=True)[0] < est  # float16 mels
+    assert dd.shm_per_worker(cfg, dd.DataPlan(on_the_fly=True), False)[2].startswith("estimate")
+
+
+def test_read_speed_branches(micro_store, monkeypatch):
+    fast = dd.check_read_speed(micro_store)  # a tiny file: timed, but not judged
+    assert fast.status == "ok" and "MB/s" in fast.found and "too small" in fast.found
+    monkeypatch.setattr(dd, "read_file", lambda path, limit: (200_000_000, 10.0))
+    slow = dd.check_read_speed(micro_store)
+    assert slow.status == "warn" and "20 MB/s" in slow.found and "local SSD" in slow.fix
+    monkeypatch.setattr(dd, "read_file", lambda path, limit: (200_000_000, 0.5))
+    assert dd.check_read_speed(micro_store).status == "ok"
+
+
+def test_interrupted_store_says_resume(micro_store, tmp_path):
+    store = Path(shutil.copytree(micro_store, tmp_path / "store"))
+    (store / ".partial").touch()
+    [check], plan = dd.check_data(load_config(), store)
+    assert check.status == "fail" and "incomplete store" in check.found
+    assert "resume" in check.fix and plan.table is None
+
+
+# ---------------------------------------------------------------- format, exit code, run_checks
+
+def test_format_fixes_summary_and_exit_code():
+    checks = [Check("a", "ok", "fine"), Check("b", "warn", "slow", "--fix-b"),
+              Check("c", "warn", "slower", "--fix-c"), Check("d", "fail", "broken", "--fix-d"),
+              Check("e", "skip", "n/a")]
+    text = doctor.format_checks(checks)
+    assert text.splitlines() == ["✔ a: fine", "⚠ b: slow — --fix-b", "⚠ c: slower — --fix-c",
+                                 "✗ d: broken — --fix-d", "- e: skipped (n/a)",
+                                 "4 checks: 1 ok, 2 warnings, 1 blocking (1 skipped)"]
+    assert doctor.format_checks(checks, ascii_only=True).splitlines()[3] == "[XX] d: broken - --fix-d"
+    assert doctor.exit_code(checks) == 1
+    assert doctor.exit_code(checks[:3]) == 0  # warnings never block
+
+
+def test_a_faked_multi_gpu_machine_with_every_problem():
+    cfg = load_config(overrides=["data.num_workers=4"])
+    checks = doctor.run_checks(
+        cfg, None, facts=_cuda(V100, V100, nccl=False, auto="fp16"), python=(3, 11, 7), cpus=4,
+        shm_probe=lambda: 64 * MIB, compile_fn=_fast_compile, importer=_importer_without("soxr", "pynvml"))
+    status = {c.name: c.status for c in checks}
+    assert status == {"python": "ok", "torch": "ok", "CUDA": "ok", "GPU 0": "ok", "GPU 1": "ok",
+                      "bf16/TF32": "warn", "NCCL": "warn", "torch.compile": "ok",
+                      "soundfile": "ok", "soxr": "fail", "tensorboard": "ok", "NVML": "warn",
+                      "CPUs": "warn", "/dev/shm": "fail"}
+    assert "x 2 ranks" in next(c for c in checks if c.name == "/dev/shm").found
+    assert all(c.fix for c in checks if c.status in ("warn", "fail"))
+    assert doctor.exit_code(checks) == 1
+
+
+# ---------------------------------------------------------------- real runs through the CLI
+
+def test_real_run_on_this_machine(capsys, no_compile):
+    import torch
+
+    rc, out, err = _doctor(capsys)
+    lines = out.splitlines()
+    assert torch.__version__ in _line(out, "torch")
+    assert "0.2 s" in _line(out, "torch.compile")
+    assert all(ln[0] in "✔⚠✗-" for ln in lines[:-1]) and " checks: " in lines[-1]
+    assert all(" — " in ln for ln in lines if ln[0] in "⚠✗")
+    assert rc == (1 if "✗" in out else 0) and not err
+
+
+def test_healthy_store(capsys, no_compile, micro_store):
+    rc, out, _ = _doctor(capsys, micro_store)
+    assert _line(out, "store").startswith("✔") and "verified" in _line(out, "store")
+    speed = _line(out, "store read speed")
+    assert speed.startswith("✔") and "MB/s" in speed
+    assert rc == (1 if "✗" in out else 0)
+
+
+def test_corrupted_store_blocks(capsys, no_compile, micro_store, tmp_path):
+    store = Path(shutil.copytree(micro_store, tmp_path / "store"))
+    mel = store / "train" / "mel.f16"
+    blob = bytearray(mel.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    mel.write_bytes(bytes(blob))
+    rc, out, err = _doctor(capsys, store)
+    line = _line(out, "store")
+    assert line.startswith("✗") and "sha256" in line and "--force" in line
+    assert rc == 1 and "Traceback" not in err
+
+
+def test_datasets_usable_with_problems_and_unreadable(capsys, no_compile, tmp_path):
+    from myxtts.synthetic import make_demo_data
+
+    data = make_demo_data(tmp_path / "data", speakers=2, utterances=4)
+    rc, out, _ = _doctor(capsys, data)
+    line = _line(out, "dataset")
+    assert line.startswith(f"✔ dataset: {data}: 8 utterances, ") and "h, 2 speakers, no problems" in line
+    assert "on the fly" in _line(out, "CPUs")
+    next(iter(sorted((data / "wavs").glob("*.wav")))).unlink()
+    rc, out, _ = _doctor(capsys, data)
+    line = _line(out, "dataset")
+    assert line.startswith("⚠") and "missing audio 1" in line and "inspect-data" in line
+    (tmp_path / "empty").mkdir()
+    rc, out, err = _doctor(capsys, tmp_path / "empty")
+    assert _line(out, "dataset").startswith("✗") and rc == 1 and "Traceback" not in err
+
+
+def test_missing_path_and_bad_config(capsys, no_compile, tmp_path):
+    rc, out, err = _doctor(capsys, tmp_path / "nope")
+    assert rc == 1 and _line(out, "data").startswith("✗") and "does not exist" in out
+    assert "Traceback" not in err
+    rc, out, err = _doctor(capsys, "--set", "data.no_such_key=1")
+    assert rc == 2 and err.count("\n") == 1 and "no_such_key" in err
