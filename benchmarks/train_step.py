@@ -2,7 +2,7 @@
 
     python benchmarks/train_step.py [--presets tiny,small] [--steps N] [--rounds R]
         [--compile-presets LIST | --skip-compile] [--compile-shapes K] [--flops]
-        [--peak-tflops 989] [--inductor-cache DIR] [--data DIR | --store DIR]
+        [--peak-tflops N] [--inductor-cache DIR] [--data DIR | --store DIR]
         [--batch-frames N] [--threads N] [--set section.key=value]
 
 On a GPU (default presets tiny, small, base; ~10 minutes on an H100), each preset runs as
@@ -115,9 +115,10 @@ def main() -> None:
     p.add_argument("--compile-shapes", type=int, help="CPU: bucket shapes measured, most frequent "
                    "first; 0 = all (default 1)")
     p.add_argument("--flops", action="store_true", help="count model FLOPs on CPU too (always on CUDA)")
-    p.add_argument("--peak-tflops", type=float, default=989.0,
+    p.add_argument("--peak-tflops", type=float,
                    help="the GPU's peak dense TFLOP/s at the training precision, for MFU "
-                        "(default 989: H100/H200 bf16)")
+                        "(default: the package's table for this GPU at bf16, as training and "
+                        "`myxtts profile` use; H100/H200 989)")
     p.add_argument("--inductor-cache", type=Path,
                    help="TORCHINDUCTOR_CACHE_DIR (default: a fresh one: warm-up is a cold compile)")
     args = p.parse_args()
@@ -195,8 +196,16 @@ def gpu_main(args: argparse.Namespace, tmp: Path) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if results:
-        print(common.table([r["preset"] for r in results], step_gpu.rows(results, args.peak_tflops),
-                           head))
+        import torch
+
+        from myxtts.observe.flops import peak_tflops
+
+        peak = args.peak_tflops or peak_tflops(torch.cuda.get_device_name(0), torch.bfloat16)
+        if not peak:  # the figures still print; MFU reads nan
+            common.say(f"no peak TFLOP/s known for {torch.cuda.get_device_name(0)}: pass "
+                       f"--peak-tflops for MFU")
+            peak = float("nan")
+        print(common.table([r["preset"] for r in results], step_gpu.rows(results, peak), head))
         print(step_gpu.notes(results))
 
 

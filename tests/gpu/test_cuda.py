@@ -131,3 +131,22 @@ def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path)
     b = ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 9).latest())[ck.MODEL]
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-3, atol=1e-4, msg=f"{k} after resume")
+
+
+def test_profile_times_the_graphed_step_with_cuda_events(micro_store, tmp_path):
+    """On a GPU the profile runs the trainer's graphed step: forward and backward are one
+    replay, the side-stream copy is timed, and MFU/utilisation come from the package."""
+    from myxtts.diagnose.profile import profile
+
+    cfg = micro_config(tmp_path / "run", "train.device=cuda", "train.compile=off",
+                       "data.batch_frames=1200")
+    p = profile(cfg, micro_store, steps=6, trace_dir=tmp_path / "trace", echo=lambda s: None)
+    assert p["timing"].startswith("CUDA events") and p["setup"]["step_mode"] == "graphed"
+    phases = p["phases"]
+    assert "forward+backward" in phases and "forward" not in phases
+    assert phases["host->device copy"]["mean_s"] > 0
+    parts = sum(v["mean_s"] for k, v in phases.items() if k not in ("step", "host->device copy"))
+    assert parts == pytest.approx(phases["step"]["mean_s"], rel=1e-6)
+    assert p["memory"]["kind"] == "GPU" and 0 < p["memory"]["peak_gib"] < p["memory"]["total_gib"]
+    assert p["tflops"] > 0 and p["recompiles"] == 0
+    assert (tmp_path / "trace").is_dir() and any((tmp_path / "trace").iterdir())

@@ -35,7 +35,7 @@ from myxtts.train.efficiency import meta_step_counter, resolve_peak
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import BatchStream
 from myxtts.train.setup import TrainSetup, build_setup
-from myxtts.train.step import resolve_graphs
+from myxtts.train.step import native_bf16, resolve_graphs
 
 WARMUP_STEPS = 5
 TRACE_STEPS = 5
@@ -193,7 +193,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         padding_efficiency=out["padding_efficiency"], step_mode=setup["step_mode"],
         compile_setting=cfg.train.compile, graphs_setting=cfg.train.cuda_graphs,
         graphs_blocker=_graphs_blocker(run), precision=setup["precision"],
-        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        bf16_supported=cuda and native_bf16(),
         batch_frames=str(cfg.data.batch_frames),
         largest_batch_frames=max(b * t for b, _, t in keys),
         batch_capped=cfg.data.max_batch_size > 0 and max(batches) >= cfg.data.max_batch_size,

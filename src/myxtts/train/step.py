@@ -29,15 +29,26 @@ from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
 log = logging.getLogger(__name__)
 
 
+def native_bf16() -> bool:
+    """The current GPU computes bf16 in hardware (Ampere or newer). torch's plain
+    ``is_bf16_supported()`` also says yes where bf16 is only emulated (a V100, a T4), which
+    runs far slower than fp16 there."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # pragma: no cover - torch before the argument existed: native only
+        return torch.cuda.is_bf16_supported()
+
+
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."""
+    """auto: bf16 on GPUs that compute it natively, fp16 on older GPUs, fp32 on CPU."""
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
         return torch.float32
     if precision == "bf16":
         return torch.bfloat16
     if precision == "fp16":
         return torch.float16
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    with torch.cuda.device(device):
+        return torch.bfloat16 if native_bf16() else torch.float16
 
 
 def resolve_compile(mode: str, device: torch.device) -> bool:
