@@ -298,3 +298,36 @@ def test_missing_path_and_bad_config(capsys, no_compile, tmp_path):
     assert "Traceback" not in err
     rc, out, err = _doctor(capsys, "--set", "data.no_such_key=1")
     assert rc == 2 and err.count("\n") == 1 and "no_such_key" in err
+
+
+def test_nvml_that_cannot_start_with_a_gpu_warns():
+    fake = lambda name: object()  # noqa: E731 - every package importable
+    checks = doctor.check_packages(1, True, fake, nvml_note="NVML found no NVIDIA driver")
+    nvml = next(c for c in checks if c.name == "NVML")
+    assert nvml.status == "warn" and "no NVIDIA driver" in nvml.found and "nvidia-smi" in nvml.fix
+    ok = next(c for c in doctor.check_packages(1, True, fake) if c.name == "NVML")
+    assert ok.status == "ok"
+
+
+def test_a_torch_that_cannot_import_is_a_blocking_line(monkeypatch):
+    def broken():
+        raise OSError("libcudart.so.12: cannot open shared object file")
+
+    monkeypatch.setattr(doctor, "probe_torch", broken)
+    checks = doctor.run_checks(load_config())
+    assert [c.name for c in checks] == ["python", "torch"]
+    assert checks[1].status == "fail" and "libcudart" in checks[1].found
+    assert doctor.exit_code(checks) == 1
+
+
+def test_an_unreadable_store_file_is_a_failed_check(micro_store, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    shutil.copytree(micro_store, store)
+
+    def unreadable(*a, **k):
+        raise PermissionError(13, "Permission denied", str(store / "train"))
+
+    monkeypatch.setattr(dd, "check_store", unreadable)
+    checks, _ = dd.check_data(load_config(), store)
+    assert len(checks) == 1 and checks[0].status == "fail"
+    assert "PermissionError" in checks[0].found and "prepare --verify" in checks[0].fix

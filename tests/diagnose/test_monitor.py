@@ -186,6 +186,7 @@ def test_csv_log_header_once_across_two_runs(tmp_path):
     assert by[1]["power_w"] == "" and float(by[1]["util_pct"]) == 5.0
     assert all(r["run_step"] == "50" and float(r["run_loss"]) == 1.23 for r in by)
     assert float(by[0]["run_data_wait_share"]) == 0.02 and float(by[0]["time"]) == T0 + 42
+    assert float(by[0]["run_mfu"]) == 0.31 and by[0]["run_val_loss"] == ""  # no val row yet
 
 
 def test_csv_log_without_gpus_and_refusing_other_columns(tmp_path, no_nvml):

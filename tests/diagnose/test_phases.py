@@ -59,3 +59,8 @@ def test_spread_percentiles():
     s = Spread.of([float(x) for x in range(11)])  # 0..10
     assert (s.mean, s.p10, s.p90) == (5.0, 1.0, 9.0)
     assert Spread.of([]).mean == 0.0
+
+
+def test_an_unknown_phase_is_refused():
+    with pytest.raises(ValueError, match="unknown step phase"):
+        PhaseClock(torch.device("cpu")).mark("backwards")

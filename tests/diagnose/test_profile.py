@@ -71,6 +71,8 @@ def test_cli_json_and_bad_input(micro_store, tmp_path, capsys):
     assert "2 measured" in err
     for argv, words in [
         (["--steps", "0"], "--steps must be at least 1"),
+        (["--steps", "1", "--trace", str(micro_store / "manifest.json" / "trace")],
+         "cannot create the folder"),
         ([str(tmp_path / "missing"), "--steps", "1"], "does not exist"),
     ]:
         target = [] if argv[0].startswith("/") else [str(micro_store)]

@@ -55,6 +55,8 @@ def test_peak_table_matches_the_most_specific_name():
     assert peak_tflops("Tesla V100-SXM2-16GB", torch.float32) is None  # no TF32
     assert peak_tflops("Some Future GPU", torch.bfloat16) is None
     assert peak_tflops("NVIDIA L4", torch.bfloat16) == 121.0  # not taken for an L40
+    assert peak_tflops("NVIDIA RTX A1000", torch.bfloat16) is None  # no A100
+    assert peak_tflops("NVIDIA T400", torch.bfloat16) is None  # no T4
 
 
 def test_utilisation_figures():

@@ -15,7 +15,7 @@ import torch
 
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import _oom_message, train
+from myxtts.train.loop import oom_message, train
 from tests.helpers import MICRO_MODEL, micro_config, train_crashing_at
 
 
@@ -92,7 +92,7 @@ def test_oom_message_names_batch_and_fix():
 
     cfg = load_config(overrides=["data.batch_frames=20000"])
     batch = {"mel": torch.zeros(12, 800, 80), "tokens": torch.zeros(12, 96, dtype=torch.long)}
-    msg = _oom_message([batch], cfg)
+    msg = oom_message([batch], cfg)
     assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -36,8 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
-    if args.trace is not None and args.trace.exists() and not args.trace.is_dir():
-        raise CLIError(f"--trace {args.trace} is a file; pass a folder")
+    if args.trace is not None:  # fail now, not after the whole window
+        try:
+            args.trace.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CLIError(f"--trace {args.trace}: cannot create the folder ({e.strerror}); "
+                           f"pass a writable folder") from e
+        if not os.access(args.trace, os.W_OK):
+            raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
     cfg = config_from_args(args, base_overrides=run_overrides(args))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from myxtts.diagnose.profile import profile

@@ -260,9 +260,10 @@ def _import_error(importer: Callable[[str], Any], name: str) -> tuple[Any, str |
 
 
 def check_packages(n_gpus: int, tensorboard: bool,
-                   importer: Callable[[str], Any] = importlib.import_module) -> list[Check]:
+                   importer: Callable[[str], Any] = importlib.import_module,
+                   nvml_note: str | None = None) -> list[Check]:
     """soundfile and soxr (required), tensorboard (for ``train.tensorboard``), NVML (GPU
-    utilisation, only with a GPU)."""
+    utilisation, only with a GPU; ``nvml_note``: why NVML failed to start, if it did)."""
     out = []
     sf, err = _import_error(importer, "soundfile")
     if sf is None:
@@ -283,7 +284,12 @@ def check_packages(n_gpus: int, tensorboard: bool,
                                                 "curves", 'pip install tensorboard (or '
                                                           '"myxtts[tensorboard]")'))
     nvml, _ = _import_error(importer, "pynvml")
-    if nvml is not None:
+    if nvml is not None and n_gpus and nvml_note:
+        out.append(Check("NVML", "warn", f"nvidia-ml-py installed but {nvml_note}: no GPU "
+                                         f"utilisation readings",
+                         "check the NVIDIA driver with `nvidia-smi` (a container needs the "
+                         "driver's NVML library mounted: --gpus all)"))
+    elif nvml is not None:
         out.append(Check("NVML", "ok", "nvidia-ml-py installed (GPU utilisation readings)"))
     elif n_gpus:
         out.append(Check("NVML", "warn", "nvidia-ml-py not installed: no GPU utilisation readings",
@@ -300,7 +306,13 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
                importer: Callable[[str], Any] | None = None) -> list[Check]:
     """Every check for ``cfg`` (and the store or dataset at ``path``), in display order.
     Keyword arguments replace the real facts (tests); left out, they are measured."""
-    facts = probe_torch() if facts is None else facts
+    if facts is None:
+        try:
+            facts = probe_torch()
+        except (ImportError, OSError) as e:  # no torch, or a CUDA build whose libraries fail
+            return [check_python(python or tuple(sys.version_info[:3])),
+                    Check("torch", "fail", f"cannot import torch ({type(e).__name__}: {e})",
+                          "pip install 'torch>=2.4' (" + TORCH_INSTALL + ")")]
     cpus = available_cpus() if cpus is None else cpus
     try:
         device = training_device(cfg.train.device, len(facts.gpus))
@@ -311,7 +323,7 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
     out += [check_precision(facts, cfg.train.precision), check_nccl(facts),
             check_compile(device, cfg.train.compile, compile_fn or compile_probe)]
     out += check_packages(len(facts.gpus), cfg.train.tensorboard,
-                          importer or importlib.import_module)
+                          importer or importlib.import_module, facts.nvml_note)
     from myxtts.diagnose import doctor_data as dd
 
     data_checks, plan = dd.check_data(cfg, path)

@@ -60,9 +60,16 @@ def check_data(cfg: Config, path: str | Path | None,
     except (ImportError, OSError) as e:
         return [Check("data", "fail", f"cannot load myxtts.data ({type(e).__name__}: {e})",
                        "install the missing package named above")], DataPlan()
-    if store_state(path) in ("complete", "partial"):
-        return check_store(path, cfg, read_limit)
-    return check_dataset(path, cfg), DataPlan(on_the_fly=True)
+    try:
+        if store_state(path) in ("complete", "partial"):
+            return check_store(path, cfg, read_limit)
+        return check_dataset(path, cfg), DataPlan(on_the_fly=True)
+    except Exception as e:  # unreadable files, a broken clip the readers did not expect:
+        # a failed check with the cause, never a traceback that hides the other checks
+        first = (str(e).strip().splitlines() or [""])[0]
+        return [Check("data", "fail", f"{path}: {type(e).__name__}: {first}",
+                      f"fix the file named above, then `myxtts inspect-data {path}` or "
+                      f"`myxtts prepare --verify {path}`")], DataPlan()
 
 
 def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT

@@ -25,7 +25,7 @@ from myxtts.observe.gpu import GpuReading, load_nvml, read_gpus
 
 GPU_FIELDS = ("util_pct", "mem_used_gib", "mem_total_gib", "power_w", "sm_clock_mhz", "temp_c",
               "pcie_rx_mbs", "pcie_tx_mbs")
-RUN_FIELDS = ("step", "steps_per_s", "data_wait_share", "loss")
+RUN_FIELDS = ("step", "steps_per_s", "data_wait_share", "loss", "gpu_util", "mfu", "val_loss")
 CSV_COLUMNS = ["time", "gpu", "name", *GPU_FIELDS, *(f"run_{k}" for k in RUN_FIELDS)]
 LOG_SUFFIXES = (".csv", ".jsonl")
 NO_METRICS_YET = ("none yet (has `myxtts train` started? it writes one row per "

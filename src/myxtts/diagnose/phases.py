@@ -33,8 +33,7 @@ import torch
 TIMELINE = ("data wait", "forward", "backward", "forward+backward", "optimizer", "other")
 COPY = "host->device copy"
 _START, _FETCHED = "<start>", "<fetched>"
-_PHASE_OF_MARK = {"forward": "forward", "backward": "backward",
-                  "forward+backward": "forward+backward", "optimizer": "optimizer"}
+_STEP_MARKS = ("forward", "backward", "forward+backward", "optimizer")  # TrainStep.mark names
 
 
 class PhaseClock:
@@ -43,13 +42,14 @@ class PhaseClock:
     then ``steps()`` gives each step's phase durations in seconds."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
         self._marks: list[tuple[str, Any]] = []
 
     def _now(self) -> Any:
-        if self.cuda:
+        if self.cuda:  # on the training device's compute stream, whichever GPU is current
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(self.device))
             return ev
         return time.perf_counter()
 
@@ -60,13 +60,15 @@ class PhaseClock:
         self._marks.append((_FETCHED, self._now()))
 
     def mark(self, phase: str) -> None:
+        if phase not in _STEP_MARKS:  # an unknown phase would be in the step, not the table
+            raise ValueError(f"unknown step phase {phase!r}; expected one of {_STEP_MARKS}")
         self._marks.append((phase, self._now()))
 
     def finish(self) -> None:
         """The end of the last step (a final start mark), then one sync on a GPU."""
         self.start()
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
 
     def _seconds(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) / 1e3 if self.cuda else b - a
@@ -79,8 +81,7 @@ class PhaseClock:
             marks = self._marks[a:b + 1]
             phases: dict[str, float] = {}
             for (_, t0), (name, t1) in zip(marks, marks[1:]):
-                phase = ("data wait" if name == _FETCHED else "other" if name == _START
-                         else _PHASE_OF_MARK.get(name, name))
+                phase = "data wait" if name == _FETCHED else "other" if name == _START else name
                 phases[phase] = phases.get(phase, 0.0) + self._seconds(t0, t1)
             phases["step"] = self._seconds(marks[0][1], marks[-1][1])
             out.append(phases)

@@ -26,19 +26,23 @@ from myxtts.config import Config, ConfigError
 from myxtts.data.loader import default_num_workers
 from myxtts.diagnose.phases import COPY, PhaseClock, copy_seconds, phase_stats
 from myxtts.diagnose.verdict import Figures, decide
-from myxtts.observe.flops import StepFlops, achieved_tflops
+from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
 from myxtts.observe.gpu import GpuUtilSampler
 from myxtts.system import available_cpus
 from myxtts.train.compile import compiled_graphs
 from myxtts.train.data import bucket_shapes, is_store
 from myxtts.train.efficiency import meta_step_counter, resolve_peak
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import BatchStream
+from myxtts.train.loop import BatchStream, oom_message
 from myxtts.train.setup import TrainSetup, build_setup
 from myxtts.train.step import native_bf16, resolve_graphs
 
 WARMUP_STEPS = 5
 TRACE_STEPS = 5
+# On a GPU the window lasts at least this long (more steps than asked if need be): NVML
+# averages utilisation over its own sample period (1/6 s to 1 s by GPU), so a window of a
+# few fast graphed steps would mostly read the time before it.
+MIN_GPU_WINDOW_S = 2.0
 _PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -61,13 +65,22 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     def fetch() -> list[tuple[dict, int]]:
         return [next(stream) for _ in range(accum)]
 
-    echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured")
+    def step(micro: list[tuple[dict, int]]) -> None:
+        try:
+            step_fn([b for b, _ in micro])
+        except torch.cuda.OutOfMemoryError as e:
+            raise TrainError(oom_message([b for b, _ in micro], cfg)) from e
+
+    echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured"
+         + (f" (at least {MIN_GPU_WINDOW_S:g} s)" if cuda else ""))
     for _ in range(WARMUP_STEPS):
-        step_fn([b for b, _ in fetch()])
+        step(fetch())
+    retries0 = 0
     if cuda:
         torch.cuda.synchronize(device)
         copy_log.clear()
         torch.cuda.reset_peak_memory_stats(device)
+        retries0 = torch.cuda.memory_stats(device).get("num_alloc_retries", 0)
     graphs0 = compiled_graphs()
     gpu = GpuUtilSampler(device)
     clock = PhaseClock(device)
@@ -77,21 +90,22 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     gpu.start()
     wall0 = time.perf_counter()
     step_fn.marker = clock.mark
+    done = 0
     try:
-        for _ in range(steps):
+        while done < steps or (cuda and time.perf_counter() - wall0 < MIN_GPU_WINDOW_S):
             clock.start()
             micro = fetch()
             clock.fetched()
             h0 = time.perf_counter()
-            step_fn([b for b, _ in micro])
+            step(micro)
             host.append(time.perf_counter() - h0)
+            done += 1
             for batch, frames in micro:
-                b, text, t_mel = (int(batch["tokens"].shape[0]), int(batch["tokens"].shape[1]),
-                                  int(batch["mel"].shape[1]))
-                keys.append((b, text, t_mel))
-                utterances += b
+                key = batch_key(batch)
+                keys.append(key)
+                utterances += key[0]
                 real_frames += frames
-                padded_frames += b * t_mel
+                padded_frames += key[0] * key[2]
         clock.finish()
     finally:
         step_fn.marker = None
@@ -100,6 +114,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     recompiles = compiled_graphs() - graphs0
     step_fn.read()  # the loop's log-step read-back: the sums start clean for what follows
     copies = copy_seconds(copy_log) if copy_log is not None else []
+    retries = torch.cuda.memory_stats(device).get("num_alloc_retries", 0) - retries0 if cuda else 0
 
     stats = phase_stats(clock.steps(), copies)
     fps = cfg.audio.frames_per_second
@@ -112,9 +127,9 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
         "setup": _setup_info(run, data_path, setup_s),
         "timing": "CUDA events on the compute stream" if cuda
                   else "wall clock, synchronous CPU execution",
-        "warmup_steps": WARMUP_STEPS, "steps": steps, "seconds": wall,
-        "phases": {k: {**v.as_dict(), "share": v.mean / stats["step"].mean
-                       if stats["step"].mean > 0 else 0.0} for k, v in stats.items()},
+        "warmup_steps": WARMUP_STEPS, "steps": done, "seconds": wall,
+        "phases": {k: {**v.as_dict(), "share": _share(k, v.mean, stats["step"].mean, accum)}
+                   for k, v in stats.items()},
         "host_s": sum(host) / len(host),
         "throughput": {"steps_per_s": steps / wall, "utterances_per_s": utterances / wall,
                        "audio_s_per_s": real_frames / fps / wall},
@@ -124,12 +139,18 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
         "padding_efficiency": real_frames / padded_frames if padded_frames else 1.0,
         "shapes": [{"batch": k[0], "text": k[1], "frames": k[2], "batches": n}
                    for k, n in sorted(Counter(keys).items(), key=lambda kv: -kv[1])],
-        "recompiles": recompiles,
+        "recompiles": recompiles, "alloc_retries": retries,
     }
     figures = _figures(out, run, data_path, keys, stats)
     out["verdict"] = decide(figures).as_dict()
-    out["trace"] = str(_trace(run, fetch, trace_dir)) if trace_dir is not None else None
+    out["trace"] = str(_trace(run, fetch, step, trace_dir)) if trace_dir is not None else None
     return out
+
+
+def _share(phase: str, mean: float, step: float, accum: int) -> float:
+    """A phase's share of the step (the copy is per batch: a step copies ``accum``)."""
+    per_step = mean * accum if phase == COPY else mean
+    return per_step / step if step > 0 else 0.0
 
 
 def _device_info(device: torch.device) -> dict[str, Any]:
@@ -201,10 +222,11 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         auto_memory_fraction=cfg.data.auto_memory_fraction, num_workers=setup["num_workers"],
         cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
         on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
-        preset=cfg.model.preset)
+        preset=cfg.model.preset, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],
+        alloc_retries=out["alloc_retries"])
 
 
-def _trace(run: TrainSetup, fetch: Any, trace_dir: Path) -> Path:
+def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:
     """``TRACE_STEPS`` steps under ``torch.profiler``, after the measured window (the
     profiler's own overhead must not colour the figures), as one Chrome trace file."""
     from torch.profiler import ProfilerActivity
@@ -217,7 +239,7 @@ def _trace(run: TrainSetup, fetch: Any, trace_dir: Path) -> Path:
         activities.append(ProfilerActivity.CUDA)
     with torch_profile(activities=activities) as prof:
         for _ in range(TRACE_STEPS):
-            run.step_fn([b for b, _ in fetch()])
+            step(fetch())
         if run.device.type == "cuda":
             torch.cuda.synchronize(run.device)
     run.step_fn.read()

@@ -15,10 +15,6 @@ def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:8.2f}"
 
 
-def _opt(value: float | None, fmt: str, missing: str) -> str:
-    return missing if value is None else format(value, fmt)
-
-
 def format_report(p: dict[str, Any]) -> str:
     dev, setup, mem = p["device"], p["setup"], p["memory"]
     lines = [
@@ -55,9 +51,10 @@ def format_report(p: dict[str, Any]) -> str:
         "",
         f"throughput: {t['steps_per_s']:.2f} steps/s, {t['utterances_per_s']:.1f} utterances/s, "
         f"{t['audio_s_per_s']:.1f} audio-s/s",
-        "GPU utilisation (NVML): "
-        + _opt(p["gpu_util"], ".0f", "not measured (no GPU or no NVML: pip install nvidia-ml-py)")
-        + ("%" if p["gpu_util"] is not None else ""),
+        "GPU utilisation (NVML): " + (
+            f"{p['gpu_util']:.0f}%" if p["gpu_util"] is not None
+            else "no GPU" if dev["type"] != "cuda"
+            else "not measured (NVML unavailable: pip install nvidia-ml-py)"),
         f"model FLOPs: {p['tflops']:.3f} TFLOP/s achieved; MFU "
         + (f"{100 * p['mfu']:.1f}% of {p['peak_tflops']:g} TFLOP/s" if p["mfu"] is not None
            else "unknown (no peak for this device: --set train.peak_tflops=N)"),
@@ -68,7 +65,8 @@ def format_report(p: dict[str, Any]) -> str:
         f"speech",
         "shapes seen (B x L_text x T_mel: batches): " + ", ".join(
             f"{s['batch']}x{s['text']}x{s['frames']}: {s['batches']}" for s in p["shapes"]),
-        f"recompiles during the window: {p['recompiles']}",
+        f"recompiles during the window: {p['recompiles']}"
+        + (f"; allocator retries: {p['alloc_retries']}" if dev["type"] == "cuda" else ""),
     ]
     v = p["verdict"]
     lines += ["", f"verdict: {v['kind'].upper()}"]

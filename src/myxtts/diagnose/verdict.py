@@ -6,11 +6,16 @@ later one cannot help while an earlier one holds):
 
 1. **input-bound**: the GPU (or CPU) waits for data for at least ``INPUT_WAIT_SHARE`` of the
    step, or the side-stream copy alone takes ``COPY_SHARE`` of it. No step tuning helps.
-2. **memory-limited**: peak memory is within ``MEMORY_FULL`` of the device's total: the
-   batch cannot grow, and a longer bucket or another process may not fit.
-3. **host/launch-bound** (GPU only): NVML utilisation under ``BUSY_UTIL``, or the host
-   needs ``HOST_SHARE`` of the GPU's step time just to queue the step: the GPU runs small
-   kernels faster than Python launches them. Bigger steps or fewer launches help.
+2. **memory-limited**: peak memory is within ``MEMORY_FULL`` of the device's total AND that
+   hurts: the caching allocator had to free and retry (``alloc_retries``), or the GPU is
+   underused (NVML under ``BUSY_UTIL``) while the batch cannot grow. A full GPU that is busy
+   is simply well used (``data.batch_frames=auto`` fills it on purpose).
+3. **host/launch-bound** (GPU only): NVML utilisation under ``BUSY_UTIL``: the GPU runs
+   small kernels faster than Python launches them. Bigger steps or fewer launches help.
+   The host's time to queue a step is evidence only one way: well under the step time, it
+   proves the host is ahead; close to it proves nothing (once CUDA's launch queue is full
+   the host waits inside the launches of a GPU-bound step too). So without NVML the rules
+   cannot tell launch-bound from compute-bound, and say so.
 4. **compute-bound**: none of the above: the step's arithmetic is the limit.
 
 Every piece of advice names a flag of ``myxtts train`` or a ``--set`` key that exists
@@ -25,7 +30,7 @@ INPUT_WAIT_SHARE = 0.10
 COPY_SHARE = 0.9
 MEMORY_FULL = 0.92
 BUSY_UTIL = 80.0
-HOST_SHARE = 0.85
+HOST_AHEAD = 0.5  # host time under this share of the step: the host is not the limit
 ROOMY_MEMORY = 0.5  # below this share of memory in use, a batch can grow
 LOW_PADDING_EFFICIENCY = 0.8
 
@@ -63,6 +68,9 @@ class Figures:
     on_the_fly: bool
     max_duration_s: float
     preset: str
+    num_buckets: int = 16
+    recompiles: int = 0
+    alloc_retries: int = 0  # the CUDA caching allocator's retries during the window
 
 
 @dataclass
@@ -81,18 +89,24 @@ def _pct(x: float) -> str:
 
 def decide(f: Figures) -> Verdict:
     """The verdict for these figures (see the module docstring for the rules)."""
+    v = _decide(f)
+    if f.recompiles:
+        v.evidence.append(f"{f.recompiles} graph(s) compiled during the window: its timings "
+                          f"include compilation; profile again (the kernels are cached now)")
+    return v
+
+
+def _decide(f: Figures) -> Verdict:
     wait = f.data_wait_s / f.step_s if f.step_s > 0 else 0.0
     copy = (f.copy_s or 0.0) / f.step_s if f.step_s > 0 else 0.0
     if wait >= INPUT_WAIT_SHARE or copy >= COPY_SHARE:
         return _input_bound(f, wait, copy)
     mem = f.mem_peak_gib / f.mem_total_gib if f.mem_total_gib > 0 else 0.0
-    if mem >= MEMORY_FULL:
+    low_util = f.gpu_util is not None and f.gpu_util < BUSY_UTIL
+    if mem >= MEMORY_FULL and (f.device == "cpu" or f.alloc_retries > 0 or low_util):
         return _memory_limited(f, mem)
-    if f.device == "cuda":
-        host = f.host_s / f.step_s if f.step_s > 0 else 0.0
-        low_util = f.gpu_util is not None and f.gpu_util < BUSY_UTIL
-        if low_util or host >= HOST_SHARE:
-            return _host_bound(f, host, mem)
+    if f.device == "cuda" and low_util:
+        return _host_bound(f, mem)
     return _compute_bound(f, mem)
 
 
@@ -115,40 +129,48 @@ def _input_bound(f: Figures, wait: float, copy: float) -> Verdict:
     if copy >= COPY_SHARE:
         advice.append("the copy itself is the limit (PCIe): check the GPU's PCIe link "
                       "with `myxtts monitor` (rx MB/s) and `nvidia-smi -q | grep -i width`")
-    advice.append("check the store's read speed: `myxtts doctor STORE` (copy it to a local "
-                  "SSD if it is on a network disk)")
+    if not f.on_the_fly:
+        advice.append("check the store's read speed: `myxtts doctor STORE` (copy it to a local "
+                      "SSD if it is on a network disk)")
     return Verdict(INPUT, ev, advice)
 
 
 def _memory_limited(f: Figures, mem: float) -> Verdict:
     ev = [f"peak memory {f.mem_peak_gib:.1f} of {f.mem_total_gib:.1f} GiB ({_pct(mem)})"]
+    if f.alloc_retries:
+        ev.append(f"the allocator freed its cache and retried {f.alloc_retries} time(s)")
     if f.gpu_util is not None:
         ev.append(f"GPU utilisation {f.gpu_util:.0f} %")
     advice = []
     if f.device == "cuda" and f.precision == "fp32" and f.bf16_supported:
         advice.append("--precision bf16 (halves the activations' memory)")
     if f.batch_frames == "auto":
-        if f.auto_memory_fraction > 0.85:
-            advice.append("--set data.auto_memory_fraction=0.85 (headroom for fragmentation "
-                          "and other processes)")
+        if f.auto_memory_fraction > 0.8:
+            advice.append(f"--set data.auto_memory_fraction="
+                          f"{round(f.auto_memory_fraction - 0.1, 2)} (headroom for "
+                          f"fragmentation and other processes)")
     else:
-        advice.append(f"--batch-frames {max(1000, int(int(f.batch_frames) * 0.8) // 100 * 100)}"
-                      " (or --set data.batch_frames=auto: the largest batch that fits, per bucket)")
-    advice.append(f"--set data.max_duration_s={max(2.0, round(0.75 * f.max_duration_s, 1))} "
-                  f"(the longest bucket sets the memory ceiling; re-run prepare to drop the "
-                  f"longest clips)")
-    advice.append("--set train.grad_accum_steps=2 (a larger effective batch in the same memory)")
+        current = int(f.batch_frames)
+        advice.append(f"--batch-frames {max(current // 2, int(current * 0.8) // 100 * 100)} "
+                      f"(or --set data.batch_frames=auto, the largest batch that fits per bucket)")
+    shorter = max(2.0, round(0.75 * f.max_duration_s, 1))
+    if f.on_the_fly:
+        advice.append(f"--set data.max_duration_s={shorter} (the longest bucket sets the memory "
+                      f"ceiling)")
+    else:
+        advice.append(f"the longest bucket sets the memory ceiling: rebuild the store without "
+                      f"the longest clips (`myxtts prepare DATA --out STORE --force --set "
+                      f"data.max_duration_s={shorter}`)")
+    if f.device == "cpu":
+        advice.append("--num-workers 0 (no worker processes holding batches)")
     return Verdict(MEMORY, ev, advice)
 
 
-def _host_bound(f: Figures, host: float, mem: float) -> Verdict:
-    ev = []
-    if f.gpu_util is not None:
-        ev.append(f"GPU utilisation {f.gpu_util:.0f} % (NVML)")
-    ev.append(f"the host needs {1e3 * f.host_s:.1f} ms to queue a {1e3 * f.step_s:.1f} ms step "
-              f"({_pct(host)})")
-    ev.append(f"{f.mem_peak_gib:.1f} of {f.mem_total_gib:.0f} GiB in use ({_pct(mem)}); "
-              f"{f.step_mode} step")
+def _host_bound(f: Figures, mem: float) -> Verdict:
+    ev = [f"GPU utilisation {f.gpu_util:.0f} % (NVML)",
+          f"the host needs {1e3 * f.host_s:.1f} ms to queue a {1e3 * f.step_s:.1f} ms step",
+          f"{f.mem_peak_gib:.1f} of {f.mem_total_gib:.0f} GiB in use ({_pct(mem)}); "
+          f"{f.step_mode} step"]
     advice = []
     if f.step_mode == "eager":
         if f.compile_setting == "off":
@@ -162,23 +184,30 @@ def _host_bound(f: Figures, host: float, mem: float) -> Verdict:
         elif f.graphs_blocker and "fp16" in f.graphs_blocker and f.bf16_supported:
             advice.append("--precision bf16 (fp16's loss scaler keeps CUDA graphs off)")
     if mem < ROOMY_MEMORY:
-        advice.append(_bigger_batch(f, mem))
-    if not advice or f.step_mode == "graphed":
+        bigger = _bigger_batch(f)
+        if bigger:
+            advice.append(bigger)
         if f.preset != "base":
             advice.append("--model-size base (this GPU has room for a larger model)")
+    if not advice:
+        advice.append("the step is one graph replay and memory is in use: the GPU waits for "
+                      "the host between steps (the 'other' phase); see what the host does "
+                      "there in a trace: `myxtts profile DATA --trace DIR`")
     return Verdict(HOST, ev, advice)
 
 
-def _bigger_batch(f: Figures, mem: float) -> str:
+def _bigger_batch(f: Figures) -> str | None:
+    """The flag that makes each step bigger, or None when no batch knob is left."""
     used = f"{f.mem_peak_gib:.0f} GiB of {f.mem_total_gib:.0f} in use"
-    if f.batch_frames != "auto":
-        factor = min(4.0, 0.85 / max(mem, 1e-3))
-        new = max(int(f.largest_batch_frames * factor) // 1000 * 1000, int(f.batch_frames))
-        return f"--batch-frames {new} ({used}; or --set data.batch_frames=auto)"
     if f.batch_capped and f.max_batch_size > 0:
         return (f"--batch-size {2 * f.max_batch_size} (batches stop at data.max_batch_size="
                 f"{f.max_batch_size} with {used}; --batch-size 0 lets memory alone decide)")
-    return f"--set train.grad_accum_steps=2 ({used}: a larger effective batch)"
+    if f.batch_frames != "auto":
+        current = int(f.batch_frames)
+        factor = min(4.0, 0.85 / max(f.mem_peak_gib / max(f.mem_total_gib, 1e-9), 1e-3))
+        new = max(int(f.largest_batch_frames * factor), 2 * current) // 1000 * 1000
+        return f"--batch-frames {new} ({used}; or --set data.batch_frames=auto)"
+    return None
 
 
 def _compute_bound(f: Figures, mem: float) -> Verdict:
@@ -200,7 +229,12 @@ def _compute_bound(f: Figures, mem: float) -> Verdict:
         if f.step_mode == "eager":
             advice.append("--compile (fused kernels)")
     if f.padding_efficiency < LOW_PADDING_EFFICIENCY:
-        advice.append("--set data.num_buckets=32 (less padding per batch)")
+        advice.append(f"--set data.num_buckets={2 * f.num_buckets} (less padding per batch)")
+    if f.device == "cuda" and f.gpu_util is None and f.host_s >= HOST_AHEAD * f.step_s:
+        ev.append(f"the host needs {1e3 * f.host_s:.1f} ms to queue a {1e3 * f.step_s:.1f} ms "
+                  f"step and NVML is missing: launch-bound cannot be ruled out")
+        advice.insert(0, "pip install nvidia-ml-py, then profile again (GPU utilisation tells "
+                         "launch-bound from compute-bound)")
     if not advice:
         advice.append("nothing to fix in the pipeline: the arithmetic is the limit")
     return Verdict(COMPUTE, ev, advice)

@@ -20,6 +20,7 @@ common NVIDIA GPUs (their data sheets); ``train.peak_tflops`` sets it for any ot
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable
 
 import torch
@@ -74,7 +75,7 @@ def mfu(flops: float, seconds: float, peak_tflops: float) -> float:
 
 
 # Dense (no sparsity) tensor-core peaks from NVIDIA's data sheets, TFLOP/s:
-# (bf16/fp16 with fp32 accumulation, tf32). Matched by substring of the device name,
+# (bf16/fp16 with fp32 accumulation, tf32). Matched as whole words of the device name,
 # first match wins, so the more specific names come first.
 PEAK_TFLOPS: list[tuple[str, float, float]] = [
     ("H200", 989.0, 494.0),
@@ -105,8 +106,8 @@ def peak_tflops(device_name: str, dtype: torch.dtype) -> float | None:
     """The device's dense peak at this training precision, or None when unknown (a CPU, a
     GPU not in :data:`PEAK_TFLOPS`, or fp32 on a GPU without TF32: MFU is then not shown
     unless ``train.peak_tflops`` says it)."""
-    for name, half, tf32 in PEAK_TFLOPS:
-        if name.lower() in device_name.lower():
+    for name, half, tf32 in PEAK_TFLOPS:  # whole words: an "RTX A1000" is no A100
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", device_name, re.I):
             value = half if dtype in (torch.bfloat16, torch.float16) else tf32
             return value or None
     return None

@@ -137,7 +137,11 @@ class GpuUtilSampler:
 
     def _run(self) -> None:
         while True:
-            self.samples.append(self.read())
+            try:
+                self.samples.append(self.read())
+            except Exception:  # NVML went away (driver reset, GPU lost): stop sampling quietly
+                self.samples = []
+                return
             if self._stop.wait(self.period_s):
                 return
 

@@ -157,14 +157,19 @@ class _LoopContext:
         return self.manager.save(state, r.step, val_loss, is_best)
 
     def _efficiency(self) -> IntervalEfficiency | None:
-        """GPU utilisation and MFU per log interval (rank 0 logs; the others skip it)."""
+        """GPU utilisation and MFU per log interval (rank 0 logs; the others skip it). A
+        failure here costs the figures, never the run."""
         if self.dist.rank != 0:
             return None
-        eff = IntervalEfficiency(self.cfg, self.device, self.step_fn.dtype, self.data.vocab_size,
-                                 len(self.data.languages))
-        if self.device.type == "cuda":  # count every bucket shape now, not at log steps
-            eff.prepare([(s.batch, s.text, s.frames)
-                         for s in set(bucket_shapes(self.data.sampler, self.cfg))])
+        try:
+            eff = IntervalEfficiency(self.cfg, self.device, self.step_fn.dtype,
+                                     self.data.vocab_size, len(self.data.languages))
+            if self.device.type == "cuda":  # count every bucket shape now, not at log steps
+                eff.prepare([(s.batch, s.text, s.frames)
+                             for s in set(bucket_shapes(self.data.sampler, self.cfg))])
+        except Exception as e:  # e.g. a model op the meta device lacks in some torch version
+            log.warning("GPU utilisation/MFU will not be logged: %s: %s", type(e).__name__, e)
+            return None
         return eff
 
     def run(self, stop: _StopFlag, show: bool) -> Path | None:
@@ -193,7 +198,7 @@ class _LoopContext:
             try:
                 self.step_fn(micro)
             except torch.cuda.OutOfMemoryError as e:
-                raise TrainError(_oom_message(micro, self.cfg)) from e
+                raise TrainError(oom_message(micro, self.cfg)) from e
             r.step += 1
             step = r.step
             timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
@@ -262,7 +267,7 @@ def _with_frames(loader: Any) -> Iterator[dict[str, Any]]:
         yield batch
 
 
-def _oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
+def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
     b = micro[0]
     bsz, t_frames = b["mel"].shape[0], b["mel"].shape[1]
     where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "

@@ -77,6 +77,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
         log.info("resuming from %s (step %d)", resume_path, record.step)
     if device.type == "cuda":
+        torch.cuda.set_device(device)  # events, streams and syncs default to the training GPU
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

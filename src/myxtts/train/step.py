@@ -243,8 +243,10 @@ class TrainStep:
         self.mark("optimizer")
 
     def mark(self, phase: str) -> None:
-        """The end of a phase, for a profiler's ``marker`` (nothing while training)."""
-        if self.marker is not None:
+        """The end of a phase, for a profiler's ``marker`` (nothing while training, nor while
+        a CUDA graph is being captured: a timing event must not become part of the graph)."""
+        if self.marker is not None and not (
+                self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self.marker(phase)
 
     # ------------------------------------------------------------------ read-back
