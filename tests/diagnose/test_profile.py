@@ -36,6 +36,7 @@ def test_phases_add_up_and_every_step_phase_is_there(profiled):
 def test_the_window_is_what_training_runs(profiled):
     p, out = profiled
     assert p["steps"] == 4 and sum(s["batches"] for s in p["shapes"]) == 4 * 2  # 2 micro each
+    assert p["throughput"]["steps_per_s"] == pytest.approx(4 / p["seconds"])
     assert p["setup"]["batch_frames"] == 1200 and p["setup"]["step_mode"] == "eager"
     assert p["setup"]["grad_accum_steps"] == 2 and p["setup"]["num_workers"] == 0
     for s in p["shapes"]:

@@ -131,7 +131,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
         "phases": {k: {**v.as_dict(), "share": _share(k, v.mean, stats["step"].mean, accum)}
                    for k, v in stats.items()},
         "host_s": sum(host) / len(host),
-        "throughput": {"steps_per_s": steps / wall, "utterances_per_s": utterances / wall,
+        "throughput": {"steps_per_s": done / wall, "utterances_per_s": utterances / wall,
                        "audio_s_per_s": real_frames / fps / wall},
         "gpu_util": util, "tflops": tflops, "peak_tflops": peak,
         "mfu": tflops / peak if peak else None,

@@ -39,18 +39,15 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class TrainSetup:
-    """A run ready for step 1. ``state``: the checkpoint it resumed from (None: fresh)."""
+    """A run ready for step 1 (``cfg``: with the resumed checkpoint's architecture)."""
 
     cfg: Config
     dist: DistInfo
     device: torch.device
-    out: Path
     data: TrainData
     model: torch.nn.Module
     step_fn: TrainStep
     record: ck.TrainingProgress
-    state: dict[str, Any] | None
-    graphs: bool  # the step is captured as CUDA graphs (train.cuda_graphs resolved)
 
 
 def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
@@ -96,12 +93,11 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     if state is not None:
         ck.restore(state, model, opt, sched, step_fn.scaler)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
-    out = Path(cfg.train.output_dir)
-    _fit_batches(step_fn, data, cfg, dist, out)
+    _fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
     data.continue_from(state, record)
     if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
         _warm_up(step_fn, data, cfg, dist, graphs)
-    return TrainSetup(cfg, dist, device, out, data, model, step_fn, record, state, graphs)
+    return TrainSetup(cfg, dist, device, data, model, step_fn, record)
 
 
 def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
