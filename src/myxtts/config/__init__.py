@@ -23,6 +23,7 @@ from myxtts.config.sections import (
     GUIDED_SIGMA_RANGE,
     MODEL_PRESETS,
     SECTIONS,
+    VOCODER_PRESETS,
     AudioConfig,
     Config,
     ConfigError,
@@ -30,10 +31,11 @@ from myxtts.config.sections import (
     ModelConfig,
     TextConfig,
     TrainConfig,
+    VocoderConfig,
 )
 
 __all__ = [
     "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
-    "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "apply_override",
+    "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "VOCODER_PRESETS", "VocoderConfig", "apply_override",
     "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml", "validate",
 ]

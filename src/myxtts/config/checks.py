@@ -73,6 +73,17 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
     if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:
         raise ConfigError(f"train.beta1/beta2 must be in [0, 1), got {t.beta1}, {t.beta2}")
+    v = cfg.vocoder
+    positive("vocoder", v, "dim", "ff_mult", "layers", "kernel", "disc_channels",
+             "segment_frames", "batch_size", "lr")
+    positive("vocoder", v, "mel_weight", "stft_weight", "fm_weight", "adv_weight", "disc_start",
+             allow_zero=True)
+    if v.kernel % 2 == 0:
+        raise ConfigError(f"vocoder.kernel must be odd (a centred window of frames), got {v.kernel}")
+    if not v.periods or any(p < 2 for p in v.periods):
+        raise ConfigError(f"vocoder.periods must be a non-empty list of periods >= 2, got {v.periods}")
+    if not 0 <= v.beta1 < 1 or not 0 <= v.beta2 < 1:
+        raise ConfigError(f"vocoder.beta1/beta2 must be in [0, 1), got {v.beta1}, {v.beta2}")
 
 
 def resolve_device(name: str, key: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from myxtts.config.checks import validate
-from myxtts.config.sections import MODEL_PRESETS, SECTIONS, Config, ConfigError
+from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
 from myxtts.system import atomic_write
 
 # ---------------------------------------------------------------- type checking
@@ -107,6 +107,9 @@ def _build_section(name: str, values: dict[str, Any]) -> Any:
         preset = values.get("preset", "tiny")
         preset = _coerce("model.preset", preset, hints["preset"])
         kwargs.update(MODEL_PRESETS[preset])
+    if name == "vocoder":
+        preset = _coerce("vocoder.preset", values.get("preset", "tiny"), hints["preset"])
+        kwargs.update(VOCODER_PRESETS[preset])
     for k, v in values.items():
         if k not in valid:
             raise _unknown(k, valid, f"{name}.")

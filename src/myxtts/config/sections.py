@@ -81,6 +81,8 @@ class DataConfig:
     prefetch_batches: int = _f(2, "batches copied ahead to the training device on a side stream")
     data_device: str = _f("cpu", "on-the-fly mode only: device that computes mels ('cpu' or 'cuda:N')")
     shuffle_seed: int = _f(0, "seed of the batch order; each epoch reshuffles from (seed, epoch)")
+    store_audio: bool = _f(False, "prepare also keeps each clip's trimmed, resampled waveform "
+                           "(int16) in the store: needed by `myxtts train-vocoder`")
 
 
 @dataclass
@@ -177,12 +179,54 @@ class TrainConfig:
 
 
 @dataclass
+class VocoderConfig:
+    """The neural vocoder (``myxtts train-vocoder``): a Vocos-style generator (ConvNeXt blocks
+    + an iSTFT head) trained as a GAN on fixed-length segments. ``preset`` fills the size keys;
+    keys set explicitly override it. Run-level keys (output_dir, max_steps, precision,
+    compile, device, seed, log/val/ckpt intervals) come from the ``train`` section."""
+
+    preset: Literal["tiny", "base"] = _f("tiny", "size preset: tiny (CPU, tests), base (GPU, ~13 M)")
+    dim: int = _f(128, "ConvNeXt channels of the generator")
+    ff_mult: int = _f(3, "ConvNeXt pointwise width = ff_mult x dim")
+    layers: int = _f(4, "ConvNeXt blocks of the generator")
+    kernel: int = _f(7, "depthwise kernel (frames) of every ConvNeXt block")
+    disc_channels: int = _f(16, "width of the first discriminator layers (doubles with depth)")
+    periods: list[int] = _f([2, 3, 5, 7, 11], "periods of the multi-period discriminator")
+    segment_frames: int = _f(32, "mel frames per training segment (one fixed shape: no recompiles)")
+    batch_size: int = _f(8, "segments per batch")
+    lr: float = _f(5e-4, "peak learning rate of generator and discriminators (AdamW)")
+    beta1: float = _f(0.8, "AdamW beta1 (GAN setting)")
+    beta2: float = _f(0.9, "AdamW beta2 (GAN setting)")
+    mel_weight: float = _f(45.0, "weight of the mel L1 loss")
+    stft_weight: float = _f(1.0, "weight of the multi-resolution STFT loss (spectral convergence "
+                            "+ log magnitude): fast early learning; 0 disables")
+    fm_weight: float = _f(2.0, "weight of the discriminator feature-matching loss")
+    adv_weight: float = _f(1.0, "weight of the adversarial (least-squares) loss")
+    disc_start: int = _f(0, "steps of reconstruction-only training before the discriminators join")
+    tts_checkpoint: str = _f("", "fine-tune on this TTS run's teacher-forced mels instead of "
+                             "ground-truth mels (a run folder or .pt; '' = ground truth)")
+
+
+VOCODER_PRESETS: dict[str, dict[str, Any]] = {
+    # ~1 M generator parameters: learns the demo voices on a 2-core CPU in minutes.
+    # VocoderConfig's defaults ARE this preset.
+    "tiny": dict(dim=128, ff_mult=3, layers=4, kernel=7, disc_channels=16,
+                 segment_frames=32, batch_size=8),
+    # Vocos' published size (512 channels, 8 blocks, 1536-wide pointwise): ~13 M parameters,
+    # 64-frame (~0.75 s) segments, 16 per batch.
+    "base": dict(dim=512, ff_mult=3, layers=8, kernel=7, disc_channels=32,
+                 segment_frames=64, batch_size=16),
+}
+
+
+@dataclass
 class Config:
     audio: AudioConfig = field(default_factory=AudioConfig)
     text: TextConfig = field(default_factory=TextConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    vocoder: VocoderConfig = field(default_factory=VocoderConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -199,4 +243,4 @@ class Config:
 GUIDED_SIGMA_RANGE = (0.1, 0.6)
 
 SECTIONS: dict[str, type] = {"audio": AudioConfig, "text": TextConfig, "data": DataConfig,
-            "model": ModelConfig, "train": TrainConfig}
+            "model": ModelConfig, "train": TrainConfig, "vocoder": VocoderConfig}
