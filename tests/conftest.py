@@ -44,3 +44,16 @@ def micro_store(tmp_path_factory) -> Path:
     cfg = micro_config(root / "unused")
     prepare_store(data, root / "store", cfg, workers=1, progress=False, echo=lambda *a: None)
     return root / "store"
+
+
+@pytest.fixture(scope="session")
+def audio_store(tmp_path_factory) -> Path:
+    """Like ``micro_store`` but with the clips' audio kept (what the vocoder trains on)."""
+    from myxtts.data.prepare import prepare_store
+    from myxtts.synthetic import make_demo_data
+
+    root = tmp_path_factory.mktemp("audio")
+    data = make_demo_data(root / "data", speakers=2, utterances=16, seed=3)
+    cfg = micro_config(root / "unused", "data.store_audio=true")
+    prepare_store(data, root / "store", cfg, workers=1, progress=False, echo=lambda *a: None)
+    return root / "store"

@@ -23,14 +23,15 @@ from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.synthetic import make_demo_data
 
 QUIET = {"progress": False, "echo": lambda s: None}
+AUDIO = ["data.store_audio=true"]
 
 # prepare in a subprocess, in chunks of 2, pausing 0.3 s after every committed chunk and
 # every written split: a kill then lands deterministically mid-extraction or mid-pack.
 # The pauses are patched in here (workers are forked: they inherit the patch), so the
-# package carries no test hooks.
+# package carries no test hooks. Arguments after DATA and STORE are config overrides.
 SLOW_PREPARE = """
 import sys, time
-from myxtts.config import Config
+from myxtts.config import load_config
 from myxtts.data import chunks, prepare
 from myxtts.data.store import writer
 
@@ -48,7 +49,8 @@ def slow_write_split(self, *args):
 
 chunks.extract_chunk = slow_extract
 writer.StoreWriter.write_split = slow_write_split
-prepare.prepare_store(sys.argv[1], sys.argv[2], Config(), workers=2, chunk_size=2, progress=False)
+prepare.prepare_store(sys.argv[1], sys.argv[2], load_config(overrides=sys.argv[3:]), workers=2,
+                      chunk_size=2, progress=False)
 """
 
 
@@ -62,6 +64,14 @@ def reference_store(data, tmp_path_factory):
     """An uninterrupted run, one worker, default chunking."""
     out = tmp_path_factory.mktemp("ref") / "store"
     prepare_store(data, out, Config(), workers=1, **QUIET)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference_audio_store(data, tmp_path_factory):
+    """As ``reference_store``, keeping the audio (``--audio``)."""
+    out = tmp_path_factory.mktemp("ref-audio") / "store"
+    prepare_store(data, out, load_config(overrides=AUDIO), workers=1, **QUIET)
     return out
 
 
@@ -106,15 +116,20 @@ def _kill_when(cmd: list[str], env: dict, ready, timeout_s: float = 60.0) -> Non
         proc.stderr.close()
 
 
-@pytest.mark.parametrize("stage", ["extract", "pack"])
-def test_sigkill_then_resume_gives_identical_store(data, reference_store, tmp_path, stage):
+@pytest.mark.parametrize("stage", ["extract", "pack", "extract-audio", "pack-audio"])
+def test_sigkill_then_resume_gives_identical_store(data, request, tmp_path, stage):
+    # With audio, the pack-stage kill lands after train/audio.i16 is written: the resumed
+    # run must rewrite the audio files too, to the same bytes.
+    overrides = AUDIO if stage.endswith("-audio") else []
+    reference = request.getfixturevalue("reference_audio_store" if overrides else "reference_store")
     out = tmp_path / "store"
-    cmd = [sys.executable, "-c", SLOW_PREPARE, str(data), str(out)]
+    cmd = [sys.executable, "-c", SLOW_PREPARE, str(data), str(out), *overrides]
     chunks = out / ".work" / "chunks"
-    if stage == "extract":
+    if stage.startswith("extract"):
         ready = lambda: chunks.is_dir() and len(list(chunks.glob("*.npz"))) >= 2  # noqa: E731
     else:
-        ready = lambda: (out / "train" / "mel.f16").exists()  # noqa: E731
+        last = out / "train" / ("audio.i16" if overrides else "mel.f16")
+        ready = lambda: last.exists()  # noqa: E731
     _kill_when(cmd, dict(os.environ), ready)
 
     assert not (out / "manifest.json").exists()
@@ -122,14 +137,16 @@ def test_sigkill_then_resume_gives_identical_store(data, reference_store, tmp_pa
         FeatureStore.open(out)
     done_before = len(list(chunks.glob("*.npz")))
     assert done_before >= 2
-    if stage == "extract":
+    if stage.startswith("extract"):
         assert done_before < 10  # 20 clips in chunks of 2: the kill landed mid-run
 
     messages: list[str] = []  # no chunk_size: the resumed run reuses the plan's chunking
-    result = prepare_store(data, out, Config(), workers=2, progress=False, echo=messages.append)
+    result = prepare_store(data, out, load_config(overrides=overrides), workers=2, progress=False,
+                           echo=messages.append)
     assert result.resumed_chunks == done_before
     assert any(m.startswith("resuming") for m in messages)
-    assert _checksums(out) == _checksums(reference_store)
+    assert _checksums(out) == _checksums(reference)
+    assert ("train/audio.i16" in _checksums(out)) == bool(overrides)
     assert not (out / ".work").exists() and not (out / ".partial").exists()
     assert verify_store(out) == []
 

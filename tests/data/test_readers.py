@@ -80,6 +80,33 @@ def test_ljspeech_columns_normalized_speaker_and_defaults(tmp_path):
     assert all(u.language == "en" and u.duration_s is None for u in splits.train)
 
 
+def test_ljspeech_language_column(tmp_path):
+    root = _ljspeech(tmp_path / "bi", [
+        "e1|Hello there|hello there|ann|en",
+        "f1|سلام||bo|fa",  # empty normalized column, Persian text
+        "d1|Default language|default language|ann|",  # empty language -> text.default_language
+        "x1|Bonjour|bonjour|cy|fr",  # line 4: not in text.languages
+        "s1|Four columns still work|four|ann",
+    ])
+    splits = read_dataset(root, _cfg("data.val_fraction=0", "text.languages=[en, fa]"))
+    by_id = {u.id: u for u in splits.train}
+    assert sorted(by_id) == ["d1", "e1", "f1", "s1"]
+    assert {k: (u.language, u.speaker) for k, u in by_id.items()} == {
+        "e1": ("en", "ann"), "f1": ("fa", "bo"), "d1": ("en", "ann"), "s1": ("en", "ann")}
+    assert by_id["f1"].text == "سلام"
+    lang = _problem(splits.report, UNKNOWN_LANGUAGE)
+    assert (lang.line, lang.utterance_id) == (4, "x1") and "'fr'" in lang.detail
+    assert "text.languages=[en,fa,fr]" in lang.fix and "line 4" in lang.fix
+    assert len(splits.report) == 1
+    # With the default config (text.languages=[en]) the fa row is reported the same way.
+    only_en = read_dataset(root, _cfg("data.val_fraction=0"))
+    assert sorted(u.id for u in only_en.train) == ["d1", "e1", "s1"]
+    assert [p.utterance_id for p in only_en.report.by_reason(UNKNOWN_LANGUAGE)] == ["f1", "x1"]
+    fa_default = read_dataset(root, _cfg("data.val_fraction=0", "text.languages=[en, fa]",
+                                         "text.default_language=fa"))
+    assert {u.id: u.language for u in fa_default.train}["d1"] == "fa"
+
+
 def test_ljspeech_metadata_file_path_and_forced_format(tmp_path):
     root = _ljspeech(tmp_path / "ds", ["x1|hello", "x2|world"])
     cfg = _cfg("data.val_fraction=0")
@@ -266,7 +293,7 @@ def test_nonexistent_path_and_folder_without_metadata(tmp_path):
 def test_ljspeech_bad_rows_are_reported_with_line_numbers(tmp_path):
     lines = [
         "ok1|fine",                    # 1
-        "bad|too|many|cols|here",      # 2 wrong column count
+        "bad|too|many|cols|en|here",   # 2 wrong column count
         "nowav|no clip for me",        # 3 missing audio
         "ok2|",                        # 4 empty text
         "ok1|duplicate of line 1",     # 5 duplicate id
@@ -284,7 +311,8 @@ def test_ljspeech_bad_rows_are_reported_with_line_numbers(tmp_path):
         p = _problem(splits.report, reason)
         assert (p.source, p.line, p.utterance_id) == (meta, line, uid)
         assert p.fix and f"{meta}:{line}" in p.format()
-    assert "5 '|'-separated" in _problem(splits.report, MALFORMED_ROW).detail
+    malformed = _problem(splits.report, MALFORMED_ROW).detail
+    assert "6 '|'-separated" in malformed and "2 to 5" in malformed and "[|language]" in malformed
     assert f"{meta}:1" in _problem(splits.report, DUPLICATE_ID).detail
 
 

@@ -62,6 +62,6 @@ def test_training_logs_mfu_when_the_peak_is_known(micro_store, tmp_path, one_thr
 
 
 def test_progress_shows_gpu_and_mfu_only_when_measured():
-    assert "GPU" not in Progress.format({"loss": 1.0})
-    text = Progress.format({"loss": 1.0, "gpu_util": 87.0, "mfu": 0.312})
+    assert "GPU" not in Progress(10, enabled=False).format({"loss": 1.0})
+    text = Progress(10, enabled=False).format({"loss": 1.0, "gpu_util": 87.0, "mfu": 0.312})
     assert text.endswith("| GPU 87% | MFU 31.2%")

@@ -153,7 +153,10 @@ def _stft_magnitude(spec: torch.Tensor, n_used: int) -> torch.Tensor:
         return torch.from_numpy(np.abs(spec.numpy()))  # [B, F, n_used] float32
     parts = torch.view_as_real(spec)  # [B, F, n_used, 2]
     power = parts.square()  # [B, F, n_used, 2]
-    return (power[..., 0] + power[..., 1]).sqrt_()  # [B, F, n_used]
+    # The floor keeps the gradient finite where a bin is exactly 0 (sqrt'(0) is infinite:
+    # one silent bin of a vocoder's output made every weight NaN); 1e-30 of power is far
+    # below audio.log_floor, so features do not change.
+    return (power[..., 0] + power[..., 1]).clamp(min=1e-30).sqrt()  # [B, F, n_used]
 
 
 class MelSpectrogram(nn.Module):

@@ -13,13 +13,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "make-demo-data",
         help="write a small synthetic multi-speaker corpus (LJSpeech layout) that trains in minutes",
-        description="Write a deterministic synthetic corpus: a 14-letter made-up language spoken by "
-                    "N voices that differ in pitch and timbre. Same arguments -> identical files.")
+        description="Write a deterministic synthetic corpus: a 14-letter made-up language (and, with "
+                    "--languages en,fa, a second one in Persian letters) spoken by N voices that "
+                    "differ in pitch and timbre. Same arguments -> identical files.")
     p.add_argument("out", metavar="OUT", help="folder to create (must be empty or absent)")
     p.add_argument("--speakers", type=int, default=4, help="number of voices (default 4)")
     p.add_argument("--utterances", type=int, default=300, help="utterances per speaker (default 300)")
     p.add_argument("--seed", type=int, default=0, help="seed of the texts and variations (default 0)")
     p.add_argument("--sample-rate", type=int, default=22050, help="Hz (default 22050)")
+    p.add_argument("--languages", default="en", metavar="LANGS",
+                   help="comma-separated demo languages: en, fa or en,fa (default en). With two, "
+                        "some voices speak one, some the other, some both, and metadata.csv gets "
+                        "a language column; train with --set text.languages=[en,fa]")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder (overwrites)")
     p.set_defaults(func=_make_demo)
 
@@ -38,9 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _make_demo(args: argparse.Namespace) -> int:
-    from myxtts.synthetic import make_demo_data
+    from myxtts.synthetic import DEMO_LANGUAGES, make_demo_data
 
     out = Path(args.out)
+    languages = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    if not languages or len(set(languages)) != len(languages) or not set(languages) <= set(DEMO_LANGUAGES):
+        raise CLIError(f"--languages must be one or two distinct demo languages of "
+                       f"{','.join(DEMO_LANGUAGES)} (e.g. en,fa), got {args.languages!r}")
     if args.speakers < 1 or args.utterances < 1:
         raise CLIError("--speakers and --utterances must be at least 1")
     if args.sample_rate < 16000:
@@ -51,7 +60,7 @@ def _make_demo(args: argparse.Namespace) -> int:
         raise CLIError(f"{out} is not empty; choose a new folder or pass --force to overwrite")
     start = time.perf_counter()
     make_demo_data(out, speakers=args.speakers, utterances=args.utterances, seed=args.seed,
-                   sample_rate=args.sample_rate)
+                   sample_rate=args.sample_rate, languages=languages)
     n = args.speakers * args.utterances
     print(f"wrote {n} clips ({args.speakers} speakers x {args.utterances}) to {out} "
           f"in {time.perf_counter() - start:.1f} s; see {out / 'README.txt'}")

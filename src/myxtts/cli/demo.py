@@ -1,7 +1,9 @@
 """`myxtts demo`: the whole loop on generated data, so a new user sees it work in minutes.
 
-generate data -> prepare a store -> train the tiny preset -> synthesize one sentence in two
-demo voices. Every stage resumes: re-running the command after a kill continues where it
+generate data (two made-up languages: one in Latin letters, "en", one in Persian letters,
+"fa"; some voices speak one, some both) -> prepare a store -> train the tiny preset ->
+speak a sentence of each language in two voices that never spoke the other language
+(cross-lingual cloning). Every stage resumes: re-running the command after a kill continues where it
 stopped (the data is regenerated only if missing, prepare and training pick up their work).
 """
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
 
-DEMO_SENTENCE = "lamo tesi kunapo. miresu."
+DEMO_LANGUAGES = ("en", "fa")
 
 
 def demo_config_path() -> Path:
@@ -23,7 +25,7 @@ def demo_config_path() -> Path:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="generate data, prepare, train the tiny model, speak in two voices",
+    p = sub.add_parser("demo", help="generate data, prepare, train the tiny model, speak two languages in two voices",
                        description="End to end on a generated multi-speaker dataset: about five "
                                    "minutes on a 2-core CPU, much less on a GPU.")
     p.add_argument("--out", default="demo_out", help="folder for data, store, run and wavs")
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from myxtts.data.prepare import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
-    from myxtts.synthetic import demo_speaker_f0, make_demo_data
+    from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
     from myxtts.train.loop import train
 
     if args.speakers < 2:
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not (data / "metadata.csv").is_file():
         print(f"[1/4] generating {args.speakers} speakers x {args.utterances} utterances in {data}")
         make_demo_data(data, speakers=args.speakers, utterances=args.utterances, seed=0,
-                       sample_rate=cfg.audio.sample_rate)
+                       sample_rate=cfg.audio.sample_rate, languages=DEMO_LANGUAGES)
     else:
         print(f"[1/4] demo data already in {data}")
     store = out / "store"
@@ -69,23 +71,26 @@ def run(args: argparse.Namespace) -> int:
         print("stopped; run the same command again to continue")
         return 130
 
-    print("[4/4] synthesizing one sentence in two voices")
+    print("[4/4] speaking a sentence of each language in two voices")
     synth = Synthesizer.from_checkpoint(result.output_dir / "checkpoints")
-    voices = [0, args.speakers - 1]  # the lowest and the highest voice
+    spoken = speaker_languages(args.speakers, DEMO_LANGUAGES)
+    voices = [0, args.speakers - 1]  # the lowest voice (speaks en only), the highest (fa only)
     outputs = []
     for v in voices:
         ref = _reference_clip(data, f"spk{v}")
-        wav_path = out / f"voice_spk{v}.wav"
-        synth.synthesize_to_files([DEMO_SENTENCE], [ref], [wav_path])
-        outputs.append((wav_path, ref, demo_speaker_f0(v, args.speakers)))
+        for lang in DEMO_LANGUAGES:
+            wav_path = out / f"voice_spk{v}_{lang}.wav"
+            synth.synthesize_to_files([demo_sentence(lang)], [ref], [wav_path], language=lang)
+            native = "its own language" if lang in spoken[f"spk{v}"] else "a language it never spoke"
+            outputs.append((wav_path, ref, demo_speaker_f0(v, args.speakers), native))
     minutes = (time.perf_counter() - t0) / 60
     print(f"\ndone in {minutes:.1f} min. Everything is in {out}/:")
     print(f"  data        {data}  (generated clips, LJSpeech layout + speaker column)")
     print(f"  store       {store}  (packed features; report.json lists rejected clips)")
     print(f"  run         {result.output_dir}  (config.yaml, checkpoints/, metrics.jsonl, "
           f"tensorboard/, samples/)")
-    for wav_path, ref, f0 in outputs:
-        print(f"  voice       {wav_path}  (reference {ref.name}, speaker pitch ~{f0:.0f} Hz)")
+    for wav_path, ref, f0, native in outputs:
+        print(f"  voice       {wav_path}  (reference {ref.name}, pitch ~{f0:.0f} Hz, {native})")
     print(f"\nlisten to the wavs, or: tensorboard --logdir {result.output_dir}")
     return 0
 

@@ -15,6 +15,7 @@ import sys
 SUBCOMMANDS = [
     "myxtts.cli.config_cmd",
     "myxtts.cli.train",
+    "myxtts.cli.train_vocoder",
     "myxtts.cli.synthesize",
     "myxtts.cli.demo",
     "myxtts.cli.prepare",

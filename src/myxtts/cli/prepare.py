@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", "-o", metavar="STORE", help="store folder to write")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="extraction processes (default: every available CPU)")
+    p.add_argument("--audio", action="store_true",
+                   help="also keep every clip's trimmed, resampled waveform (int16) in STORE, for "
+                        "vocoder training (the same as --set data.store_audio=true)")
     p.add_argument("--force", action="store_true",
                    help="rebuild STORE even if it was prepared with other settings")
     p.add_argument("--verify", metavar="STORE",
@@ -49,6 +52,8 @@ def _run(args: argparse.Namespace) -> int:
                        f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
     from myxtts.data.prepare import prepare_store
 
+    if args.audio:  # last override, so it wins over --config and --set
+        args.overrides = [*args.overrides, "data.store_audio=true"]
     cfg = config_from_args(args)
     prepare_store(args.data, args.out, cfg, workers=args.workers, force=args.force,
                   progress=not args.quiet)

@@ -1,53 +1,118 @@
-"""`myxtts synthesize`: text + reference audio of a voice -> wav."""
+"""`myxtts synthesize`: text + reference audio of a voice -> wav (or a stream of audio)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 
 from myxtts.cli.common import CLIError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synthesize", help="speak text in the voice of a reference clip",
-                       description="Synthesize each --text in the voice of --reference audio "
-                                   "(a few seconds of the target speaker; several clips are joined).")
+    p = sub.add_parser("synthesize", help="speak text in the voice of reference clips",
+                       description="Speak each --text (or the whole --text-file) in the voice of "
+                                   "the --reference clips. Long text is split into sentences, "
+                                   "decoded as a batch and joined with short pauses.")
     p.add_argument("--checkpoint", "-c", required=True,
                    help="a checkpoint .pt file or a run folder (uses its best.pt, else the newest)")
-    p.add_argument("--text", "-t", action="append", default=[], help="sentence to speak (repeatable)")
-    p.add_argument("--text-file", help="file with one sentence per line")
+    p.add_argument("--text", "-t", action="append", default=[], help="text to speak (repeatable: "
+                   "one wav each)")
+    p.add_argument("--text-file", help="UTF-8 text file spoken as one text (paragraphs and "
+                   "sentences are split and joined with pauses)")
     p.add_argument("--reference", "-r", action="append", required=True,
-                   help="reference audio of the voice to clone (repeatable)")
+                   help="reference audio of the voice to clone (repeatable: the clips' voices "
+                        "are averaged)")
     p.add_argument("--out", "-o", required=True,
-                   help="output .wav (one sentence) or folder (several sentences)")
+                   help="output .wav (one text) or folder (several); with --stream also '-' for "
+                        "raw 16-bit PCM on stdout (pipe it into a player)")
+    p.add_argument("--vocoder", metavar="RUN", help="neural vocoder run from `myxtts "
+                   "train-vocoder` (default: Griffin-Lim)")
     p.add_argument("--language", "-l", help="language code (default: the model's default language)")
+    p.add_argument("--stream", action="store_true", help="write audio while it is generated and "
+                   "report time to first audio and real-time factor")
     p.add_argument("--seed", type=int, default=0, help="seed of the prenet dropout (repeatable output)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.set_defaults(func=run)
 
 
+def read_text_file(name: str) -> str:
+    path = Path(name)
+    if not path.is_file():
+        raise CLIError(f"--text-file {path} does not exist (or is not a file)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CLIError(f"--text-file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
+    except OSError as e:
+        raise CLIError(f"--text-file {path} cannot be read ({e.strerror})") from e
+    if not text.strip():
+        raise CLIError(f"--text-file {path} is empty; put the text to speak in it")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
-    texts = list(args.text)
+    texts = [t for t in args.text]
     if args.text_file:
-        path = Path(args.text_file)
-        if not path.is_file():
-            raise CLIError(f"--text-file {path} does not exist")
-        texts += [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not texts:
+        texts.append(read_text_file(args.text_file))
+    if not texts or not any(t.strip() for t in texts):
         raise CLIError("nothing to say: give --text \"...\" or --text-file FILE")
     for r in args.reference:
         if not Path(r).is_file():
             raise CLIError(f"reference audio {r} does not exist")
+    if args.vocoder and not Path(args.vocoder).exists():
+        raise CLIError(f"--vocoder {args.vocoder} does not exist; pass a `myxtts train-vocoder` run folder")
     out = Path(args.out)
-    if len(texts) == 1 and out.suffix.lower() == ".wav":
+    if args.stream:
+        if len(texts) != 1:
+            raise CLIError("--stream speaks one text; give one --text or a --text-file")
+        outputs = [out]
+    elif len(texts) == 1 and out.suffix.lower() == ".wav":
         outputs = [out]
     else:
         if out.suffix:
-            raise CLIError(f"{len(texts)} sentences need an output folder, not the file {out}")
+            raise CLIError(f"{len(texts)} texts need an output folder, not the file {out}")
         outputs = [out / f"{i:03d}.wav" for i in range(len(texts))]
     from myxtts.inference.synthesizer import Synthesizer
 
-    synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device)
+    synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder)
+    if args.stream:
+        return _stream(synth, texts[0], args, out)
     for p in synth.synthesize_to_files(texts, args.reference, outputs, args.language, args.seed):
         print(p)
+    return 0
+
+
+def _stream(synth: object, text: str, args: argparse.Namespace, out: Path) -> int:
+    import numpy as np
+    import soundfile as sf
+
+    sr = synth.cfg.audio.sample_rate  # type: ignore[attr-defined]
+    voice = synth.voice(args.reference)  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    first, n_samples = None, 0
+    raw = str(out) == "-"
+    sink = None if raw else sf.SoundFile(str(out) + ".partial", "w", sr, 1, "PCM_16", format="WAV")
+    try:
+        for chunk in synth.stream(text, voice, args.language, args.seed):  # type: ignore[attr-defined]
+            if first is None:
+                first = time.perf_counter() - t0
+            n_samples += chunk.size
+            if raw:
+                pcm = np.clip(np.round(chunk * 32767), -32768, 32767).astype("<i2")
+                sys.stdout.buffer.write(pcm.tobytes())
+                sys.stdout.buffer.flush()
+            else:
+                sink.write(chunk)  # type: ignore[union-attr]
+    finally:
+        if sink is not None:
+            sink.close()
+    total = time.perf_counter() - t0
+    if not raw:
+        Path(str(out) + ".partial").replace(out)
+        print(out)
+    seconds = n_samples / sr
+    print(f"streamed {seconds:.2f} s of audio: first audio after {1000 * (first or 0):.0f} ms, "
+          f"real-time factor {total / max(seconds, 1e-9):.3f}", file=sys.stderr)
     return 0

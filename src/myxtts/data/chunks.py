@@ -15,7 +15,10 @@ there or absent, so a SIGKILL loses at most the chunks in flight.
 Chunk file (``.npz``, no pickle): ``mel`` float16 [frames of kept clips, n_mels],
 ``n_frames`` int32 [n] (0 = rejected), ``duration_s`` float32 [n], ``mel_sum`` /
 ``mel_sq_sum`` float64 [n_mels] over the kept frames (as stored, i.e. after float16
-rounding) and ``rejections`` (UTF-8 JSON as uint8).
+rounding) and ``rejections`` (UTF-8 JSON as uint8). With ``data.store_audio`` also
+``audio`` int16 [samples of kept clips] (the very waveforms the mels were computed from,
+quantised by ``store.audio.quantize``) and ``n_samples`` int32 [n] (0 = rejected); a
+chunk without them never satisfies a run that wants audio, so it is extracted again.
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from myxtts.data.plan import Planned
 from myxtts.data.records import SPLITS, TOO_LONG, TOO_SHORT
-from myxtts.data.store.format import MEL_DTYPE, StoreError
+from myxtts.data.store.audio import chunk_audio_ok, quantize
+from myxtts.data.store.format import AUDIO_DTYPE, MEL_DTYPE, StoreError
+
+if TYPE_CHECKING:
+    from myxtts.config import AudioConfig
 from myxtts.system import atomic_write
 
 MAX_CHUNK_SIZE = 256  # utterances per chunk on big datasets (~2.5 min of work per 256 x 6 s)
@@ -97,25 +104,30 @@ def write_chunk(path: str | Path, data: bytes) -> None:
     atomic_write(path, data, fsync=False)
 
 
-def chunk_ok(path: Path, n_utterances: int, n_mels: int) -> bool:
+def chunk_ok(path: Path, n_utterances: int, n_mels: int,
+             audio_cfg: AudioConfig | None = None) -> bool:
     """True when a chunk left by an earlier run is complete: every array reads back (zip
-    CRCs checked) and its shapes fit the plan. Anything else is extracted again."""
+    CRCs checked) and its shapes fit the plan. ``audio_cfg``: the run keeps audio, so the
+    chunk must carry it, consistent with its mels. Anything else is extracted again."""
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
         n_frames, mel = arrays["n_frames"], arrays["mel"]
         return (len(n_frames) == n_utterances and mel.dtype == MEL_DTYPE
                 and mel.shape == (int(n_frames.sum()), n_mels)
-                and all(k in arrays for k in ("duration_s", "mel_sum", "mel_sq_sum", "rejections")))
+                and all(k in arrays for k in ("duration_s", "mel_sum", "mel_sq_sum", "rejections"))
+                and (audio_cfg is None or chunk_audio_ok(arrays, n_frames.astype(np.int64),
+                                                         audio_cfg.n_fft, audio_cfg.hop_length)))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return False
 
 
 def read_chunk_summary(path: Path, n_utterances: int) -> dict[str, Any]:
-    """Everything of a chunk but its mels (``NpzFile`` loads arrays lazily): ``n_frames``,
-    ``duration_s``, ``mel_sum``, ``mel_sq_sum``, ``rejections`` (a list of dicts)."""
+    """Everything of a chunk but its mels and audio (``NpzFile`` loads arrays lazily):
+    ``n_frames``, ``duration_s``, ``mel_sum``, ``mel_sq_sum``, ``rejections`` (a list of
+    dicts), and ``n_samples`` in a chunk with audio."""
     with np.load(path, allow_pickle=False) as z:
-        out = {k: z[k] for k in _SUMMARY_KEYS}
+        out = {k: z[k] for k in _SUMMARY_KEYS + (("n_samples",) if "n_samples" in z.files else ())}
     out["rejections"] = json.loads(out["rejections"].tobytes().decode())
     if len(out["n_frames"]) != n_utterances:
         raise StoreError(f"{path}: holds {len(out['n_frames'])} clips, the plan {n_utterances}; "
@@ -130,6 +142,17 @@ def read_chunk_mels(path: Path, n_frames: int, n_mels: int) -> np.ndarray:
     if mel.dtype != MEL_DTYPE or mel.shape != (n_frames, n_mels):
         raise StoreError(f"{path}: damaged chunk; delete {path.parent.parent} and re-run prepare")
     return mel
+
+
+def read_chunk_audio(path: Path, n_samples: int) -> np.ndarray:
+    """The chunk's int16 audio [n_samples] (kept clips back to back), checked against its
+    summary."""
+    with np.load(path, allow_pickle=False) as z:
+        audio = z["audio"] if "audio" in z.files else None
+    if audio is None or audio.dtype != AUDIO_DTYPE or audio.shape != (n_samples,):
+        raise StoreError(f"{path}: damaged chunk or one without audio; delete "
+                         f"{path.parent.parent} and re-run prepare")
+    return audio
 
 
 # ---------------------------------------------------------------- worker side
@@ -163,8 +186,9 @@ def _worker_init(parent_pid: int) -> None:
 
 
 def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
-    """Worker: load + check + featurise one chunk, commit it atomically (the chunk file of
-    the module docstring), return counts."""
+    """Worker: load + check + featurise one chunk (and, with ``task["store_audio"]``, keep
+    each kept clip's int16 waveform), commit it atomically (the chunk file of the module
+    docstring), return counts."""
     import torch
 
     from myxtts.audio.io import AudioError, load_audio
@@ -181,6 +205,9 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
     n_frames = np.zeros(n, np.int32)
     durations = np.zeros(n, np.float32)
     mels: list[np.ndarray] = []
+    keep_audio = bool(task.get("store_audio", False))
+    n_samples = np.zeros(n, np.int32)
+    waves: list[np.ndarray] = []
     rejections: list[dict[str, str]] = []
     mel_sum = np.zeros(audio_cfg.n_mels, np.float64)
     mel_sq_sum = np.zeros(audio_cfg.n_mels, np.float64)
@@ -217,11 +244,19 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
         mel_sum += mel64.sum(axis=0)
         mel_sq_sum += np.square(mel64).sum(axis=0)
         mels.append(mel16.numpy())
+        if keep_audio:  # the same array the mel came from: store.audio(i) <-> store.mel(i)
+            n_samples[j] = len(wav)
+            waves.append(quantize(wav))
     mel = np.concatenate(mels) if mels else np.zeros((0, audio_cfg.n_mels), np.float16)
     buf = io.BytesIO()
+    extra = {}
+    if keep_audio:  # a chunk without audio keeps exactly the arrays (and bytes) it had before
+        extra = {"audio": np.concatenate(waves) if waves else np.zeros(0, AUDIO_DTYPE),
+                 "n_samples": n_samples}
     np.savez(buf, mel=mel, n_frames=n_frames, duration_s=durations, mel_sum=mel_sum,
              mel_sq_sum=mel_sq_sum,
-             rejections=np.frombuffer(json.dumps(rejections, ensure_ascii=False).encode(), np.uint8))
+             rejections=np.frombuffer(json.dumps(rejections, ensure_ascii=False).encode(), np.uint8),
+             **extra)
     write_chunk(task["path"], buf.getvalue())
     return {"n": n, "audio_s": audio_s, "rejected": len(rejections)}
 

@@ -10,8 +10,9 @@ Pipeline (main process unless noted), one module per stage:
 2. ``data.chunks``: the surviving utterances, in reader order, are cut into fixed chunks
    per split; the plan's hash goes to ``STORE/.work/plan.json``. Worker processes
    (``--workers``) extract each chunk -- load, trim, check against
-   ``data.min/max_duration_s`` (rejected, never truncated), float16 log-mels -- and commit
-   it as one file; complete chunks are skipped on resume.
+   ``data.min/max_duration_s`` (rejected, never truncated), float16 log-mels, and with
+   ``data.store_audio`` (``--audio``) the int16 waveforms too -- and commit it as one
+   file; complete chunks are skipped on resume.
 3. Packing (``_pack`` here, ``data.store.writer``): chunks are concatenated in plan order
    into the split files, reference clips are drawn (seeded), mel statistics are summed
    (float64, fixed order), and ``manifest.json`` is written LAST, atomically; then
@@ -37,7 +38,9 @@ from myxtts.config import Config
 from myxtts.data import chunks
 from myxtts.data.plan import Planned, choose_refs, mel_mean_std, plan_texts
 from myxtts.data.records import SPLITS
+from myxtts.data.store.audio import format_size
 from myxtts.data.store.format import (
+    AUDIO_FILE,
     LOCK_FILE,
     MANIFEST,
     PARTIAL_MARKER,
@@ -54,7 +57,8 @@ from myxtts.data.store.writer import SplitRows, StoreWriter
 from myxtts.system import atomic_write, available_cpus
 
 PREPARE_DATA_KEYS = ("format", "val_fraction", "min_val_utterances", "split_seed",
-                     "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance")
+                     "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance",
+                     "store_audio")
 
 
 @dataclass
@@ -74,19 +78,26 @@ class PrepareResult:
 
 def prepare_key(data: Path, cfg: Config) -> dict[str, Any]:
     """Everything that determines the store's bytes: the source, the feature sections and
-    the data keys that select/split/reject utterances. Equal keys -> identical store."""
+    the data keys that select/split/reject utterances or add audio. Equal keys -> identical
+    store."""
     sections = config_sections(cfg)
+    data_keys = {k: getattr(cfg.data, k) for k in PREPARE_DATA_KEYS}
+    # store_audio joined the key later: left out while false, the key of a store without
+    # audio is the one it always was, so stores prepared before stay current (no --force).
+    if not data_keys["store_audio"]:
+        del data_keys["store_audio"]
     return {"source": str(Path(data).expanduser().resolve()), "feature_hash": cfg.feature_hash(),
-            "audio": sections["audio"], "text": sections["text"],
-            "data": {k: getattr(cfg.data, k) for k in PREPARE_DATA_KEYS}}
+            "audio": sections["audio"], "text": sections["text"], "data": data_keys}
 
 
 def _diff_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     diffs: list[str] = []
     if old.get("source") != new.get("source"):
         diffs.append(f"data: store {old.get('source')!r}, now {new.get('source')!r}")
-    diffs += diff_sections({k: old.get(k) or {} for k in ("audio", "text", "data")},
-                           {k: new.get(k) or {} for k in ("audio", "text", "data")})
+    old, new = ({k: dict(key.get(k) or {}) for k in ("audio", "text", "data")} for key in (old, new))
+    for key in (old, new):  # absent = false (see prepare_key): say so, not '<absent>'
+        key["data"].setdefault("store_audio", False)
+    diffs += diff_sections(old, new)
     return diffs or ["store written by another myxtts version"]
 
 
@@ -165,13 +176,15 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
     for split, k, utts in chunks.split_into_chunks(planned, chunk_size):
         path = chunks.chunk_path(work, split, k)
         if path.exists():
-            if chunks.chunk_ok(path, len(utts), cfg.audio.n_mels):
+            if chunks.chunk_ok(path, len(utts), cfg.audio.n_mels,
+                               cfg.audio if cfg.data.store_audio else None):
                 resumed += 1
                 continue
             path.unlink()  # damaged (OS crash mid-run): extract it again
         tasks.append({"path": str(path), "split": split, "chunk": k, "audio": key["audio"],
                       "min_duration_s": cfg.data.min_duration_s,
                       "max_duration_s": cfg.data.max_duration_s,
+                      "store_audio": cfg.data.store_audio,
                       "utterances": [(u.id, u.audio_path) for u in utts]})
     if resumed:
         echo(f"resuming: {resumed} of {resumed + len(tasks)} chunks already done")
@@ -316,6 +329,8 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
         mels = (chunks.read_chunk_mels(path, int(summary["n_frames"].sum()), n_mels)
                 for path, summary, _ in summaries[split])
         split_stats[split] = writer.write_split(split, content, mels)
+        if cfg.data.store_audio:
+            split_stats[split].update(_write_audio(writer, split, summaries[split]))
     writer.write_file(VOCAB, tokenizer.to_json().encode())
     writer.write_file(REPORT, _report_blob(rejections, dataset_report))
 
@@ -332,6 +347,7 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
         "vocab_size": tokenizer.vocab_size,
         "speakers": speakers,
         "refs_per_utterance": cfg.data.refs_per_utterance,
+        "store_audio": cfg.data.store_audio,
         "splits": split_stats,
         "rejected": {"total": len(rejections), "by_reason": rejected_counts},
         "mel_stats": {"frames": n_frames_train, "mean": [float(x) for x in mean],
@@ -345,7 +361,20 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
                            rejected=rejected_counts,
                            hours={s: split_stats[s]["hours"] for s in SPLITS})
     result.summary = _summary(out, split_stats, rejected_counts, dataset_report, speakers)
+    if cfg.data.store_audio:
+        n_bytes = sum(writer.files[f"{s}/{AUDIO_FILE}"]["size"] for s in SPLITS)
+        result.summary += f"\n  audio: {format_size(n_bytes)} int16 kept for vocoder training"
     return result
+
+
+def _write_audio(writer: StoreWriter, split: str,
+                 summaries: list[tuple[Path, dict[str, Any], list[Planned]]]) -> dict[str, Any]:
+    """The split's audio files from its chunks, one chunk's clips in memory at a time."""
+    n_samples = [summary["n_samples"][summary["n_frames"] > 0] for _, summary, _ in summaries]
+    blocks = (chunks.read_chunk_audio(path, int(summary["n_samples"].sum()))
+              for path, summary, _ in summaries)
+    return writer.write_audio(split, np.concatenate([np.zeros(0, np.int64), *n_samples]), blocks)
+
 
 def _summary(out: Path, split_stats: dict[str, Any], rejected: dict[str, int],
              dataset_report: Any, speakers: list[str], max_speakers: int = 20) -> str:

@@ -3,12 +3,20 @@
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics),
 so a run folder or a single ``.pt`` file is enough; nothing is re-derived from the data.
 The reference goes through the same ``MelSpectrogram`` as training (one feature definition).
+
+Audio comes from a trained neural vocoder (``vocoder=``, a ``myxtts train-vocoder`` run,
+checked to speak this model's mel definition) or, without one, from Griffin-Lim. Text of
+any length is split into sentences and decoded as a batch (``inference.longform``);
+``stream`` yields audio while frames are still being decoded (``inference.streaming``).
+Several reference clips make one voice: each clip is conditioned on its own and the
+conditioning latents are averaged (a clip's crop is what the encoder was trained on, so
+averaging uses every clip instead of only the middle of their concatenation).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +25,7 @@ import torch
 from myxtts.audio.io import load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
+from myxtts.inference import longform
 from myxtts.model.vocoder import GriffinLim
 from myxtts.text import Tokenizer, clean_text
 from myxtts.train import checkpoint as ck
@@ -24,53 +33,64 @@ from myxtts.train.errors import TrainError
 
 log = logging.getLogger(__name__)
 
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A ``.pt`` file, or a run folder (its ``best.pt``, else the newest step checkpoint)."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    if p.is_dir():
-        for folder in (p / "checkpoints", p):
-            if (folder / "best.pt").is_file():
-                return folder / "best.pt"
-            latest = ck.CheckpointManager(folder, 1).latest()
-            if latest is not None:
-                return latest
-    raise TrainError(f"no checkpoint at {p}: pass a .pt file or a run folder containing "
-                     f"checkpoints/ (train one with `myxtts train` or `myxtts demo`)")
+MIN_REFERENCE_S = 0.5  # less holds too little of a voice to condition on
 
 
 class Synthesizer:
     def __init__(self, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
-                 device: torch.device):
+                 device: torch.device, vocoder: torch.nn.Module | None = None) -> None:
         self.model, self.cfg, self.tokenizer, self.device = model.eval(), cfg, tokenizer, device
         self.mel = MelSpectrogram(cfg.audio).to(device)
-        self.vocoder = GriffinLim(cfg.audio).to(device)
+        self.neural = vocoder is not None
+        self.vocoder = vocoder.to(device).eval() if vocoder is not None else GriffinLim(cfg.audio).to(device)
+        self.max_frames = cfg.model.max_decoder_frames
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto") -> Synthesizer:
+    def from_checkpoint(cls, path: str | Path, device: str = "auto",
+                        vocoder: str | Path | None = None) -> Synthesizer:
         from myxtts.model.xtts import build_model
+        from myxtts.train.vocoder_checkpoint import load_vocoder
 
         dev = resolve_device(device, "--device")
-        state = ck.load(resolve_checkpoint(path))
+        state = ck.load(ck.resolve_checkpoint(path))
+        if state.get("kind") == "vocoder":
+            raise TrainError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run as "
+                             f"--checkpoint")
         cfg = config_from_dict(state[ck.CONFIG])
         tok = Tokenizer.from_dict(state[ck.VOCAB])
         model = build_model(cfg, tok.vocab_size, len(tok.languages),
                             state[ck.MEL_MEAN], state[ck.MEL_STD])
         model.load_state_dict(state[ck.MODEL])
-        return cls(model.to(dev), cfg, tok, dev)
+        voc = load_vocoder(vocoder, cfg.audio, dev) if vocoder else None
+        return cls(model.to(dev), cfg, tok, dev, voc)
+
+    # ------------------------------------------------------------- inputs
 
     def reference(self, audio_paths: Sequence[str | Path]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reference mel from one or more clips of the target voice, concatenated and cropped
-        to ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
-        wavs = [load_audio(p, self.cfg.audio) for p in audio_paths]
-        wav = torch.from_numpy(np.concatenate(wavs)).to(self.device)
-        mel, n = self.mel(wav)
+        """Reference mel of ONE clip (the first), cropped around its middle to
+        ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
+        return self._reference_mel(audio_paths[0])
+
+    def _reference_mel(self, path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+        wav = load_audio(path, self.cfg.audio)
+        seconds = len(wav) / self.cfg.audio.sample_rate
+        if seconds < MIN_REFERENCE_S:
+            raise TrainError(f"reference {path} has {seconds:.2f} s of speech after trimming "
+                             f"silence; give at least {MIN_REFERENCE_S} s of the voice (3-10 s "
+                             f"clone best)")
+        mel, n = self.mel(torch.from_numpy(wav).to(self.device))
         n_frames, r = int(n), self.cfg.data.ref_frames
         start = max(0, (n_frames - r) // 2)
         crop = mel[start:start + r]
         return crop[None], torch.tensor([crop.shape[0]], device=self.device)
+
+    @torch.inference_mode()
+    def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor:
+        """Conditioning latents [1, C, d] of a voice: the mean over the clips' latents."""
+        if not audio_paths:
+            raise TrainError("no reference audio: give --reference CLIP (a few seconds of the voice)")
+        latents = [self.model.condition(*self._reference_mel(p)) for p in audio_paths]
+        return torch.stack(latents).mean(dim=0)
 
     def encode(self, texts: Sequence[str], language: str) -> tuple[torch.Tensor, torch.Tensor]:
         if language not in self.tokenizer.languages:
@@ -86,25 +106,59 @@ class Synthesizer:
             tokens[b, : len(i)] = torch.tensor(i)
         return tokens.to(self.device), lengths.to(self.device)
 
+    # ------------------------------------------------------------- synthesis
+
     @torch.inference_mode()
-    def synthesize_mel(self, texts: Sequence[str], reference: Sequence[str | Path],
+    def synthesize_mel(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
                        language: str | None = None, seed: int | None = 0
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Batched over ``texts``, one voice. Returns log-mels [B, F, n_mels] and lengths [B]."""
-        if seed is not None:
-            torch.manual_seed(seed)  # prenet dropout stays on at inference: fix it for repeatability
+        """Each text decoded as ONE utterance (no splitting), batched, one voice (clip paths
+        or latents from ``voice``). Returns log-mels [B, F, n_mels] and lengths [B]."""
+        latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
         language = language or self.cfg.text.default_language
         tokens, token_lengths = self.encode(texts, language)
-        ref, ref_len = self.reference(reference)
+        if seed is not None:
+            torch.manual_seed(seed)  # prenet dropout stays on at inference: fix it for repeatability
         b = tokens.shape[0]
         lang = torch.full((b,), self.tokenizer.language_id(language), device=self.device)
-        return self.model.generate(tokens, token_lengths, lang, ref.expand(b, -1, -1),
-                                   ref_len.expand(b))
+        return self.model.generate(tokens, token_lengths, lang, None, None,
+                                   max_frames=self.max_frames, latents=latents.expand(b, -1, -1))
+
+    def vocode(self, mels: torch.Tensor, lengths: torch.Tensor) -> list[np.ndarray]:
+        """Log-mels [B, F, n_mels] -> float32 clips cut to ``lengths[b] * hop`` samples."""
+        return self.vocoder.waveforms(mels, lengths)
 
     def synthesize(self, texts: Sequence[str], reference: Sequence[str | Path],
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
-        mels, lengths = self.synthesize_mel(texts, reference, language, seed)
-        return self.vocoder.waveforms(mels, lengths)
+        """One clip per text; a text of several sentences is split, decoded as a batch with
+        the others and joined with short pauses (``inference.longform``)."""
+        language = language or self.cfg.text.default_language
+        latents = self.voice(reference)
+        self.encode(texts, language)  # user errors (language, empty text) before any decoding
+        pieces = longform.plan_pieces(texts, language)
+        decoded = longform.decode_pieces(
+            pieces, lambda batch: self.synthesize_mel(batch, latents, language, seed),
+            self.max_frames, language, self.cfg.audio.frames_per_second)
+        mels = [m for _, m in decoded]
+        lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
+        padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)  # [P, F, n_mels]
+        waves = self.vocode(padded, lengths)
+        out = []
+        for k in range(len(texts)):
+            mine = [(w, p.pause_s) for w, (p, _) in zip(waves, decoded) if p.source == k]
+            out.append(longform.join([w for w, _ in mine], [s for _, s in mine],
+                                     self.cfg.audio.sample_rate))
+        return out
+
+    def stream(self, text: str, reference: Sequence[str | Path], language: str | None = None,
+               seed: int | None = 0, first_frames: int = 8, chunk_frames: int = 32
+               ) -> Iterator[np.ndarray]:
+        """float32 audio chunks of ``text`` while it is being decoded (see
+        ``inference.streaming``); their concatenation is ``synthesize([text], ...)[0]``."""
+        from myxtts.inference.streaming import stream_speech
+
+        return stream_speech(self, text, reference, language or self.cfg.text.default_language,
+                             seed, first_frames, chunk_frames)
 
     def synthesize_to_files(self, texts: Sequence[str], reference: Sequence[str | Path],
                             outputs: Sequence[str | Path], language: str | None = None,

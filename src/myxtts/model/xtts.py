@@ -14,6 +14,8 @@ losses work there so every mel band weighs the same); ``generate`` returns *raw 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor, nn
 
@@ -77,15 +79,24 @@ class XTTS(nn.Module):
         """Normalised [..., n_mels] -> raw log-mel."""
         return mel * self.mel_std + self.mel_mean
 
+    def condition(self, ref_mel: Tensor, ref_lengths: Tensor) -> Tensor:
+        """Raw reference log-mel [B, R, n_mels] + lengths [B] -> conditioning latents [B, C, d].
+
+        Public so that inference can condition once per reference clip and average the latents
+        of several clips into one voice (what ``encode(..., latents=)`` then takes)."""
+        ref = self.normalize(ref_mel) * lengths_to_mask(ref_lengths, ref_mel.shape[1])[..., None]
+        return self.cond_encoder(ref, ref_lengths)  # [B, C, d]
+
     def encode(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
-               ref_mel: Tensor, ref_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+               ref_mel: Tensor | None, ref_lengths: Tensor | None,
+               latents: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """-> memory [B, C+L, d], mem_mask [B, 1, 1, C+L] bool, text Fourier features [B, L, 2K],
         speaker [B, d] (the latents' mean: the decoder's global voice vector).
 
         tokens [B, L], token_lengths [B], language_ids [B], ref_mel [B, R, n_mels] raw,
-        ref_lengths [B]."""
-        ref = self.normalize(ref_mel) * lengths_to_mask(ref_lengths, ref_mel.shape[1])[..., None]
-        latents = self.cond_encoder(ref, ref_lengths)  # [B, C, d]
+        ref_lengths [B]; or, instead of the reference, ready ``latents`` [B, C, d]."""
+        if latents is None:
+            latents = self.condition(ref_mel, ref_lengths)  # [B, C, d]
         text = self.text_encoder(tokens, token_lengths, language_ids)  # [B, L, d]
         memory = torch.cat([latents, text.to(latents.dtype)], dim=1)  # [B, C+L, d]
         b, n_latents = latents.shape[:2]
@@ -185,80 +196,113 @@ class XTTS(nn.Module):
 
     # ------------------------------------------------------------- inference
 
+    def decode_steps(self, memory: Tensor, mem_mask: Tensor, speaker: Tensor, max_frames: int,
+                     threshold: float, prenet_dropout: bool) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """The autoregressive loop with the KV cache, one decoder step per iteration: yields
+        ``(group [B, r, n_mels] normalised, stop_logits [B, r], lengths [B])`` where
+        ``lengths`` is each utterance's stop length so far (``max_frames`` until it stops).
+        Ends when every utterance stopped or ``max_frames`` are decoded. Streaming synthesis
+        consumes it directly; ``generate_frames`` collects it. Call under inference mode."""
+        b = memory.shape[0]
+        max_steps = -(-max_frames // self.r)
+        cache = self.decoder.init_cache(memory, mem_mask, max_steps, speaker)
+        prev = memory.new_zeros(b, self.r * self.n_mels)  # the "go" frame group
+        lengths = torch.full((b,), max_frames, dtype=torch.long, device=memory.device)
+        done = torch.zeros(b, dtype=torch.bool, device=memory.device)
+        offsets = torch.arange(self.r, device=memory.device)  # [r]
+        for step in range(max_steps):
+            prev, stop = self.decoder.step(prev, cache, step, prenet_dropout)  # [B, r*n], [B, r]
+            fired = torch.sigmoid(stop) > threshold  # [B, r]
+            # first firing frame in this group (r if none) -> absolute stop length
+            first = torch.where(fired, offsets, self.r).amin(dim=1)  # [B]
+            newly = ~done & (first < self.r)
+            lengths = torch.where(newly, step * self.r + first + 1, lengths)
+            done = done | newly
+            yield prev.reshape(b, self.r, self.n_mels), stop, lengths.clamp(max=max_frames)
+            if bool(done.all()):  # one host sync per step; decoding is sequential anyway
+                return
+
     @torch.inference_mode()
     def generate_frames(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
-                        ref_mel: Tensor, ref_lengths: Tensor, max_frames: int | None = None,
-                        stop_threshold: float | None = None, prenet_dropout: bool = True
+                        ref_mel: Tensor | None, ref_lengths: Tensor | None,
+                        max_frames: int | None = None, stop_threshold: float | None = None,
+                        prenet_dropout: bool = True, latents: Tensor | None = None
                         ) -> dict[str, Tensor]:
         """Free-running decoding (no postnet), batched; each utterance stops on its own.
 
         Returns ``mel_pre`` [B, F, n_mels] normalised decoder frames (F = frames decoded),
         ``stop_logits`` [B, F], ``lengths`` [B] long: the first frame whose stop
         probability exceeds the threshold, inclusive, else ``max_frames``, and ``speaker``
-        [B, d], the voice vector (the postnet needs it).
+        [B, d], the voice vector (the postnet needs it). ``latents`` replaces the reference.
         """
-        max_frames = self.cfg.max_decoder_frames if max_frames is None else int(max_frames)
-        threshold = self.cfg.stop_threshold if stop_threshold is None else float(stop_threshold)
-        if max_frames < 1:
-            raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+        max_frames, threshold = self.decode_limits(max_frames, stop_threshold)
         was_training = self.training
         self.eval()  # attention/FF dropout off; the prenet's is governed by prenet_dropout
         try:
             memory, mem_mask, _, speaker = self.encode(tokens, token_lengths, language_ids,
-                                                       ref_mel, ref_lengths)
+                                                       ref_mel, ref_lengths, latents)
             b = tokens.shape[0]
-            max_steps = -(-max_frames // self.r)
-            cache = self.decoder.init_cache(memory, mem_mask, max_steps, speaker)
-            prev = memory.new_zeros(b, self.r * self.n_mels)  # the "go" frame group
-            lengths = torch.full((b,), max_frames, dtype=torch.long, device=memory.device)
-            done = torch.zeros(b, dtype=torch.bool, device=memory.device)
-            offsets = torch.arange(self.r, device=memory.device)  # [r]
-            groups, stops = [], []
-            for step in range(max_steps):
-                prev, stop = self.decoder.step(prev, cache, step, prenet_dropout)  # [B, r*n], [B, r]
-                groups.append(prev)
+            groups, stops, lengths = [], [], None
+            for group, stop, so_far in self.decode_steps(memory, mem_mask, speaker, max_frames,
+                                                         threshold, prenet_dropout):
+                groups.append(group)
                 stops.append(stop)
-                fired = torch.sigmoid(stop) > threshold  # [B, r]
-                # first firing frame in this group (r if none) -> absolute stop length
-                first = torch.where(fired, offsets, self.r).amin(dim=1)  # [B]
-                newly = ~done & (first < self.r)
-                lengths = torch.where(newly, step * self.r + first + 1, lengths)
-                done = done | newly
-                if bool(done.all()):  # one host sync per step; decoding is sequential anyway
-                    break
-            lengths = lengths.clamp(max=max_frames)
+                lengths = so_far
             n_frames = len(groups) * self.r
-            mel = torch.stack(groups, 1).reshape(b, n_frames, self.n_mels)[:, :max_frames]
+            mel = torch.cat(groups, 1)[:, :max_frames]  # [B, F, n_mels]
             stop_logits = torch.stack(stops, 1).reshape(b, n_frames)[:, :max_frames]
         finally:
             self.train(was_training)
         return {"mel_pre": mel, "stop_logits": stop_logits, "lengths": lengths, "speaker": speaker}
 
+    def decode_limits(self, max_frames: int | None, stop_threshold: float | None
+                      ) -> tuple[int, float]:
+        """``max_frames`` / ``stop_threshold`` with the config's defaults, checked."""
+        max_frames = self.cfg.max_decoder_frames if max_frames is None else int(max_frames)
+        threshold = self.cfg.stop_threshold if stop_threshold is None else float(stop_threshold)
+        if max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+        return max_frames, threshold
+
+    def postnet_mel(self, mel_pre: Tensor, lengths: Tensor, speaker: Tensor) -> Tensor:
+        """Normalised decoder frames [B, F, n_mels] -> raw log-mel after the postnet, zero past
+        each utterance's length (the postnet sees a frame's neighbours up to
+        ``postnet_context`` frames away, which streaming relies on)."""
+        mask = lengths_to_mask(lengths, mel_pre.shape[1])  # [B, F]
+        post = self.postnet(mel_pre, mask, speaker)  # [B, F, n]
+        return self.denormalize(post) * mask[..., None].to(post.dtype)
+
+    @property
+    def postnet_context(self) -> int:
+        """Frames on each side that one postnet output frame depends on."""
+        return self.cfg.postnet_layers * (self.cfg.postnet_kernel // 2)
+
     @torch.inference_mode()
     def generate(self, tokens: Tensor, token_lengths: Tensor, language_ids: Tensor,
-                 ref_mel: Tensor, ref_lengths: Tensor, max_frames: int | None = None,
-                 stop_threshold: float | None = None, prenet_dropout: bool = True
+                 ref_mel: Tensor | None, ref_lengths: Tensor | None,
+                 max_frames: int | None = None, stop_threshold: float | None = None,
+                 prenet_dropout: bool = True, latents: Tensor | None = None
                  ) -> tuple[Tensor, Tensor]:
         """Synthesize log-mels: -> (mel [B, F, n_mels] raw log-mel, zero beyond each length;
         mel_lengths [B] long). F = max(mel_lengths).
 
         tokens [B, L] (PAD=0), token_lengths [B], language_ids [B], ref_mel [B, R, n_mels] raw
-        log-mel, ref_lengths [B]. ``max_frames`` defaults to model.max_decoder_frames,
+        log-mel, ref_lengths [B] (or ``latents`` [B, C, d] from ``condition``, e.g. averaged
+        over several clips). ``max_frames`` defaults to model.max_decoder_frames,
         ``stop_threshold`` to model.stop_threshold; ``prenet_dropout`` (default on, the Tacotron
         trick) can be switched off for deterministic output.
         """
         out = self.generate_frames(tokens, token_lengths, language_ids, ref_mel, ref_lengths,
-                                   max_frames, stop_threshold, prenet_dropout)
+                                   max_frames, stop_threshold, prenet_dropout, latents)
         lengths = out["lengths"]
         n_frames = int(lengths.max())
         was_training = self.training
         self.eval()
         try:
-            mask = lengths_to_mask(lengths, n_frames)  # [B, F]
-            post = self.postnet(out["mel_pre"][:, :n_frames], mask, out["speaker"])  # [B, F, n]
+            mel = self.postnet_mel(out["mel_pre"][:, :n_frames], lengths, out["speaker"])
         finally:
             self.train(was_training)
-        return self.denormalize(post) * mask[..., None].to(post.dtype), lengths
+        return mel, lengths
 
 
 def build_model(cfg: Config, n_tokens: int, n_languages: int, mel_mean: Tensor | None,

@@ -14,8 +14,8 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True, unit: str = "utt"):
+        self.enabled, self.unit = enabled, unit
         self.tty = sys.stderr.isatty()
         self._bar = (tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
                           smoothing=0.1, file=sys.stderr)
@@ -23,10 +23,10 @@ class Progress:
         self.total = total
         self._last = initial
 
-    @staticmethod
-    def format(values: dict[str, float]) -> str:
+    def format(self, values: dict[str, float]) -> str:
+        """``unit``: what utterances_per_s counts (utterances; segments for the vocoder)."""
         text = (f"loss {values.get('loss', float('nan')):.4f} | "
-                f"{values.get('utterances_per_s', 0):.1f} utt/s | "
+                f"{values.get('utterances_per_s', 0):.1f} {self.unit}/s | "
                 f"{values.get('audio_s_per_s', 0):.1f} audio-s/s | "
                 f"data-wait {100 * values.get('data_wait_share', 0):.1f}%")
         if "gpu_util" in values:

@@ -1,7 +1,8 @@
-"""The sound of the demo language: its letters as phones, the demo voices, and rendering.
+"""The sound of the demo languages: their letters as phones, the demo voices, and rendering.
 
 Source-filter synthesis of a made-up language of 14 letters (``DEMO_ALPHABET``), space
-and '.'. Every letter is one fixed sound: vowels a e i o u are harmonic sounds at the
+and '.', and of a second one in Persian letters (``fa``, defined in ``persian_demo``,
+which also says which sounds the two share); ``DEMO_ALPHABETS`` has both. Every letter is one fixed sound: vowels a e i o u are harmonic sounds at the
 speaker's f0 shaped by three formants of their own (90-160 ms); m n l r are quieter
 voiced sounds with their own formants; s and f are noise bands (s high, f mid); t k p
 are a short closure followed by a noise burst in a distinct band. Space is 60 ms and
@@ -26,7 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from myxtts.synthetic.persian_demo import (
+    FA_ALPHABET,
+    FA_LETTER_KIND,
+    FA_LETTER_NAMES,
+    FA_LETTERS,
+    FA_NOISE,
+    FA_PHONES,
+    FA_VOICED,
+)
+
 DEMO_ALPHABET = "aeioumnlrsftkp"
+DEMO_ALPHABETS = {"en": DEMO_ALPHABET, "fa": FA_ALPHABET}  # language -> its letters
 LEAD_SILENCE_S = 0.04
 PEAK_DBFS = -3.0
 NOISE_FLOOR_DBFS = -60.0
@@ -34,8 +46,9 @@ CROSSFADE_S = 0.008
 
 # ------------------------------------------------------------- the sound inventory
 # Phones are what gets synthesised; a letter is one phone, or two for the stops
-# (closure + burst). Phone 0 is silence (no voiced and no noise energy).
-_PHONES = ["sil", "a", "e", "i", "o", "u", "m", "n", "l", "r", "s", "f", "t", "k", "p"]
+# (closure + burst). Phone 0 is silence (no voiced and no noise energy). fa's own phones
+# come last, so adding them changed no en phone id (en corpora stay byte-identical).
+_PHONES = ["sil", "a", "e", "i", "o", "u", "m", "n", "l", "r", "s", "f", "t", "k", "p", *FA_PHONES]
 _P = {name: i for i, name in enumerate(_PHONES)}
 
 # Voiced phones: formants (Hz, at formant scale 1.0), formant gains (dB), level (dB RMS).
@@ -49,7 +62,7 @@ _VOICED = {
     "n": ((260, 1700, 2600), (0, -14, -16), -9.0),
     "l": ((380, 1250, 2800), (0, -8, -14), -6.0),
     "r": ((450, 1150, 1650), (0, -5, -6), -5.0),
-}
+} | FA_VOICED
 _BANDWIDTHS_HZ = (120.0, 150.0, 210.0)
 # Noise phones: band centre (Hz), band width (Hz, gaussian sigma), level (dB RMS).
 _NOISE = {
@@ -58,7 +71,7 @@ _NOISE = {
     "t": (4300.0, 800.0, -8.0),
     "k": (1900.0, 300.0, -8.0),
     "p": (800.0, 300.0, -10.0),
-}
+} | FA_NOISE
 # Letter -> [(phone, base duration in ms)]; ' ' and '.' are pauses.
 _LETTERS: dict[str, list[tuple[str, float]]] = {
     "a": [("a", 150)], "e": [("e", 130)], "i": [("i", 110)], "o": [("o", 140)], "u": [("u", 120)],
@@ -66,13 +79,13 @@ _LETTERS: dict[str, list[tuple[str, float]]] = {
     "s": [("s", 100)], "f": [("f", 90)],
     "t": [("sil", 35), ("t", 30)], "k": [("sil", 40), ("k", 35)], "p": [("sil", 40), ("p", 25)],
     " ": [("sil", 60)], ".": [("sil", 150)],
-}
+} | FA_LETTERS
 _HAS_NOISE = np.array([name in _NOISE for name in _PHONES], dtype=np.float32)  # [P]
 _LETTER_KIND = {
     "a": "vowel", "e": "vowel", "i": "vowel", "o": "vowel", "u": "vowel",
     "m": "nasal", "n": "nasal", "l": "liquid", "r": "liquid",
     "s": "fricative", "f": "fricative", "t": "stop", "k": "stop", "p": "stop",
-}
+} | FA_LETTER_KIND
 
 
 @dataclass(frozen=True)
@@ -265,33 +278,43 @@ def render(phones: list[tuple[int, int]], spk: DemoSpeaker, rng: np.random.Gener
 
 def synthesize_demo(text: str, speaker_index: int, speakers: int, sample_rate: int = 22050,
                     seed: int = 0) -> np.ndarray:
-    """Speak ``text`` (letters of DEMO_ALPHABET, ' ' and '.') with a demo voice: float32 [T].
+    """Speak ``text`` (letters of DEMO_ALPHABETS, ' ' and '.') with a demo voice: float32 [T].
 
     For tests and experiments (e.g. a long vowel to measure pitch). A 40 ms lead silence
     is added, as in the corpus.
     """
     bad = sorted(set(text) - set(_LETTERS))
     if bad:
-        raise ValueError(f"characters {bad} are not in the demo alphabet {DEMO_ALPHABET!r} + ' .'")
+        raise ValueError(f"characters {bad} are not in the demo alphabet {DEMO_ALPHABET!r} "
+                         f"(or the fa one {FA_ALPHABET!r}) + ' .'")
     spk = demo_speaker(speaker_index, speakers)
     rng = np.random.default_rng([seed, speaker_index, 1 << 30])
     phones = [lead_silence(sample_rate)] + letter_phones(text, spk, rng, sample_rate)
     return render(phones, spk, rng, sample_rate, voice_tables(spk, sample_rate))
 
 
-def letter_table_lines() -> list[str]:
-    """One line per letter: its kind, base duration and sound (for the corpus README)."""
+def letter_table_lines(language: str = "en") -> list[str]:
+    """One line per letter of ``language``: its kind, base duration and sound (for the
+    corpus README). fa letters also say how they sound and which en letter shares it."""
     lines = []
-    for ch in DEMO_ALPHABET:
+    for ch in DEMO_ALPHABETS[language]:
         parts = _LETTERS[ch]
         ms = sum(m for _, m in parts)
-        if ch in _VOICED:
-            f, _, level = _VOICED[ch]
-            what = f"voiced, formants {f[0]}/{f[1]}/{f[2]} Hz, level {level:+.0f} dB"
-        else:
-            c, w, level = _NOISE[ch]
-            what = f"noise band {c - 2 * w:.0f}-{c + 2 * w:.0f} Hz, level {level:+.0f} dB"
-            if _LETTER_KIND[ch] == "stop":
-                what = f"{parts[0][1]:.0f} ms closure + burst, " + what
-        lines.append(f"  {ch}  {_LETTER_KIND[ch]:<9} {ms:4.0f} ms  {what}")
+        phone = parts[-1][0]
+        sounds = []
+        if phone in _VOICED:
+            f, _, level = _VOICED[phone]
+            sounds.append(f"voiced, formants {f[0]}/{f[1]}/{f[2]} Hz, level {level:+.0f} dB")
+        if phone in _NOISE:
+            c, w, level = _NOISE[phone]
+            sounds.append(f"noise band {c - 2 * w:.0f}-{c + 2 * w:.0f} Hz, level {level:+.0f} dB")
+        what = " + ".join(sounds)
+        if _LETTER_KIND[ch] == "stop":
+            what = f"{parts[0][1]:.0f} ms closure + burst, " + what
+        if language == "en":
+            lines.append(f"  {ch}  {_LETTER_KIND[ch]:<9} {ms:4.0f} ms  {what}")
+            continue
+        name = FA_LETTER_NAMES[ch]
+        shared = f"= en '{phone}'" if phone in DEMO_ALPHABET else "fa only"
+        lines.append(f"  {ch} {name:<2}  {_LETTER_KIND[ch]:<9} {ms:4.0f} ms  {shared:<9} {what}")
     return lines

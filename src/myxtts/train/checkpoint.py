@@ -193,3 +193,20 @@ class CheckpointManager:
             if old != path:
                 old.unlink(missing_ok=True)
         return path
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A ``.pt`` file, or a run folder (its ``best.pt``, else the newest step checkpoint)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        for folder in (p / "checkpoints", p):
+            if (folder / "best.pt").is_file():
+                return folder / "best.pt"
+            latest = CheckpointManager(folder, 1).latest()
+            if latest is not None:
+                return latest
+    raise TrainError(f"no checkpoint at {p}: pass a .pt file or a run folder containing "
+                     f"checkpoints/ (train one with `myxtts train`, `myxtts train-vocoder` or "
+                     f"`myxtts demo`)")

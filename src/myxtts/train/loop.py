@@ -46,14 +46,14 @@ class TrainResult:
     stopped_by_signal: bool = False
 
 
-class _StopFlag:
+class StopFlag:
     """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits at a step boundary."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> _StopFlag:
+    def __enter__(self) -> StopFlag:
         for s in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._old[s] = signal.signal(s, self._handle)
@@ -95,7 +95,7 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                        record)
     finished = False
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             last = ctx.run(stop, progress and dist.rank == 0)
         finished = True
         return TrainResult(record.step, out, last, record.best_val_loss,
@@ -172,7 +172,7 @@ class _LoopContext:
             return None
         return eff
 
-    def run(self, stop: _StopFlag, show: bool) -> Path | None:
+    def run(self, stop: StopFlag, show: bool) -> Path | None:
         self.eff = self._efficiency()
         try:
             return self._run(stop, show)
@@ -180,7 +180,7 @@ class _LoopContext:
             if self.eff is not None:
                 self.eff.close()
 
-    def _run(self, stop: _StopFlag, show: bool) -> Path | None:
+    def _run(self, stop: StopFlag, show: bool) -> Path | None:
         t, r = self.cfg.train, self.record
         timer = StepTimer(self.device)
         bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
@@ -229,7 +229,7 @@ class _LoopContext:
         bar.close()
         return last
 
-    def _should_stop(self, stop: _StopFlag, step: int) -> bool:
+    def _should_stop(self, stop: StopFlag, step: int) -> bool:
         """Single process: stop at the first step boundary after a signal. Distributed: every
         rank must stop at the same step (a rank that leaves early would hang the others in an
         all-reduce), so ranks agree on it at log intervals, where the loop syncs anyway."""

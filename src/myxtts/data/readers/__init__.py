@@ -6,9 +6,10 @@ makes the train/val split.
 
 Three layouts are understood (``data.format``; ``auto`` detects them in this order):
 
-* ``ljspeech``: ``metadata.csv`` with ``id|text[|normalized[|speaker]]`` rows and the
-  clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty; the
-  speaker defaults to the dataset folder's name.
+* ``ljspeech``: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
+  and the clips at ``wavs/ID.wav``. The normalized column wins when present and
+  non-empty; the speaker defaults to the dataset folder's name, the language to
+  ``text.default_language``.
 * ``manifest``: a ``.csv`` / ``.tsv`` / ``.jsonl`` file with columns ``audio``, ``text``
   and optionally ``speaker``, ``language``, ``id``, ``duration``; audio paths are relative
   to the manifest's folder. The path may be the file itself or a folder holding exactly
@@ -196,7 +197,7 @@ def _detect(path: Path, forced: str) -> str:
     if forced == "ljspeech":
         if not has_meta:
             raise DatasetError(f"{path}: no metadata.csv (data.format=ljspeech expects metadata.csv "
-                               f"with id|text[|normalized[|speaker]] rows and wavs/ID.wav)")
+                               f"with id|text[|normalized[|speaker[|language]]] rows and wavs/ID.wav)")
         return "ljspeech"
     if forced == "manifest":
         if not manifests_in(path):

@@ -1,6 +1,12 @@
-"""LJSpeech layout: ``metadata.csv`` with ``id|text[|normalized[|speaker]]`` rows and the
-clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty; the
-speaker defaults to the dataset folder's name."""
+"""LJSpeech layout: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
+and the clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty;
+the speaker defaults to the dataset folder's name, the language to ``text.default_language``.
+
+The language column makes a multilingual corpus (e.g. ``myxtts make-demo-data
+--languages en,fa``) readable without converting it to a manifest. A language that is
+not in ``text.languages`` is reported for its row, as the manifest reader does, rather
+than read: the model has no token for it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,16 @@ from pathlib import Path
 from myxtts.config import Config
 from myxtts.data.readers.common import FileIndex, Row, decoded_lines, first_line
 from myxtts.data.readers.manifest import is_manifest_header
-from myxtts.data.records import EMPTY_TEXT, MALFORMED_ROW, MISSING_AUDIO, DataReport, Utterance
+from myxtts.data.records import (
+    EMPTY_TEXT,
+    MALFORMED_ROW,
+    MISSING_AUDIO,
+    UNKNOWN_LANGUAGE,
+    DataReport,
+    Utterance,
+)
+
+LAYOUT = "id|text[|normalized[|speaker[|language]]]"
 
 
 def is_ljspeech_csv(path: Path) -> bool:
@@ -22,12 +37,11 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
     wav_dir = root / "wavs"
     files = FileIndex()
     rows: list[Row] = []
-    lang = cfg.text.default_language
     for line_no, line in decoded_lines(meta, report):
         cols = line.split("|")
         uid = cols[0].strip()
-        if not 2 <= len(cols) <= 4 or not uid:
-            detail = (f"{len(cols)} '|'-separated column(s), expected 2 to 4 (id|text[|normalized[|speaker]])"
+        if not 2 <= len(cols) <= 5 or not uid:
+            detail = (f"{len(cols)} '|'-separated column(s), expected 2 to 5 ({LAYOUT})"
                       if uid else "the id (first column) is empty")
             report.add(meta, line_no, uid or None, MALFORMED_ROW,
                        f"fix line {line_no} of {meta.name} (a '|' inside the text must be removed)", detail)
@@ -35,10 +49,18 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
         text = cols[1].strip()
         if len(cols) >= 3 and cols[2].strip():
             text = cols[2].strip()
-        speaker = cols[3].strip() if len(cols) == 4 and cols[3].strip() else default_speaker
+        speaker = cols[3].strip() if len(cols) >= 4 and cols[3].strip() else default_speaker
+        lang = cols[4].strip() if len(cols) == 5 and cols[4].strip() else cfg.text.default_language
         if not text:
             report.add(meta, line_no, uid, EMPTY_TEXT,
                        f"write the transcript on line {line_no} or delete the line")
+            continue
+        if lang not in cfg.text.languages:
+            langs = ",".join([*cfg.text.languages, lang])
+            report.add(meta, line_no, uid, UNKNOWN_LANGUAGE,
+                       f"fix the language on line {line_no} of {meta.name}, or train it too with "
+                       f"--set text.languages=[{langs}]",
+                       f"{lang!r} is not in text.languages {cfg.text.languages}")
             continue
         audio = files.find_audio(wav_dir, uid)
         if audio is None:

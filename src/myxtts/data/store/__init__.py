@@ -5,7 +5,7 @@
 """
 
 from myxtts.data.store.format import MANIFEST, StoreError, read_manifest
-from myxtts.data.store.reader import FeatureStore
+from myxtts.data.store.reader import FeatureStore, require_audio
 from myxtts.data.store.verify import verify_store
 
-__all__ = ["MANIFEST", "FeatureStore", "StoreError", "read_manifest", "verify_store"]
+__all__ = ["MANIFEST", "FeatureStore", "StoreError", "read_manifest", "require_audio", "verify_store"]

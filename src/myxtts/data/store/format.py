@@ -1,9 +1,11 @@
 """The prepared feature store's on-disk format: file names, dtypes, the manifest.
 
-The store is one concern in four modules: this one defines the format, ``writer``
-writes it (prepare's last step), ``reader`` maps it for training (:class:`FeatureStore`)
-and ``verify`` checks it. A change of the format is an edit here plus the writer and
-the reader side by side, and ``FORMAT_VERSION`` goes up.
+The store is one concern in five modules: this one defines the format, ``writer``
+writes it (prepare's last step), ``reader`` maps it for training (:class:`FeatureStore`),
+``verify`` checks it, and ``audio`` holds the rules of the optional waveforms. A change
+of the format is an edit here plus the writer and the reader side by side, and
+``FORMAT_VERSION`` goes up -- unless it only adds optional files that a reader can tell
+are absent (the audio files): then every existing store stays readable as it is.
 
 Why this layout (and not one file per utterance, HDF5 or a pickle): training reads
 every utterance every epoch, in random order, from several worker processes. With the
@@ -29,6 +31,19 @@ Layout (``FORMAT_VERSION`` 1)::
         refs.npy       int32 [N, refs_per_utterance]: indices (same split, same speaker)
                        of reference utterances, -1 = unused slot
         ids.json       {"ids": [N utterance ids], "speakers": [all speaker names]}
+        audio.i16      OPTIONAL (manifest ``"store_audio": true``, ``prepare --audio``): int16
+                       [total_samples], every kept clip's waveform as prepare computed its mel
+                       (trimmed, resampled, loudness-normalised) at ``audio.sample_rate``,
+                       utterances back to back in store order; float x -> round(x * 32767)
+        audio_index.npy  OPTIONAL, with audio.i16: int64 [N, 2] = (offset, length) in samples;
+                       ``mel_length == 1 + (length + 2 * (n_fft // 2) - n_fft) // hop_length``
+                       (``1 + length // hop_length`` for an even n_fft)
+
+Why the audio files are optional and outside ``index.npy``: only vocoder training needs
+them, at ~3x the size of the mels, so a store pays for them only on request; keeping
+``INDEX_DTYPE`` as it was keeps every store written before them readable (such a
+manifest has no ``store_audio`` key: no audio). Why int16 and not float32: half the
+disk and page cache, and 16 bits is the resolution vocoders are trained at anyway.
 
 While ``myxtts prepare`` runs, ``STORE/.partial`` exists; ``STORE/.work/`` holds its
 committed chunks (see ``myxtts.data.chunks``).
@@ -59,6 +74,11 @@ REPORT = "report.json"
 MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE = (
     "mel.f16", "tokens.i32", "index.npy", "refs.npy", "ids.json")
 SPLIT_FILES = (MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE)
+AUDIO_FILE, AUDIO_INDEX_FILE = "audio.i16", "audio_index.npy"
+AUDIO_FILES = (AUDIO_FILE, AUDIO_INDEX_FILE)  # per split, only in stores with store_audio
+AUDIO_DTYPE = np.dtype("<i2")
+AUDIO_INDEX_DTYPE = np.dtype("<i8")  # audio_index.npy: [N, 2] = (offset, length) in samples
+AUDIO_SCALE = 32767.0  # float sample x is stored as clip(round(x * AUDIO_SCALE))
 MEL_DTYPE = np.dtype("<f2")
 TOKEN_DTYPE = np.dtype("<i4")
 INDEX_DTYPE = np.dtype([

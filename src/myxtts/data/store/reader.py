@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from myxtts.data.store.audio import stores_audio
 from myxtts.data.store.format import (
+    AUDIO_DTYPE,
+    AUDIO_FILE,
+    AUDIO_INDEX_DTYPE,
+    AUDIO_INDEX_FILE,
     IDS_FILE,
     INDEX_DTYPE,
     INDEX_FILE,
@@ -39,9 +44,9 @@ class FeatureStore:
     """Read-only view of one split of a prepared store. Cheap to open, O(1) per utterance.
 
     Index arrays (lengths, ids, offsets) are loaded into memory (a few bytes per
-    utterance); the mel and token files are memory-mapped lazily on first access, and
-    a pickled FeatureStore (DataLoader workers with spawn) carries only its path and
-    re-maps in the receiving process, so memmaps are never pickled.
+    utterance); the mel, token and (optional) audio files are memory-mapped lazily on
+    first access, and a pickled FeatureStore (DataLoader workers with spawn) carries only
+    its path and re-maps in the receiving process, so memmaps are never pickled.
     """
 
     def __init__(self, path: Path, split: str, manifest: dict[str, Any]):
@@ -80,9 +85,12 @@ class FeatureStore:
         if len(self.ids) != len(index) or self.ref_table.shape[0] != len(index):
             raise StoreError(f"{split_dir}: {IDS_FILE}/{REFS_FILE}/{INDEX_FILE} disagree on the "
                              f"number of utterances; rebuild the store with --force")
+        self.has_audio = stores_audio(manifest)
+        self._load_audio_index()
         self._check_sizes()
         self._mel: np.ndarray | None = None
         self._tokens: np.ndarray | None = None
+        self._audio: np.ndarray | None = None
         self._tokenizer: Tokenizer | None = None
 
     # -- opening
@@ -113,10 +121,34 @@ class FeatureStore:
         path = Path(state["path"])
         self.__init__(path, state["split"], read_manifest(path))
 
+    def _load_audio_index(self) -> None:
+        """``audio_index.npy`` of a store with audio (empty arrays without: ``has_audio``
+        says which, and ``audio_lengths`` refuses a store without)."""
+        self.audio_offsets = self._audio_lengths = np.zeros(0, np.int64)
+        self.total_samples = 0
+        if not self.has_audio:
+            return
+        f = self.path / self.split / AUDIO_INDEX_FILE
+        try:
+            table = np.load(f, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise StoreError(f"{f}: cannot read the audio index ({e}); run `myxtts prepare "
+                             f"--verify {self.path}` or rebuild with --force") from e
+        if table.dtype != AUDIO_INDEX_DTYPE or table.shape != (len(self.ids), 2):
+            raise StoreError(f"{f}: {table.dtype} {tuple(table.shape)}, expected "
+                             f"{AUDIO_INDEX_DTYPE} ({len(self.ids)}, 2); rebuild the store with "
+                             f"`myxtts prepare ... --audio --force`")
+        self.audio_offsets = table[:, 0].astype(np.int64)
+        self._audio_lengths = table[:, 1].astype(np.int64)
+        self.total_samples = int(self._audio_lengths.sum())
+
     def _check_sizes(self) -> None:
         split_dir = self.path / self.split
-        for name, expected in ((MEL_FILE, self.total_frames * self.n_mels * MEL_DTYPE.itemsize),
-                               (TOKENS_FILE, self.total_tokens * TOKEN_DTYPE.itemsize)):
+        sizes = [(MEL_FILE, self.total_frames * self.n_mels * MEL_DTYPE.itemsize),
+                 (TOKENS_FILE, self.total_tokens * TOKEN_DTYPE.itemsize)]
+        if self.has_audio:
+            sizes.append((AUDIO_FILE, self.total_samples * AUDIO_DTYPE.itemsize))
+        for name, expected in sizes:
             f = split_dir / name
             try:
                 size = f.stat().st_size
@@ -148,6 +180,14 @@ class FeatureStore:
             self._tokens = self._map(TOKENS_FILE, TOKEN_DTYPE, (self.total_tokens,))
         return self._tokens
 
+    @property
+    def audio_array(self) -> np.ndarray:
+        """The whole split's waveforms, int16 memmap [total_samples] (stores with audio)."""
+        self.require_audio()
+        if self._audio is None:
+            self._audio = self._map(AUDIO_FILE, AUDIO_DTYPE, (self.total_samples,))
+        return self._audio
+
     # -- per-utterance access
 
     def __len__(self) -> int:
@@ -162,6 +202,33 @@ class FeatureStore:
         """int32 [L] view: ``[BOS, <lang>, chars..., EOS]``."""
         start = int(self.token_offsets[i])
         return self.token_array[start:start + int(self.token_lengths[i])]
+
+    def audio(self, i: int) -> np.ndarray:
+        """int16 [n_samples] view (zero-copy; do not write to it): utterance ``i``'s waveform
+        at ``audio_sample_rate``, exactly the samples ``mel(i)`` was computed from (before
+        int16 rounding; divide by 32767 for floats), so ``mel_lengths[i] == 1 + n_samples //
+        hop_length`` (even n_fft). A store without audio raises the ``require_audio`` error."""
+        array = self.audio_array  # raises first for a store without audio
+        start = int(self.audio_offsets[i])
+        return array[start:start + int(self._audio_lengths[i])]
+
+    @property
+    def audio_lengths(self) -> np.ndarray:
+        """int64 [N]: samples per utterance (stores with audio)."""
+        self.require_audio()
+        return self._audio_lengths
+
+    @property
+    def audio_sample_rate(self) -> int:
+        """Hz of ``audio(i)``: the store's ``audio.sample_rate``."""
+        return int(self.manifest["audio"]["sample_rate"])
+
+    def require_audio(self) -> None:
+        """Raise a StoreError naming the store and the fix unless it holds audio (what a
+        vocoder trainer calls first, so the user learns it before any model is built)."""
+        if not self.has_audio:
+            raise StoreError(f"{self.path} has no audio (prepared without --audio); re-run "
+                             f"`myxtts prepare DATA --out {self.path} --audio --force` to add it")
 
     def refs(self, i: int) -> np.ndarray:
         """int64 indices (this split) of utterance ``i``'s reference clips, same speaker."""
@@ -198,3 +265,9 @@ class FeatureStore:
     def __repr__(self) -> str:
         return (f"FeatureStore({str(self.path)!r}, split={self.split!r}, utterances={len(self)}, "
                 f"frames={self.total_frames}, hours={self.hours:.2f})")
+
+
+def require_audio(store: FeatureStore) -> FeatureStore:
+    """``store`` when it holds audio, else the StoreError of ``FeatureStore.require_audio``."""
+    store.require_audio()
+    return store

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from myxtts.data.store.audio import check_audio, stores_audio
 from myxtts.data.store.format import (
+    AUDIO_FILES,
     INDEX_FILE,
     REFS_FILE,
     SPLIT_FILES,
@@ -34,7 +36,9 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
     size and sha256 (skipped with ``check_hashes=False``); no unlisted data files; per
     split, offsets contiguous from 0 and within the files, lengths positive, speaker and
     language ids in range, tokens within the vocabulary, references in range, of the same
-    speaker, and not the utterance itself unless its speaker has a single clip.
+    speaker, and not the utterance itself unless its speaker has a single clip. With
+    audio (manifest ``store_audio``): its files listed, its index contiguous, and every
+    utterance's mel length the one its samples give (``store.audio.check_audio``).
     """
     path = Path(path)
     try:
@@ -54,10 +58,14 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             continue
         if check_hashes and sha256_file(f) != meta.get("sha256"):
             problems.append(f"{f}: sha256 differs from the manifest (file corrupted or edited)")
+    with_audio = stores_audio(manifest)
     for split in SPLITS:
-        for name in SPLIT_FILES:
+        for name in SPLIT_FILES + (AUDIO_FILES if with_audio else ()):
             if f"{split}/{name}" not in files:
                 problems.append(f"{path / split / name}: not listed in the manifest")
+        if not with_audio:
+            problems += [f"{path / split / name}: listed in the manifest, but its store_audio is "
+                         f"not true" for name in AUDIO_FILES if f"{split}/{name}" in files]
     if problems:
         return problems  # index checks on damaged files would only repeat the cause
     vocab_size = None
@@ -72,6 +80,8 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             problems.append(str(e))
             continue
         problems += _check_index(store, vocab_size)
+        if store.has_audio:
+            problems += check_audio(store)
     return problems
 
 

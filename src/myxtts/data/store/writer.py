@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from myxtts.data.store import format as fmt
+from myxtts.data.store.audio import audio_index
 from myxtts.data.store.format import StoreError
 from myxtts.system import atomic_open
 
@@ -70,7 +71,8 @@ class StoreWriter:
 
     def _hashed_file(self, rel: str, chunks: Iterable[bytes | np.ndarray]) -> int:
         """Write ``chunks`` to ``rel`` atomically, hashing them on the way; returns bytes.
-        Streaming matters for ``mel.f16``: tens of GB never sit in memory at once."""
+        Streaming matters for ``mel.f16`` and ``audio.i16``: tens of GB never sit in
+        memory at once."""
         sha, size = hashlib.sha256(), 0
         with atomic_open(self.out / rel) as fh:
             for chunk in chunks:
@@ -120,6 +122,31 @@ class StoreWriter:
                 "hours": float(sum(rows.durations_s) / 3600.0),
                 "speakers": {s: {"utterances": int(v["utterances"]), "hours": round(v["hours"], 6)}
                              for s, v in sorted(per_speaker.items())}}
+
+    def write_audio(self, split: str, n_samples: np.ndarray, blocks: Iterable[np.ndarray]
+                    ) -> dict[str, Any]:
+        """``audio.i16`` and ``audio_index.npy`` of ``split`` (stores with audio only).
+        ``n_samples``: samples per utterance in store order; ``blocks``: their int16
+        waveforms in the same order, in blocks of any size (prepare passes one chunk's
+        clips at a time, so the split's audio -- ~3x its mels -- is never in memory at
+        once). Returns the split's manifest additions."""
+        n_samples = np.asarray(n_samples, np.int64)
+        total = int(n_samples.sum())
+        rel = f"{split}/{fmt.AUDIO_FILE}"
+        written = self._hashed_file(rel, self._checked_audio(split, blocks))
+        if written != total * fmt.AUDIO_DTYPE.itemsize:
+            raise StoreError(f"{self.out / rel}: {written} bytes of audio for {total} indexed "
+                             f"samples; delete {self.out} and re-run prepare")
+        self.write_file(f"{split}/{fmt.AUDIO_INDEX_FILE}",
+                        npy_bytes(audio_index(n_samples).astype(fmt.AUDIO_INDEX_DTYPE)))
+        return {"audio_samples": total}
+
+    def _checked_audio(self, split: str, blocks: Iterable[np.ndarray]) -> Iterable[np.ndarray]:
+        for block in blocks:
+            if block.dtype != fmt.AUDIO_DTYPE or block.ndim != 1:
+                raise StoreError(f"{split}: audio of dtype {block.dtype} and shape "
+                                 f"{tuple(block.shape)}, the store holds {fmt.AUDIO_DTYPE} [samples]")
+            yield block
 
     def _checked_mels(self, split: str, mels: Iterable[np.ndarray]) -> Iterable[np.ndarray]:
         for mel in mels:

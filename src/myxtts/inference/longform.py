@@ -1,0 +1,93 @@
+"""Long text -> pieces the decoder can say, and their audio joined with pauses.
+
+Why: the autoregressive decoder stops at ``model.max_decoder_frames`` (a guard against a
+stop token that never fires), so a paragraph spoken in one go was cut there without a
+word of warning. Here text is split into sentences (``text.sentences``, language-aware),
+all sentences are decoded together as one batch (the KV cache makes a batch of B
+sentences cost about as much wall time as the longest one), and a sentence that still
+reaches the limit without stopping is split again at clause punctuation or the middle
+word and re-decoded -- never cut silently. A single word that cannot be said within the
+limit is the only case left, and it is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from myxtts.text.sentences import split_long, split_sentences
+
+log = logging.getLogger(__name__)
+
+SENTENCE_PAUSE_S = 0.30  # between sentences
+CLAUSE_PAUSE_S = 0.12  # between the pieces of a sentence that had to be split
+MAX_BATCH = 16  # sentences decoded together
+
+
+@dataclass
+class Piece:
+    """One decoder input: ``text`` of utterance ``source``, followed by ``pause_s`` of silence."""
+
+    text: str
+    source: int
+    pause_s: float
+
+
+def plan_pieces(texts: Sequence[str], language: str) -> list[Piece]:
+    """Every text split into sentences, in order; the last piece of a text has no pause."""
+    pieces: list[Piece] = []
+    for k, text in enumerate(texts):
+        sentences = split_sentences(text, language) or [text]
+        pieces += [Piece(s, k, SENTENCE_PAUSE_S) for s in sentences]
+        pieces[-1].pause_s = 0.0
+    return pieces
+
+
+# (texts) -> (log-mels [B, F, n_mels], lengths [B]): one batched decode
+Decode = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]]
+
+
+def decode_pieces(pieces: list[Piece], decode: Decode, max_frames: int, language: str,
+                  fps: float) -> list[tuple[Piece, torch.Tensor]]:
+    """Decode ``pieces`` in batches; a piece that reaches ``max_frames`` without stopping is
+    split and decoded again. Returns ``(piece, log-mel [F, n_mels])`` in text order."""
+    # A slot is a piece's place in the text: (i,) for sentence i, (i, j) for part j of it, ...
+    # so output order is the sorted slots, whatever order the batches finish in.
+    done: dict[tuple[int, ...], tuple[Piece, torch.Tensor]] = {}
+    queue = [((i,), p) for i, p in enumerate(pieces)]
+    while queue:
+        # similar lengths together: a batch costs as many steps as its longest sentence
+        queue.sort(key=lambda item: len(item[1].text))
+        batch, queue = queue[:MAX_BATCH], queue[MAX_BATCH:]
+        mels, lengths = decode([p.text for _, p in batch])
+        retry: list[tuple[tuple[int, ...], Piece]] = []
+        for b, (slot, piece) in enumerate(batch):
+            n = int(lengths[b])
+            if n >= max_frames:
+                parts = split_long(piece.text, max(1, len(piece.text) // 2), language)
+                if len(parts) > 1:
+                    subs = [Piece(t, piece.source, CLAUSE_PAUSE_S) for t in parts]
+                    subs[-1].pause_s = piece.pause_s
+                    retry += [(slot + (j,), s) for j, s in enumerate(subs)]
+                    continue
+                log.warning("%r is too long for the decoder: it reached model.max_decoder_frames "
+                            "= %d (%.1f s) without stopping and was cut there; give shorter "
+                            "words or raise model.max_decoder_frames", piece.text, max_frames,
+                            max_frames / fps)
+            done[slot] = (piece, mels[b, :n])
+        queue += retry
+    return [done[slot] for slot in sorted(done)]
+
+
+def join(waves: Sequence[np.ndarray], pauses_s: Sequence[float], sample_rate: int) -> np.ndarray:
+    """Concatenate clips with ``pauses_s[i]`` seconds of silence after clip i."""
+    parts: list[np.ndarray] = []
+    for wav, pause in zip(waves, pauses_s):
+        parts.append(wav.astype(np.float32, copy=False))
+        if pause > 0:
+            parts.append(np.zeros(int(round(pause * sample_rate)), np.float32))
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -1,0 +1,136 @@
+"""Streaming synthesis: audio chunks while the decoder is still producing frames.
+
+How a chunk is made exact: a frame's final log-mel depends on the decoder frames up to
+``postnet_context`` frames away (the postnet's convs), and a sample's audio on the log-mels
+up to ``receptive_field_frames`` away (the vocoder's convs and its iSTFT overlap). So once
+``ready + postnet_context + vocoder context`` frames are decoded, the audio of every frame
+before ``ready`` is final: the postnet and the vocoder run on a window around the new
+frames (with that much context on each side) and the window's centre is what the whole
+utterance would give -- no clicks at chunk borders, and the concatenated chunks equal the
+non-streaming output up to float rounding. The first chunk is small (``first_frames``)
+for a short time to first audio; later ones are ``chunk_frames``.
+
+Griffin-Lim (the fallback without a neural vocoder) estimates phase over a whole window,
+so its chunks are not exact: each chunk is computed with context and its first
+``CROSSFADE_FRAMES`` overlap the previous chunk's tail, which is cross-faded (for the neural
+vocoder both sides of the overlap are equal and the fade changes nothing).
+
+Sentences of a long text are streamed one after another, with the pauses of
+``inference.longform`` between them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from myxtts.inference import longform
+
+if TYPE_CHECKING:
+    from myxtts.inference.synthesizer import Synthesizer
+
+log = logging.getLogger(__name__)
+CROSSFADE_FRAMES = 2
+GRIFFIN_LIM_CONTEXT = 6  # frames of context on each side of a Griffin-Lim window
+
+
+def vocoder_context(synth: Synthesizer) -> int:
+    return synth.vocoder.receptive_field_frames if synth.neural else GRIFFIN_LIM_CONTEXT
+
+
+def stream_speech(synth: Synthesizer, text: str, reference: Sequence[str | Path] | torch.Tensor,
+                  language: str, seed: int | None, first_frames: int = 8,
+                  chunk_frames: int = 32) -> Iterator[np.ndarray]:
+    """float32 audio chunks of ``text`` in ``language`` with the voice of ``reference``."""
+    if first_frames < 1 or chunk_frames < 1:
+        raise ValueError(f"first_frames and chunk_frames must be >= 1, got {first_frames}, "
+                         f"{chunk_frames}")
+    latents = reference if isinstance(reference, torch.Tensor) else synth.voice(reference)
+    synth.encode([text], language)  # user errors first
+    sr = synth.cfg.audio.sample_rate
+    for piece in longform.plan_pieces([text], language):
+        yield from _stream_sentence(synth, piece.text, latents, language, seed, first_frames,
+                                    chunk_frames)
+        if piece.pause_s > 0:
+            yield np.zeros(int(round(piece.pause_s * sr)), np.float32)
+
+
+@torch.inference_mode()
+def _stream_sentence(synth: Synthesizer, text: str, latents: torch.Tensor, language: str,
+                     seed: int | None, first_frames: int, chunk_frames: int
+                     ) -> Iterator[np.ndarray]:
+    model, dev, hop = synth.model, synth.device, synth.cfg.audio.hop_length
+    tokens, token_lengths = synth.encode([text], language)
+    if seed is not None:
+        torch.manual_seed(seed)  # the same prenet noise as synthesize()
+    lang = torch.full((1,), synth.tokenizer.language_id(language), device=dev)
+    max_frames, threshold = model.decode_limits(synth.max_frames, None)
+    memory, mem_mask, _, speaker = model.encode(tokens, token_lengths, lang, None, None, latents)
+    ctx_post, ctx_voc = model.postnet_context, vocoder_context(synth)
+    xfade = 0 if synth.neural else CROSSFADE_FRAMES * hop
+    frames: list[torch.Tensor] = []  # decoded groups, normalised [1, r, n_mels]
+    emitted = 0  # frames whose audio has been handed out
+    tail = np.zeros(0, np.float32)  # audio held back for the cross-fade
+    for group, _, lengths in model.decode_steps(memory, mem_mask, speaker, max_frames,
+                                                threshold, prenet_dropout=True):
+        frames.append(group)
+        n_avail = len(frames) * group.shape[1]
+        length = int(lengths[0])  # a host read per step: decoding syncs per step anyway
+        done = length < max_frames or n_avail >= max_frames
+        ready = min(length, n_avail) if done else n_avail - ctx_post - ctx_voc
+        want = first_frames if emitted == 0 else chunk_frames
+        if ready - emitted < want and not done:
+            continue
+        if ready > emitted:
+            pre = torch.cat(frames, dim=1)[:, : min(length, n_avail)]
+            audio = _window_audio(synth, pre, speaker, emitted, ready, ctx_post, ctx_voc, xfade)
+            audio, tail = _crossfade(tail, audio, xfade, last=done)
+            if audio.size:
+                yield audio
+            emitted = ready
+        if done:
+            if length >= max_frames:
+                log.warning("%r reached model.max_decoder_frames = %d without stopping and was "
+                            "cut there (streamed audio cannot be taken back); split it into "
+                            "shorter sentences", text, max_frames)
+            break
+    if tail.size:
+        yield tail
+
+
+def _window_audio(synth: Synthesizer, pre: torch.Tensor, speaker: torch.Tensor, start: int,
+                  end: int, ctx_post: int, ctx_voc: int, xfade: int) -> np.ndarray:
+    """Audio of frames ``[start, end)`` (plus ``xfade`` samples before ``start`` when
+    cross-fading), computed on a window with full context."""
+    model, hop = synth.model, synth.cfg.audio.hop_length
+    n = pre.shape[1]
+    lead = xfade // hop if start > 0 else 0
+    v0, v1 = max(0, start - lead - ctx_voc), min(n, end + ctx_voc)  # vocoder window
+    p0, p1 = max(0, v0 - ctx_post), min(n, v1 + ctx_post)  # postnet window
+    window = pre[:, p0:p1]
+    mel = model.postnet_mel(window, torch.tensor([p1 - p0], device=pre.device), speaker)
+    mel = mel[:, v0 - p0: v1 - p0]  # [1, v1 - v0, n_mels] raw log-mel
+    wav = synth.vocoder(mel.float())[0]  # [(v1 - v0) * hop]
+    a = (start - lead - v0) * hop
+    return wav[a: (end - v0) * hop].float().cpu().numpy()
+
+
+def _crossfade(tail: np.ndarray, audio: np.ndarray, xfade: int, last: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Blend the held-back ``tail`` into the start of ``audio``; hold back this chunk's
+    last ``xfade`` samples unless it is the last. Returns (chunk to emit, new tail)."""
+    if xfade == 0:
+        return audio, np.zeros(0, np.float32)
+    if tail.size:
+        k = min(tail.size, audio.size)
+        ramp = np.linspace(0.0, 1.0, k, dtype=np.float32)
+        audio = audio.copy()
+        audio[:k] = tail[:k] * (1.0 - ramp) + audio[:k] * ramp
+    if last or audio.size <= xfade:
+        return audio, np.zeros(0, np.float32)
+    return audio[:-xfade], audio[-xfade:]

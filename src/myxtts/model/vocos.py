@@ -1,0 +1,184 @@
+"""Vocos-style neural vocoder: log-mel -> waveform through ConvNeXt blocks and an iSTFT head.
+
+Why this design (Siuzdak 2023, "Vocos"):
+
+- The generator never upsamples. Every layer runs at the mel frame rate and the last one
+  predicts one STFT frame (log-magnitude + phase angle) per mel frame; ``torch.istft`` turns
+  the frames into samples. Compared with a HiFi-GAN-style transposed-conv stack this is
+  ~hop_length times fewer activations per layer, so it trains on a CPU and runs far faster
+  than real time, and there are no upsampling artefacts (no checkerboard aliasing).
+- The iSTFT uses exactly the project's feature framing (``AudioConfig``'s n_fft, hop,
+  win_length, periodic Hann window, centred frames), so mel frame j and STFT frame j are both
+  centred at sample ``j * hop_length``: output sample t lines up with sample t of the clip
+  the mel came from, and ``F`` frames give ``F * hop_length`` samples, the same length
+  contract as ``myxtts.model.vocoder.GriffinLim`` (a drop-in replacement behind
+  ``forward(log_mel, lengths)`` and ``waveforms(log_mel, lengths)``).
+- The network is non-causal but strictly local: convolutions and the iSTFT overlap only
+  reach ``receptive_field_frames`` frames either side. A streaming synthesizer vocodes
+  windows padded by that many frames on each side and keeps their centres, which then
+  equal the full-utterance output (tests/model/test_vocos.py checks this).
+- The input is the RAW log-mel; the per-band mean/std used to normalise it are persistent
+  buffers, so a checkpoint carries its own normalisation and callers never pre-scale.
+- The magnitude is ``exp`` of a clamped log-magnitude: always positive, multiplicative
+  dynamics the network learns easily, and the clamp (at 100) keeps an untrained or diverging
+  model from producing inf. The phase is predicted as an angle: ``cos``/``sin`` make it
+  periodic by construction. The head and iSTFT run in float32 with autocast off, because the
+  iSTFT's overlap-add division by the window envelope is ill-conditioned in bf16/fp16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from myxtts.config import AudioConfig, VocoderConfig
+
+_MAX_LOG_MAGNITUDE = math.log(100.0)  # |STFT| above 100 is far louder than any clip in [-1, 1]
+_MIN_STD = 1e-3  # a (near-)constant mel band must not blow up the normalised input
+_EMBED_KERNEL = 7  # input conv kernel (Vocos): 3 frames of context each side
+
+
+class ConvNeXtBlock(nn.Module):
+    """One ConvNeXt block on a time-major sequence: ``[B, F, dim] -> [B, F, dim]``.
+
+    Depthwise conv (temporal context, few parameters), LayerNorm, pointwise MLP
+    (dim -> ff_mult*dim -> dim, GELU), scaled by a learnable per-channel layer scale that
+    starts small (~1/layers) so that at init every block is close to the identity: a deep
+    stack then trains as stably as a shallow one.
+    """
+
+    def __init__(self, dim: int, ff_mult: int, kernel: int, layer_scale: float) -> None:
+        super().__init__()
+        self.dwconv = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim)
+        self.norm = nn.LayerNorm(dim)
+        self.pw1 = nn.Linear(dim, ff_mult * dim)
+        self.act = nn.GELU()
+        self.pw2 = nn.Linear(ff_mult * dim, dim)
+        self.scale = nn.Parameter(torch.full((dim,), layer_scale))  # [dim]
+
+    def forward(self, x: Tensor) -> Tensor:  # x [B, F, dim]
+        y = self.dwconv(x.transpose(1, 2)).transpose(1, 2)  # [B, F, dim]
+        y = self.pw2(self.act(self.pw1(self.norm(y))))  # [B, F, dim]
+        return x + self.scale * y
+
+
+def _init_weights(module: nn.Module) -> None:
+    """Vocos' init: truncated normal (std 0.02) weights, zero biases, for Linear and Conv."""
+    if isinstance(module, nn.Linear | nn.Conv1d):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+class VocosGenerator(nn.Module):
+    """``forward(log_mel [B, F, n_mels], lengths [B] | None) -> wav [B, F * hop_length]``;
+    a 2-D ``[F, n_mels]`` input gives ``wav [F * hop_length]``.
+
+    ``log_mel`` is the raw output of ``myxtts.audio.mel.MelSpectrogram`` (natural log,
+    time-major). With ``lengths``, frames ``>= lengths[b]`` are replaced by silence
+    (``log(audio.log_floor)``) before vocoding, whatever they hold, and samples past
+    ``lengths[b] * hop_length`` are zero (as ``GriffinLim`` does).
+    """
+
+    mel_mean: Tensor
+    mel_std: Tensor
+    window: Tensor
+
+    def __init__(self, audio: AudioConfig, cfg: VocoderConfig, mel_mean: Tensor | None = None,
+                 mel_std: Tensor | None = None) -> None:
+        super().__init__()
+        if cfg.kernel % 2 != 1:
+            raise ValueError(f"vocoder.kernel must be odd (same-length convolution), got {cfg.kernel}")
+        self.n_fft, self.hop_length, self.win_length = audio.n_fft, audio.hop_length, audio.win_length
+        self.n_mels, self.n_freqs = audio.n_mels, audio.n_fft // 2 + 1
+        self.silence = math.log(audio.log_floor)  # log-mel value of a silent frame
+        self.register_buffer("mel_mean", torch.zeros(audio.n_mels))  # [n_mels], persistent
+        self.register_buffer("mel_std", torch.ones(audio.n_mels))  # [n_mels], persistent
+        self.set_mel_stats(mel_mean, mel_std)
+        self.register_buffer("window", torch.hann_window(audio.win_length, periodic=True),
+                             persistent=False)  # [win_length]
+        self.embed = nn.Conv1d(audio.n_mels, cfg.dim, _EMBED_KERNEL, padding=_EMBED_KERNEL // 2)
+        self.embed_norm = nn.LayerNorm(cfg.dim)
+        self.blocks = nn.ModuleList(ConvNeXtBlock(cfg.dim, cfg.ff_mult, cfg.kernel, 1.0 / cfg.layers)
+                                    for _ in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, 2 * self.n_freqs)  # [log-magnitude | phase angle]
+        self._conv_context = _EMBED_KERNEL // 2 + cfg.layers * (cfg.kernel // 2)
+        self.apply(_init_weights)
+
+    @torch.no_grad()
+    def set_mel_stats(self, mel_mean: Tensor | None, mel_std: Tensor | None) -> None:
+        """Set the per-band input normalisation (``None`` leaves 0 / 1); std is clamped
+        at 1e-3. Typically the training set's log-mel mean and std per band."""
+        if mel_mean is not None:
+            self.mel_mean.copy_(torch.as_tensor(mel_mean, dtype=torch.float32).reshape(self.n_mels))
+        if mel_std is not None:
+            std = torch.as_tensor(mel_std, dtype=torch.float32).reshape(self.n_mels)
+            self.mel_std.copy_(std.clamp(min=_MIN_STD))
+
+    @property
+    def receptive_field_frames(self) -> int:
+        """Frames of context on EACH side that the output depends on.
+
+        Output samples ``[i*hop, (i+1)*hop)`` ("output frame" i) depend only on mel frames
+        ``i - R .. i + R`` with R this value: the input conv reaches 3 frames, each ConvNeXt
+        block ``kernel // 2`` more, and the iSTFT overlap-adds STFT frames whose windows
+        (n_fft samples, centred at ``j * hop``) cover the sample, i.e.
+        ``ceil((n_fft / 2) / hop)`` frames either side (an upper bound; tight for the right
+        side). Vocoding mel frames ``[a - R, b + R)`` and keeping output frames ``[a, b)``
+        therefore reproduces the full-utterance output of those frames exactly (up to
+        float rounding); zero padding at window edges never reaches the kept centre.
+        """
+        return self._conv_context + math.ceil((self.n_fft / 2) / self.hop_length)
+
+    def forward(self, log_mel: Tensor, lengths: Tensor | None = None) -> Tensor:
+        single = log_mel.dim() == 2
+        if single:
+            log_mel = log_mel[None]
+        if log_mel.dim() != 3 or log_mel.shape[-1] != self.n_mels:
+            raise ValueError(f"VocosGenerator expects log-mel [B, frames, {self.n_mels}] "
+                             f"(audio.n_mels), got {tuple(log_mel.shape)}")
+        n_frames = log_mel.shape[1]
+        if lengths is not None:
+            lengths = lengths.to(log_mel.device)
+            frame = torch.arange(n_frames, device=log_mel.device)  # [F]
+            padding = (frame[None, :] >= lengths[:, None])[..., None]  # [B, F, 1]
+            log_mel = log_mel.masked_fill(padding, self.silence)
+        x = (log_mel.float() - self.mel_mean) / self.mel_std.clamp(min=_MIN_STD)  # [B, F, n_mels]
+        x = self.embed(x.transpose(1, 2)).transpose(1, 2)  # [B, F, dim]
+        x = self.embed_norm(x)
+        for block in self.blocks:
+            x = block(x)  # [B, F, dim]
+        frames = self.head(self.final_norm(x))  # [B, F, 2 * n_freqs]
+        wav = self._istft(frames)  # [B, F * hop]
+        if lengths is not None:
+            sample = torch.arange(wav.shape[1], device=wav.device)  # [F * hop]
+            wav = wav * (sample[None, :] < (lengths * self.hop_length)[:, None])
+        return wav[0] if single else wav
+
+    def _istft(self, frames: Tensor) -> Tensor:
+        """Head output ``[B, F, 2 * n_freqs]`` -> wav ``[B, F * hop]``, in float32.
+
+        Frame j is centred at sample ``j * hop`` (``center=True``); ``length`` keeps the
+        samples up to the end of the last frame's hop, matching ``GriffinLim``.
+        """
+        n_frames = frames.shape[1]
+        with torch.autocast(device_type=frames.device.type, enabled=False):
+            log_mag, phase = frames.float().transpose(1, 2).chunk(2, dim=1)  # [B, n_freqs, F] each
+            mag = log_mag.clamp(max=_MAX_LOG_MAGNITUDE).exp()  # [B, n_freqs, F]
+            spec = torch.complex(mag * torch.cos(phase), mag * torch.sin(phase))  # [B, n_freqs, F]
+            return torch.istft(spec, self.n_fft, self.hop_length, self.win_length, self.window,
+                               center=True, length=n_frames * self.hop_length)  # [B, F * hop]
+
+    @torch.no_grad()
+    def waveforms(self, log_mel: Tensor, lengths: Tensor) -> list[np.ndarray]:
+        """float32 numpy clips, one per utterance, each cut to its own ``lengths[b] *
+        hop_length`` samples (the ``GriffinLim.waveforms`` contract). Runs on the
+        generator's device; padding frames (>= lengths[b]) do not change the kept samples."""
+        device = self.mel_mean.device
+        wav = self(log_mel.to(device).float(), lengths.to(device))  # [B, F * hop]
+        keep = [int(n) * self.hop_length for n in lengths.tolist()]
+        return [wav[b, : keep[b]].float().cpu().numpy() for b in range(wav.shape[0])]

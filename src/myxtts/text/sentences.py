@@ -1,0 +1,145 @@
+"""Sentence splitting for long-form synthesis: ``split_sentences`` and ``split_long``.
+
+Why: the model is trained on clips of a few seconds, so a paragraph must be spoken one
+sentence at a time, and a sentence longer than anything seen in training must be cut
+further, at the places a reader would pause. Both functions only *cut* text: they never
+drop, add or reorder a character, so joining the pieces with single spaces gives back
+the input with its whitespace normalised (runs of spaces, tabs and newlines -> one
+space). That makes the cut easy to test and means nothing the user wrote goes unspoken.
+
+Sentence ends are ``. ! ? …`` (and, for Persian, ``؟`` and the Arabic full stop ``۔``),
+with any closing quotes or brackets that follow, before whitespace or the end of the
+text. A blank line (paragraph break) always ends a sentence. Not ends:
+
+* a period after a common English abbreviation (Mr. Mrs. Ms. Dr. St. Prof. Jr. Sr.
+  e.g. i.e. vs.); after "No." only before a number ("No. 5"), after "etc.", "a.m."
+  and "p.m." only when the next word is capitalised ("etc. Then" ends, "etc. and" not);
+* a period after a single letter: an initial, as in "J. R. R. Tolkien";
+* ``! ?`` closing a quotation when the next word starts with a lowercase letter
+  ('"Really?" she asked.' is one sentence);
+* a period inside a word or number ("3.5", "e.g", "example.com"): no whitespace follows;
+* a dot of an ellipsis run ("..."): the run is one mark. An ellipsis ends the sentence
+  unless the next word starts with a lowercase letter ("wait... what" goes on).
+
+The abbreviation rules look only at Latin letters, so they apply to English words inside
+text of any language. ``;`` and the Arabic semicolon ``؛`` are clause breaks: they never
+end a sentence, but ``split_long`` cuts there.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["split_sentences", "split_long"]
+
+_ENDS = ".!?\u2026"  # . ! ? …
+_ENDS_BY_LANGUAGE = {"fa": _ENDS + "\u061f\u06d4"}  # + ؟ and the Arabic full stop ۔
+_CLOSERS = "\"'\u201d\u2019\u00bb\u203a)]}"  # " ' ” ’ » › ) ] }
+_OPENERS = "\"'\u201c\u2018\u00ab\u2039([{"  # stripped before looking at a word
+_CLAUSE = ",;:\u2014\u2013\u060c"  # , ; : — – ،
+_CLAUSE_BY_LANGUAGE = {"fa": _CLAUSE + "\u061b"}  # + ؛
+
+# Lowercased, without the final period.
+_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "st", "prof", "jr", "sr", "e.g", "i.e", "vs"})
+_END_IF_CAPITAL = frozenset({"etc", "a.m", "p.m"})  # often end a sentence, often do not
+_PARAGRAPH_RE = re.compile(r"\n[^\S\n]*\n\s*")  # a line holding only whitespace
+_END_RE_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _language(language: str) -> str:
+    return language.strip().lower().replace("_", "-").split("-", 1)[0]
+
+
+def _end_re(language: str) -> re.Pattern[str]:
+    """A run of sentence-end marks, then closers, then a space or the end of the text."""
+    ends = _ENDS_BY_LANGUAGE.get(language, _ENDS)
+    if ends not in _END_RE_CACHE:
+        _END_RE_CACHE[ends] = re.compile(
+            f"(?P<mark>[{re.escape(ends)}]+)(?P<close>[{re.escape(_CLOSERS)}]*)(?= |$)")
+    return _END_RE_CACHE[ends]
+
+
+def _is_end(text: str, m: re.Match[str]) -> bool:
+    """Whether the end-mark run ``m`` in whitespace-normalised ``text`` ends a sentence."""
+    mark = m.group("mark")
+    rest = text[m.end():].lstrip()
+    next_word = rest.split(" ", 1)[0].lstrip(_OPENERS)
+    if set(mark) <= {".", "\u2026"} and (len(mark) > 1 or mark == "\u2026"):  # an ellipsis
+        return not (next_word[:1].isalpha() and next_word[:1].islower())
+    if mark != ".":  # ! ? ?! ؟ ۔ and mixes end, but not a quoted question before "she asked"
+        return not (m.group("close") and next_word[:1].isalpha() and next_word[:1].islower())
+    word = text[:m.start()].rsplit(" ", 1)[-1].lstrip(_OPENERS)
+    low = word.lower()
+    if low in _ABBREVIATIONS:
+        return False
+    if len(word) == 1 and word.isascii() and word.isalpha():  # an initial
+        return False
+    if low == "no" and next_word[:1].isdigit():
+        return False
+    if low in _END_IF_CAPITAL and not next_word[:1].isupper():
+        return False
+    return True
+
+
+def split_sentences(text: str, language: str) -> list[str]:
+    """The sentences of ``text``, whitespace-normalised, in order, none empty (module doc).
+
+    ``" ".join(split_sentences(t, lang)) == " ".join(t.split())`` for every ``t``.
+    """
+    lang = _language(language)
+    end_re = _end_re(lang)
+    out: list[str] = []
+    for paragraph in _PARAGRAPH_RE.split(text):
+        para = " ".join(paragraph.split())
+        start = 0
+        for m in end_re.finditer(para):
+            if _is_end(para, m):
+                piece = para[start:m.end()].strip()
+                if piece:
+                    out.append(piece)
+                start = m.end()
+        piece = para[start:].strip()
+        if piece:
+            out.append(piece)
+    return out
+
+
+def split_long(sentence: str, max_chars: int, language: str) -> list[str]:
+    """Cut ``sentence`` into pieces of at most ``max_chars`` characters.
+
+    First at clause punctuation (``, ; : — – ،`` and, for Persian, ``؛``) followed by a
+    space, the mark staying with the words before it; neighbouring clauses are packed
+    together while they fit, so a short clause is not spoken alone. A piece still too
+    long is cut at the space nearest its middle, recursively (balanced halves sound more
+    natural than a full line and a stub). Only a single word longer than ``max_chars``
+    stays over the limit. Joining the pieces with single spaces gives back the
+    whitespace-normalised sentence.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    text = " ".join(sentence.split())
+    if not text:
+        return []
+    if len(text) <= max_chars:
+        return [text]
+    marks = _CLAUSE_BY_LANGUAGE.get(_language(language), _CLAUSE)
+    clauses = re.split(f"(?<=[{re.escape(marks)}]) ", text)
+    packed: list[str] = []
+    for clause in clauses:
+        if packed and len(packed[-1]) + 1 + len(clause) <= max_chars:
+            packed[-1] += " " + clause
+        else:
+            packed.append(clause)
+    out: list[str] = []
+    for piece in packed:
+        out += _halve(piece, max_chars)
+    return out
+
+
+def _halve(text: str, max_chars: int) -> list[str]:
+    """``text`` cut at the space nearest its middle until every piece fits (or is one word)."""
+    if len(text) <= max_chars or " " not in text:
+        return [text]
+    middle = len(text) / 2
+    cut = min((i for i, ch in enumerate(text) if ch == " "), key=lambda i: (abs(i - middle), i))
+    return _halve(text[:cut], max_chars) + _halve(text[cut + 1:], max_chars)

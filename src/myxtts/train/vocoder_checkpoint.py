@@ -1,0 +1,78 @@
+"""Vocoder checkpoints: what a vocoder run saves, and loading one for synthesis.
+
+A vocoder checkpoint is a TTS-style checkpoint dict (``train.checkpoint``: written
+atomically, read with ``weights_only=True``) marked ``kind: "vocoder"``, carrying the run's
+config and the hash of its mel definition. Why the hash: a vocoder turns ONE mel definition
+into audio; fed mels of another sample rate, hop or filterbank it produces confident
+garbage, so loading it next to a TTS model of another definition is refused, naming the
+keys that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myxtts.config import AudioConfig, config_from_dict
+from myxtts.model.vocos import VocosGenerator
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+
+KIND = "kind"
+VOCODER = "vocoder"
+MEL_HASH = "mel_hash"
+GENERATOR, DISCRIMINATORS, OPTIMIZERS = "model", "discriminators", "optimizers"
+
+# The keys of AudioConfig that define the log-mel itself (trimming and loudness change the
+# data, not what a mel frame means).
+MEL_KEYS = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "fmin", "fmax",
+            "log_floor")
+
+
+def mel_definition(audio: AudioConfig | dict[str, Any]) -> dict[str, Any]:
+    values = audio if isinstance(audio, dict) else dataclasses.asdict(audio)
+    return {k: values[k] for k in MEL_KEYS}
+
+
+def mel_hash(audio: AudioConfig | dict[str, Any]) -> str:
+    blob = json.dumps(mel_definition(audio), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def check_mel_definition(saved_audio: dict[str, Any], audio: AudioConfig, where: str) -> None:
+    """TrainError naming every differing mel key unless ``saved_audio`` defines the same mel."""
+    if mel_hash(saved_audio) == mel_hash(audio):
+        return
+    mine, theirs = mel_definition(audio), mel_definition(saved_audio)
+    diffs = [f"audio.{k}: vocoder {theirs[k]!r}, model {mine[k]!r}" for k in MEL_KEYS
+             if theirs[k] != mine[k]]
+    raise TrainError(f"vocoder {where} was trained on another mel definition ({'; '.join(diffs)}); "
+                     f"train a vocoder on features of this model's config (`myxtts train-vocoder` "
+                     f"with the same audio section) or synthesize without --vocoder")
+
+
+def load_vocoder_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint file and dict of a vocoder run (folder or .pt); TrainError if it is a
+    TTS checkpoint or unreadable."""
+    file = ck.resolve_checkpoint(path)
+    state = ck.load(file)
+    if state.get(KIND) != VOCODER:
+        raise TrainError(f"{file} is a TTS checkpoint, not a vocoder; pass a run folder of "
+                         f"`myxtts train-vocoder` (or leave --vocoder out for Griffin-Lim)")
+    return file, state
+
+
+def load_vocoder(path: str | Path, audio: AudioConfig, device: torch.device) -> VocosGenerator:
+    """The trained generator of a vocoder run, in eval mode on ``device``, checked to speak
+    ``audio``'s mel definition."""
+    file, state = load_vocoder_state(path)
+    cfg = config_from_dict(state[ck.CONFIG])
+    check_mel_definition(state[ck.CONFIG]["audio"], audio, str(file))
+    gen = VocosGenerator(cfg.audio, cfg.vocoder)
+    gen.load_state_dict(state[GENERATOR])
+    return gen.to(device).eval()

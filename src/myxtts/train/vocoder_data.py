@@ -1,0 +1,105 @@
+"""Vocoder training data: random fixed-length (mel, waveform) segments from a store.
+
+Why segments: a GAN vocoder learns a local mapping (a few frames of mel -> their samples),
+so whole utterances only waste memory and padding; one fixed segment shape also means one
+compiled graph and no recompiles (``vocoder.segment_frames``).
+
+Why batch k is a pure function of (seed, k): resume is then exact with nothing to save
+but the step -- no sampler state, no worker queues. Each batch draws its utterances with
+probability proportional to their length (every frame equally likely) and a uniform frame
+offset inside each.
+
+Alignment: mel frame j of a clip is centred on sample j * hop (``myxtts.audio.mel``), and
+the vocoder's output sample t belongs to frame t // hop's centre region, so frames
+``k .. k+N-1`` go with samples ``k*hop .. (k+N)*hop - 1``. A clip shorter than a segment is
+padded: silence in the waveform, the log floor in the mel (what silence looks like).
+
+The mel source is the store's (ground truth) or, for fine-tuning on a TTS model's own
+output, any array of the same layout (``mel_source``: teacher-forced mels, see
+``train.vocoder_finetune``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from myxtts.data.store import FeatureStore
+
+INT16_SCALE = 1.0 / 32767.0
+
+
+class SegmentBatches:
+    """``batch(k) -> {"mel": float32 [B, N, n_mels], "wav": float32 [B, N * hop]}``.
+
+    ``mel_source``: ``[total_frames, n_mels]`` array indexed like ``store.mel_array``
+    (default: the store's own float16 memmap).
+    """
+
+    def __init__(self, store: FeatureStore, segment_frames: int, batch_size: int, hop: int,
+                 log_floor: float, seed: int, mel_source: np.ndarray | None = None) -> None:
+        store.require_audio()
+        self.store, self.n, self.batch_size, self.hop = store, segment_frames, batch_size, hop
+        self.seed = seed
+        self.pad_value = math.log(log_floor)
+        self.mel_source = store.mel_array if mel_source is None else mel_source
+        lengths = store.mel_lengths.astype(np.float64)
+        self.weights = lengths / lengths.sum()
+
+    def __len__(self) -> int:
+        """Segments in one pass over the split's frames (for 'epochs' in logs)."""
+        return max(1, int(self.store.total_frames) // (self.n * self.batch_size))
+
+    def segment(self, i: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Frames ``start .. start+N-1`` of utterance ``i`` and their samples (padded)."""
+        n, hop = self.n, self.hop
+        length = int(self.store.mel_lengths[i])
+        offset = int(self.store.mel_offsets[i])
+        mel = np.full((n, self.mel_source.shape[1]), self.pad_value, np.float32)
+        take = max(0, min(n, length - start))
+        mel[:take] = self.mel_source[offset + start: offset + start + take]
+        audio = self.store.audio(i)
+        wav = np.zeros(n * hop, np.float32)
+        piece = audio[start * hop: (start + n) * hop]
+        wav[: piece.shape[0]] = piece * INT16_SCALE
+        return mel, wav
+
+    def batch(self, k: int) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, k])
+        utts = rng.choice(len(self.weights), size=self.batch_size, p=self.weights)
+        mels, wavs = [], []
+        for i in utts:
+            room = max(0, int(self.store.mel_lengths[i]) - self.n)
+            mel, wav = self.segment(int(i), int(rng.integers(0, room + 1)))
+            mels.append(mel)
+            wavs.append(wav)
+        return {"mel": torch.from_numpy(np.stack(mels)), "wav": torch.from_numpy(np.stack(wavs))}
+
+    def stream(self, start: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches ``start, start+1, ...`` (endless); pinned on CUDA-capable hosts so the
+        prefetcher's copies are asynchronous."""
+        pin = torch.cuda.is_available()
+        k = start
+        while True:
+            b = self.batch(k)
+            yield {key: v.pin_memory() for key, v in b.items()} if pin else b
+            k += 1
+
+
+def fixed_segments(store: FeatureStore, segment_frames: int, count: int, hop: int,
+                   log_floor: float, mel_source: np.ndarray | None = None
+                   ) -> dict[str, torch.Tensor]:
+    """``count`` deterministic segments spread over ``store`` (validation): the same every
+    time, so validation figures are comparable across steps and runs."""
+    batches = SegmentBatches(store, segment_frames, 1, hop, log_floor, 0, mel_source)
+    picks = np.linspace(0, len(store) - 1, num=min(count, len(store))).round().astype(int)
+    mels, wavs = [], []
+    for i in picks:
+        start = max(0, (int(store.mel_lengths[i]) - segment_frames) // 2)
+        mel, wav = batches.segment(int(i), start)
+        mels.append(mel)
+        wavs.append(wav)
+    return {"mel": torch.from_numpy(np.stack(mels)), "wav": torch.from_numpy(np.stack(wavs))}

@@ -1,0 +1,248 @@
+"""``myxtts train-vocoder``: the GAN vocoder's run, from a store (or raw dataset) to
+checkpoints a synthesizer can load.
+
+Read top to bottom: ``train_vocoder`` finds the store (preparing one with audio from a raw
+dataset), builds generator, discriminators and the step, restores the newest checkpoint
+of the run folder, then loops: fetch a device batch (side-stream prefetch), step, and at
+intervals log (the one host sync), validate (re-synthesis quality of whole validation
+utterances against Griffin-Lim's), write audio samples and checkpoint. SIGINT/SIGTERM
+save and stop at a step boundary, like the TTS trainer. Batch k depends only on
+(seed, k), so a resumed run continues the exact stream (``train.vocoder_data``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myxtts.config import Config, config_from_dict, resolve_device, save_config
+from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.store import FeatureStore, StoreError, read_manifest
+from myxtts.model.discriminators import Discriminators
+from myxtts.model.vocoder import GriffinLim
+from myxtts.model.vocos import VocosGenerator
+from myxtts.observe.loggers import build_logger
+from myxtts.observe.meters import StepTimer
+from myxtts.observe.progress import Progress
+from myxtts.train import checkpoint as ck
+from myxtts.train import vocoder_checkpoint as vck
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import StopFlag, TrainResult
+from myxtts.train.setup import seed_everything
+from myxtts.train.vocoder_data import SegmentBatches
+from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
+from myxtts.train.vocoder_step import VocoderStep
+
+log = logging.getLogger(__name__)
+VAL_UTTERANCES = 8
+SAMPLE_UTTERANCES = 2
+
+
+def find_store(cfg: Config, data: str | Path, progress: bool) -> Path:
+    """``data`` if it is a store; a raw dataset is prepared (with audio) into RUN/store."""
+    data = Path(data)
+    if (data / "manifest.json").is_file():
+        return data
+    if not data.exists():
+        raise StoreError(f"{data} does not exist; pass a store from `myxtts prepare --audio` "
+                         f"or a dataset folder")
+    from myxtts.data.prepare import prepare_store
+
+    store = Path(cfg.train.output_dir) / "store"
+    log.info("%s is a raw dataset: preparing a store with audio in %s", data, store)
+    prep = config_from_dict({**cfg.to_dict(), "data": {**cfg.to_dict()["data"], "store_audio": True}})
+    prepare_store(data, store, prep, progress=progress, echo=log.info)
+    return store
+
+
+@dataclass
+class _Run:
+    cfg: Config
+    device: torch.device
+    gen: VocosGenerator
+    disc: Discriminators
+    step_fn: VocoderStep
+    train: FeatureStore
+    val: FeatureStore
+    record: ck.TrainingProgress
+
+
+def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -> _Run:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TrainError("train-vocoder runs in one process on one device; start it without "
+                         "torchrun (a small GAN vocoder does not need several GPUs)")
+    store = find_store(cfg, data, progress)
+    manifest = read_manifest(store)
+    if cfg.audio != config_from_dict({"audio": manifest["audio"]}).audio:
+        log.info("using the store's audio section (the vocoder learns the store's mel definition)")
+    saved = ck.load(resume) if resume else None
+    base = saved[ck.CONFIG] if saved else cfg.to_dict()
+    # The architecture and mel definition come from the checkpoint on resume; how the run
+    # goes (steps, device, intervals, output folder) from today's command line.
+    cfg = config_from_dict({**base, "audio": manifest["audio"], "train": cfg.to_dict()["train"]})
+    device = resolve_device(cfg.train.device, "train.device")
+    train_store = FeatureStore.open(store, "train")
+    train_store.require_audio()
+    val_store = FeatureStore.open(store, "val")
+    if len(val_store) == 0:
+        val_store = train_store
+    seed_everything(cfg.train.seed)
+    mean = torch.as_tensor(train_store.mel_mean)
+    std = torch.as_tensor(train_store.mel_std)
+    gen = VocosGenerator(cfg.audio, cfg.vocoder, mean, std).to(device)
+    disc = Discriminators(cfg.audio, cfg.vocoder).to(device)
+    step_fn = VocoderStep(gen, disc, cfg, device)
+    record = ck.TrainingProgress()
+    if saved is not None:
+        if saved.get(vck.KIND) != vck.VOCODER:
+            raise TrainError(f"{resume} is a TTS checkpoint; a vocoder run resumes from its own "
+                             f"checkpoints (choose another --output-dir)")
+        gen.load_state_dict(saved[vck.GENERATOR])
+        disc.load_state_dict(saved[vck.DISCRIMINATORS])
+        step_fn.load_state_dict(saved[vck.OPTIMIZERS])
+        ck.set_rng_state(saved[ck.RNG])
+        record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
+        log.info("resumed from %s at step %d", resume, record.step)
+    return _Run(cfg, device, gen, disc, step_fn, train_store, val_store, record)
+
+
+def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
+                  progress: bool = True) -> TrainResult:
+    out = Path(cfg.train.output_dir)
+    manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
+    resume_path = Path(resume) if resume else manager.latest()
+    run = _setup(cfg, data, resume_path, progress)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(run.cfg, out / "config.yaml")
+    n_params = sum(p.numel() for p in run.gen.parameters())
+    log.info("vocoder %s: generator %.2f M parameters on %s, precision %s, %s", run.cfg.vocoder.preset,
+             n_params / 1e6, run.device, str(run.step_fn.dtype).replace("torch.", ""),
+             "compiled" if run.step_fn.compiled else "eager")
+    logger = build_logger(out, 0, run.cfg.train.tensorboard)
+    loop = _Loop(run, manager, logger, out)
+    try:
+        with StopFlag() as stop:
+            last = loop.run(stop, progress)
+        return TrainResult(run.record.step, out, last, run.record.best_val_loss,
+                           stopped_by_signal=stop.signum is not None)
+    finally:
+        logger.close()
+
+
+class _Loop:
+    def __init__(self, run: _Run, manager: ck.CheckpointManager, logger: Any, out: Path) -> None:
+        self.run_, self.manager, self.logger, self.out = run, manager, logger, out
+        self.cfg = run.cfg
+        self.val_ids = pick_utterances(run.val, VAL_UTTERANCES)
+        self.griffin_lim: dict[str, float] | None = None
+        self.saved_step = run.record.step if run.record.step else -1
+
+    def vocode(self, mel: torch.Tensor) -> torch.Tensor:
+        gen = self.run_.gen
+        gen.eval()
+        try:
+            with torch.no_grad():
+                return gen(mel)
+        finally:
+            gen.train()
+
+    def validate(self, step: int) -> dict[str, float]:
+        r = self.run_
+        q = resynthesis_quality(self.vocode, r.val, self.val_ids, self.cfg.audio, r.device)
+        if self.griffin_lim is None:  # the baseline does not change: measure it once
+            gl = GriffinLim(self.cfg.audio).to(r.device)
+            self.griffin_lim = resynthesis_quality(gl, r.val, self.val_ids, self.cfg.audio, r.device)
+        q.update({f"griffin_lim_{k}": v for k, v in self.griffin_lim.items()})
+        self.logger.scalars(step, q, prefix="val/")
+        return q
+
+    def samples(self, step: int) -> None:
+        from myxtts.audio.io import save_wav
+
+        r = self.run_
+        for k, i in enumerate(self.val_ids[:SAMPLE_UTTERANCES]):
+            mel = torch.from_numpy(r.val.mel(i).astype("float32"))[None].to(r.device)
+            wav = self.vocode(mel)[0].float().cpu().numpy()
+            save_wav(self.out / "samples" / f"step_{step:08d}" / f"val{k}_{r.val.ids[i]}.wav",
+                     wav, self.cfg.audio.sample_rate)
+            self.logger.audio(f"vocoder/{k}", wav, self.cfg.audio.sample_rate, step)
+
+    def save(self, val_loss: float | None = None, is_best: bool = False) -> Path:
+        r = self.run_
+        self.saved_step = r.record.step
+        state = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
+                 vck.GENERATOR: r.gen.state_dict(), vck.DISCRIMINATORS: r.disc.state_dict(),
+                 vck.OPTIMIZERS: r.step_fn.state_dict(), ck.RNG: ck.rng_state(),
+                 ck.PROGRESS: r.record.state_dict(), ck.CONFIG: self.cfg.to_dict()}
+        return self.manager.save(state, r.record.step, val_loss, is_best)
+
+    def run(self, stop: StopFlag, show: bool) -> Path | None:
+        r, t = self.run_, self.cfg.train
+        v = self.cfg.vocoder
+        mel_source = None
+        if v.tts_checkpoint:  # fine-tune on the TTS model's teacher-forced mels
+            from myxtts.train.vocoder_finetune import teacher_forced_mels
+
+            mel_source = teacher_forced_mels(v.tts_checkpoint, r.train, self.out / "cache",
+                                             r.device)
+        batches = SegmentBatches(r.train, v.segment_frames, v.batch_size, self.cfg.audio.hop_length,
+                                 self.cfg.audio.log_floor, t.seed, mel_source)
+        stream = iter(DevicePrefetcher(batches.stream(r.record.step), r.device,
+                                       self.cfg.data.prefetch_batches))
+        timer = StepTimer(r.device)
+        bar = Progress(total=t.max_steps, initial=r.record.step, enabled=show, unit="seg")
+        seg_s = v.segment_frames / self.cfg.audio.frames_per_second
+        last: Path | None = None
+        r.gen.train()
+        r.disc.train()
+        while r.record.step < t.max_steps:
+            timer.wait_begin()
+            batch = next(stream)
+            timer.wait_end()
+            try:
+                r.step_fn(batch, r.record.step)
+            except torch.cuda.OutOfMemoryError as e:
+                raise TrainError(f"out of GPU memory with {v.batch_size} segments of "
+                                 f"{v.segment_frames} frames; try --set vocoder.batch_size="
+                                 f"{max(1, v.batch_size // 2)}") from e
+            r.record.step += 1
+            step = r.record.step
+            timer.step_end(v.batch_size, v.batch_size * seg_s)
+            if step % t.log_every == 0 or step == t.max_steps:
+                self._log(step, timer, bar)
+            if step % t.val_every == 0 or step == t.max_steps:
+                q = self.validate(step)
+                bar.note(f"step {step}: val mel L1 {q['mel_l1']:.4f} (Griffin-Lim "
+                         f"{q['griffin_lim_mel_l1']:.4f}), STFT distance {q['stft_distance']:.4f} "
+                         f"(Griffin-Lim {q['griffin_lim_stft_distance']:.4f})")
+                is_best = q["mel_l1"] < r.record.best_val_loss
+                r.record.best_val_loss = min(r.record.best_val_loss, q["mel_l1"])
+                last = self.save(q["mel_l1"], is_best)
+            if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
+                self.samples(step)
+            if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
+                last = self.save()
+            if stop.signum is not None:
+                if self.saved_step != step:
+                    last = self.save()
+                bar.note(f"stopped by signal at step {step}; checkpoint {last}")
+                break
+        bar.close()
+        return last
+
+    def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
+        values = self.run_.step_fn.read()
+        if values and not all(map(lambda x: x == x and abs(x) != float("inf"), values.values())):
+            self.save()
+            raise TrainError(f"non-finite vocoder loss at step {step}; lower vocoder.lr (now "
+                             f"{self.cfg.vocoder.lr}) or use --precision fp32")
+        iv = timer.collect()
+        values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
+                      audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
+        self.logger.scalars(step, values, prefix="train/")
+        bar.update_to(step, values)

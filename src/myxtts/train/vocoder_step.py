@@ -1,0 +1,151 @@
+"""One GAN vocoder training step: discriminators, then generator, no host sync.
+
+Why this order (HiFi-GAN, Vocos): the discriminators first learn from the generator's
+current output (detached), then the generator is updated against the freshly updated
+discriminators, with mel L1 (+ multi-resolution STFT) for content and least-squares
+adversarial + feature-matching losses for the fine structure a mel loss cannot see.
+Before ``vocoder.disc_start`` only the reconstruction losses train the generator: it
+learns the coarse spectrum quickly, and the discriminators then start on plausible audio.
+
+The step never reads a value back: loss terms are summed into device tensors and read
+once per log interval (``read``), like the TTS step. Precision: bf16 autocast where the
+GPU computes it natively, else fp32; fp16 is refused (its loss scaling interacts badly
+with two adversarial optimizers, and every GPU without bf16 can train this small model in
+fp32). The iSTFT, the mel and the STFT losses always run in float32 inside their modules.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from myxtts.audio.mel import MelSpectrogram
+from myxtts.config import Config, ConfigError
+from myxtts.model.gan_losses import (
+    MultiResolutionSTFTLoss,
+    discriminator_loss,
+    feature_matching_loss,
+    generator_adv_loss,
+    mel_l1,
+)
+from myxtts.train.optim import lr_factor
+from myxtts.train.step import native_bf16, resolve_compile
+
+LOSS_KEYS = ("loss", "mel_l1", "stft", "adv", "fm", "disc")
+
+
+def vocoder_precision(precision: str, device: torch.device) -> torch.dtype:
+    """``train.precision`` for the vocoder: auto = bf16 on GPUs that compute it natively,
+    else fp32; fp16 is refused with the reason."""
+    if precision == "fp16":
+        raise ConfigError("train.precision=fp16 is not supported for the vocoder (GAN training "
+                          "with fp16 loss scaling is unstable); use bf16 or fp32")
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp32" or device.type != "cuda":
+        return torch.float32
+    with torch.cuda.device(device):
+        return torch.bfloat16 if native_bf16() else torch.float32
+
+
+def _adamw(params: Any, cfg: Config, device: torch.device) -> torch.optim.Optimizer:
+    kw: dict[str, Any] = dict(lr=cfg.vocoder.lr, betas=(cfg.vocoder.beta1, cfg.vocoder.beta2),
+                              weight_decay=0.0)
+    if device.type == "cuda":
+        kw["fused"] = True
+    return torch.optim.AdamW(params, **kw)
+
+
+class VocoderStep:
+    """``step(batch, step_number)`` trains on one batch {"mel" [B, N, n_mels], "wav" [B, N*hop]}
+    already on ``device``; ``read()`` returns the mean loss terms since the last read."""
+
+    def __init__(self, generator: torch.nn.Module, discriminators: torch.nn.Module, cfg: Config,
+                 device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+        self.gen, self.disc = generator, discriminators
+        self.dtype = vocoder_precision(cfg.train.precision, device)
+        self.opt_g = _adamw(generator.parameters(), cfg, device)
+        self.opt_d = _adamw(discriminators.parameters(), cfg, device)
+        self.mel = MelSpectrogram(cfg.audio).to(device)
+        self.stft_loss = MultiResolutionSTFTLoss(cfg.audio).to(device)
+        self.compiled = resolve_compile(cfg.train.compile, device)
+        # One segment shape for the whole run: a plain compile, no dynamic shapes needed.
+        self.gen_fn = torch.compile(generator) if self.compiled else generator
+        self.disc_fn = torch.compile(discriminators) if self.compiled else discriminators
+        self.sums = {k: torch.zeros((), device=device) for k in LOSS_KEYS}
+        self.count = 0
+
+    def _autocast(self) -> Any:
+        if self.dtype == torch.float32:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _clip(self, module: torch.nn.Module) -> None:
+        if self.cfg.train.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.train.grad_clip,
+                                           foreach=True)
+
+    def __call__(self, batch: dict[str, torch.Tensor], step: int) -> None:
+        v = self.cfg.vocoder
+        mel, real = batch["mel"], batch["wav"]
+        gan = step >= v.disc_start  # a host int: no sync
+        # The schedule is a function of the step (train.warmup_steps, cosine to
+        # train.min_lr_ratio): nothing to save for resume, and it holds for both optimizers.
+        lr = v.lr * lr_factor(step, self.cfg.train)
+        for opt in (self.opt_g, self.opt_d):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        with self._autocast():
+            fake = self.gen_fn(mel).float()  # [B, N*hop]
+        zero = torch.zeros((), device=self.device)
+        d_loss = zero
+        if gan:
+            with self._autocast():
+                real_logits, _ = self.disc_fn(real)
+                fake_logits, _ = self.disc_fn(fake.detach())
+                d_loss = discriminator_loss(real_logits, fake_logits)
+            self.opt_d.zero_grad(set_to_none=True)
+            d_loss.backward()
+            self._clip(self.disc)
+            self.opt_d.step()
+        mel_loss = mel_l1(self.mel, fake, real)
+        stft = self.stft_loss(fake, real) if v.stft_weight > 0 else zero
+        adv = fm = zero
+        if gan:
+            with self._autocast():
+                with torch.no_grad():
+                    _, real_feats = self.disc_fn(real)
+                fake_logits, fake_feats = self.disc_fn(fake)
+                adv = generator_adv_loss(fake_logits)
+                fm = feature_matching_loss(real_feats, fake_feats)
+        total = v.mel_weight * mel_loss + v.stft_weight * stft + v.adv_weight * adv + v.fm_weight * fm
+        self.opt_g.zero_grad(set_to_none=True)
+        total.backward()
+        self._clip(self.gen)
+        self.opt_g.step()
+        with torch.no_grad():
+            for k, value in zip(LOSS_KEYS, (total, mel_loss, stft, adv, fm, d_loss)):
+                self.sums[k] += value.detach().float()
+        self.count += 1
+
+    def read(self) -> dict[str, float]:
+        """Mean of each loss term since the last read (the interval's one host sync)."""
+        if self.count == 0:
+            return {}
+        values = torch.stack([self.sums[k] for k in LOSS_KEYS]).cpu().tolist()
+        out = {k: val / self.count for k, val in zip(LOSS_KEYS, values)}
+        for t in self.sums.values():
+            t.zero_()
+        self.count = 0
+        out["lr"] = self.opt_g.param_groups[0]["lr"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt_g.load_state_dict(state["opt_g"])
+        self.opt_d.load_state_dict(state["opt_d"])

@@ -1,0 +1,141 @@
+"""Long-form, streaming and cloning options of synthesis: nothing cut, streams equal the
+whole, several references average."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from myxtts.cli.main import main
+from myxtts.config import load_config
+from myxtts.inference import longform
+from myxtts.inference.synthesizer import Synthesizer
+from myxtts.model.vocos import VocosGenerator
+from myxtts.train.errors import TrainError
+from myxtts.train.loop import train
+from tests.helpers import micro_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PARAGRAPH = ("lamo tesi kunapo. miresu fato. kali mo tesi, pana lumi sotu kanefa! "
+             "memo tarisu pekafo nilo. sumati kelo rapina.")
+
+
+@pytest.fixture(scope="module")
+def run(micro_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("longform") / "run"
+    train(micro_config(out, "train.max_steps=2", "model.max_decoder_frames=40"), micro_store,
+          progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def refs(micro_store):
+    wavs = sorted((micro_store.parent / "data" / "wavs").glob("*.wav"))
+    return [wavs[0], wavs[-1]]
+
+
+def fake_decoder(frames_per_char: int, max_frames: int):
+    """Decodes a text to frames_per_char frames per character (capped), log-mel = char code."""
+    def decode(texts):
+        lengths = torch.tensor([min(max_frames, frames_per_char * len(t)) for t in texts])
+        mels = torch.zeros(len(texts), int(lengths.max()), 2)
+        for b, t in enumerate(texts):
+            mels[b, : lengths[b], 0] = float(len(t))
+        return mels, lengths
+    return decode
+
+
+def test_pieces_that_reach_the_limit_are_split_never_cut(caplog):
+    pieces = longform.plan_pieces([PARAGRAPH], "en")
+    assert [p.text for p in pieces][:2] == ["lamo tesi kunapo.", "miresu fato."]
+    assert len(pieces) == 5 and pieces[-1].pause_s == 0.0
+    max_frames = 60  # 2 frames per character: 29 characters fit
+    with caplog.at_level(logging.WARNING):
+        out = longform.decode_pieces(pieces, fake_decoder(2, max_frames), max_frames, "en", 86.0)
+    texts = [p.text for p, _ in out]
+    assert " ".join(texts) == PARAGRAPH  # everything said, in order
+    assert all(m.shape[0] < max_frames for _, m in out)  # nothing reached the limit
+    assert all(m.shape[0] == 2 * len(p.text) for p, m in out)  # each piece spoken whole
+    assert not caplog.records
+    # a single word that cannot fit is the one case left: it is said up to the limit, and reported
+    with caplog.at_level(logging.WARNING):
+        out = longform.decode_pieces(longform.plan_pieces(["supercalifragilistic."], "en"),
+                                     fake_decoder(4, 40), 40, "en", 86.0)
+    assert len(out) == 1 and "too long for the decoder" in caplog.text
+
+
+def test_a_long_text_is_one_clip_with_every_sentence(run, refs):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    hop, sr = synth.cfg.audio.hop_length, synth.cfg.audio.sample_rate
+    [wav] = synth.synthesize([PARAGRAPH], refs[:1])
+    pieces = longform.decode_pieces(
+        longform.plan_pieces([PARAGRAPH], "en"),
+        lambda batch: synth.synthesize_mel(batch, synth.voice(refs[:1])), synth.max_frames, "en",
+        86.0)
+    n_pieces = len(pieces)
+    assert n_pieces >= 5  # an untrained decoder never stops: sentences get split, not cut
+    pauses = sum(int(round(p.pause_s * sr)) for p, _ in pieces)
+    assert len(wav) == sum(m.shape[0] for _, m in pieces) * hop + pauses
+
+
+def test_streaming_equals_the_whole_utterance(run, refs):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    torch.manual_seed(0)
+    small = load_config(overrides=["vocoder.dim=16", "vocoder.layers=1"]).vocoder
+    vocoder = VocosGenerator(synth.cfg.audio, small)
+    neural = Synthesizer(synth.model, synth.cfg, synth.tokenizer, synth.device, vocoder)
+    text = "lamo tesi kunapo."
+    mels, lengths = neural.synthesize_mel([text], refs[:1], seed=7)  # one sentence, as streamed
+    [whole] = neural.vocode(mels, lengths)
+    chunks = list(neural.stream(text, refs[:1], seed=7, first_frames=4, chunk_frames=8))
+    assert len(chunks) >= 4  # really streamed, in several pieces
+    streamed = np.concatenate(chunks)
+    assert streamed.shape == whole.shape
+    assert np.abs(streamed - whole).max() < 1e-4 * max(1.0, np.abs(whole).max())
+    # Griffin-Lim streams too (cross-faded, not exact): same length, finite
+    gl = np.concatenate(list(synth.stream(text, refs[:1], seed=7, first_frames=4, chunk_frames=8)))
+    assert gl.shape == whole.shape and np.isfinite(gl).all()
+
+
+def test_several_references_average_into_one_voice(run, refs):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    a, b = synth.voice(refs[:1]), synth.voice(refs[1:])
+    both = synth.voice(refs)
+    assert torch.allclose(both, (a + b) / 2, atol=1e-6) and not torch.allclose(a, b)
+
+
+def test_bad_synthesis_input_is_one_line(run, refs, tmp_path, capsys):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    short = tmp_path / "short.wav"
+    sf.write(short, 0.3 * np.sin(np.arange(4410) / 5.0), 22050)  # 0.2 s
+    with pytest.raises(TrainError, match=r"0\.20 s .* at least 0\.5 s"):
+        synth.voice([short])
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9".encode("latin-1"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    base = ["synthesize", "-c", str(run), "-r", str(refs[0]), "--device", "cpu"]
+    for args, message in (
+            (["--text-file", str(latin1), "-o", str(tmp_path / "a.wav")], "is not UTF-8"),
+            (["--text-file", str(empty), "-o", str(tmp_path / "a.wav")], "is empty"),
+            (["-t", "lamo.", "-o", str(tmp_path / "a.wav"), "--vocoder", str(run)],
+             "is a TTS checkpoint, not a vocoder")):
+        assert main(base + args) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_stream_cli_writes_the_wav_and_reports_latency(run, refs, tmp_path, capsys):
+    out = tmp_path / "s.wav"
+    text = tmp_path / "t.txt"
+    text.write_text("lamo tesi.\n\nmiresu fato.", encoding="utf-8")
+    assert main(["synthesize", "-c", str(run), "-r", str(refs[0]), "--text-file", str(text),
+                 "-o", str(out), "--stream", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "first audio after" in err and "real-time factor" in err
+    wav, sr = sf.read(out)
+    assert sr == 22050 and len(wav) > 2 * 40 * 256  # two sentences of 40 frames + a pause

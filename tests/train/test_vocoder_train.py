@@ -1,0 +1,103 @@
+"""Vocoder training: segments line up with their audio, resume is exact, bad input is one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from myxtts.audio.mel import MelSpectrogram
+from myxtts.config import load_config
+from myxtts.data.store import FeatureStore, StoreError
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+from myxtts.train.vocoder_checkpoint import check_mel_definition, load_vocoder, mel_hash
+from myxtts.train.vocoder_data import SegmentBatches
+from myxtts.train.vocoder_loop import train_vocoder
+from myxtts.train.vocoder_step import VocoderStep
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# A vocoder far smaller than the tiny preset: the mechanics are under test, not quality.
+MICRO_VOCODER = ["vocoder.dim=16", "vocoder.layers=1", "vocoder.disc_channels=4",
+                 "vocoder.periods=[2, 3]", "vocoder.segment_frames=8", "vocoder.batch_size=2"]
+
+
+def vocoder_config(out, *extra):
+    return load_config(overrides=[
+        *MICRO_VOCODER, f"train.output_dir={out}", "train.device=cpu", "train.tensorboard=false",
+        "train.warmup_steps=1", "train.log_every=2", "train.val_every=3", "train.ckpt_every=3",
+        "train.synth_every=0", "vocoder.disc_start=2", *extra])
+
+
+def test_a_segment_is_the_audio_its_mel_was_computed_from(audio_store):
+    store = FeatureStore.open(audio_store, "train")
+    cfg = load_config()
+    batches = SegmentBatches(store, 16, 4, cfg.audio.hop_length, cfg.audio.log_floor, seed=5)
+    b = batches.batch(0)
+    assert b["mel"].shape == (4, 16, cfg.audio.n_mels) and b["wav"].shape == (4, 16 * 256)
+    assert torch.equal(b["mel"], batches.batch(0)["mel"])  # a pure function of (seed, k)
+    assert not torch.equal(b["mel"], batches.batch(1)["mel"])
+    # recompute the mel of a whole clip's audio: it is the store's mel (float16, int16 audio)
+    i = 3
+    wav = torch.from_numpy(store.audio(i).astype(np.float32) / 32767)
+    mel, n = MelSpectrogram(cfg.audio)(wav)
+    assert int(n) == len(store.mel(i))
+    assert (mel - torch.from_numpy(store.mel(i).astype(np.float32))).abs().max() < 0.05
+    # and a segment's wav is the stored clip's samples at the segment's frames
+    mel_seg, wav_seg = batches.segment(i, 5)
+    assert np.array_equal(mel_seg, store.mel(i)[5:21].astype(np.float32))
+    assert np.allclose(wav_seg, store.audio(i)[5 * 256: 21 * 256] / 32767)
+
+
+def test_training_resumes_exactly(audio_store, tmp_path, monkeypatch):
+    full = train_vocoder(vocoder_config(tmp_path / "a", "train.max_steps=6"), audio_store,
+                         progress=False)
+    real_step = VocoderStep.__call__
+
+    def crash_at_step_5(self, batch, step):  # a killed run: the newest checkpoint is step 3
+        if step == 4:
+            raise RuntimeError("killed")
+        real_step(self, batch, step)
+
+    monkeypatch.setattr(VocoderStep, "__call__", crash_at_step_5)
+    with pytest.raises(RuntimeError, match="killed"):
+        train_vocoder(vocoder_config(tmp_path / "b", "train.max_steps=6"), audio_store,
+                      progress=False)
+    monkeypatch.setattr(VocoderStep, "__call__", real_step)
+    resumed = train_vocoder(vocoder_config(tmp_path / "b", "train.max_steps=6"), audio_store,
+                            progress=False)
+    assert full.step == resumed.step == 6
+    a = ck.load(tmp_path / "a" / "checkpoints" / "ckpt_00000006.pt")
+    b = ck.load(tmp_path / "b" / "checkpoints" / "ckpt_00000006.pt")
+    for part in ("model", "discriminators"):
+        for k, v in a[part].items():
+            assert torch.equal(v, b[part][k]), f"{part}.{k} differs after resume"
+    assert a["kind"] == "vocoder" and a["mel_hash"] == mel_hash(load_config().audio)
+    # the run is loadable for synthesis, in eval mode, speaking this mel definition
+    gen = load_vocoder(tmp_path / "a", load_config().audio, torch.device("cpu"))
+    assert not gen.training and gen(torch.zeros(1, 10, 80)).shape == (1, 10 * 256)
+
+
+def test_a_store_without_audio_says_how_to_add_it(micro_store, tmp_path):
+    with pytest.raises(StoreError, match=r"--audio --force"):
+        train_vocoder(vocoder_config(tmp_path, "train.max_steps=1"), micro_store, progress=False)
+
+
+def test_another_mel_definition_is_refused_naming_the_keys():
+    audio = load_config().audio
+    other = load_config(overrides=["audio.hop_length=200"]).audio
+    check_mel_definition(vars(audio), audio, "x")  # same definition: fine
+    trimmed = load_config(overrides=["audio.trim_db=30"]).audio
+    check_mel_definition(vars(trimmed), audio, "x")  # trimming is not the mel definition
+    with pytest.raises(TrainError, match=r"audio.hop_length: vocoder 200, model 256"):
+        check_mel_definition(vars(other), audio, "x")
+
+
+def test_fp16_is_refused_for_the_gan():
+    from myxtts.config import ConfigError
+    from myxtts.train.vocoder_step import vocoder_precision
+
+    with pytest.raises(ConfigError, match="bf16 or fp32"):
+        vocoder_precision("fp16", torch.device("cpu"))
+    assert vocoder_precision("auto", torch.device("cpu")) == torch.float32
