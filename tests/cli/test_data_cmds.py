@@ -72,7 +72,7 @@ def test_inspect_reports_problems_and_exits_zero(tmp_path, capsys):
     (root / "wavs" / "junk.wav").write_bytes(b"not a wav file at all")
     (root / "metadata.csv").write_text(
         "a|fine\n"
-        "b|one|two|three|four\n"   # line 2: columns
+        "b|one|two|three|four|five\n"   # line 2: columns
         "x|no audio\n"             # line 3: missing
         "c|\n"                     # line 4: empty text
         "a|dup\n"                  # line 5

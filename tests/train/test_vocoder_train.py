@@ -101,3 +101,18 @@ def test_fp16_is_refused_for_the_gan():
     with pytest.raises(ConfigError, match="bf16 or fp32"):
         vocoder_precision("fp16", torch.device("cpu"))
     assert vocoder_precision("auto", torch.device("cpu")) == torch.float32
+
+
+def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path):
+    from myxtts.train.loop import train
+    from tests.helpers import micro_config
+
+    train_vocoder(vocoder_config(tmp_path / "voc", "train.max_steps=1"), audio_store, progress=False)
+    cfg = micro_config(tmp_path / "tts", "train.max_steps=2", "train.synth_every=2",
+                       "model.max_decoder_frames=16", f"train.vocoder={tmp_path / 'voc'}")
+    train(cfg, micro_store, progress=False)
+    assert sorted((tmp_path / "tts" / "samples" / "step_00000002").glob("*.wav"))
+    wrong = micro_config(tmp_path / "tts2", "train.max_steps=2", f"train.vocoder={tmp_path}")
+    with pytest.raises(TrainError, match="no checkpoint at"):  # before step 1, not at a sample
+        train(wrong, micro_store, progress=False)
+    assert not (tmp_path / "tts2" / "config.yaml").exists()

@@ -81,6 +81,10 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     run = build_setup(cfg, data_path, resume_path)
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
                                                run.dist, run.record)
+    if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in
+        from myxtts.train.vocoder_checkpoint import load_vocoder
+
+        load_vocoder(cfg.train.vocoder, cfg.audio, torch.device("cpu"))
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.yaml")

@@ -64,7 +64,13 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
                                        batch["language_ids"], batch["ref_mel"], batch["ref_lengths"])
     with torch.no_grad():
         align = model.alignment(batch)
-    wavs = GriffinLim(cfg.audio).to(device).waveforms(mels, lengths)
+    if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
+        from myxtts.train.vocoder_checkpoint import load_vocoder
+
+        vocoder: Any = load_vocoder(cfg.train.vocoder, cfg.audio, device)
+    else:
+        vocoder = GriffinLim(cfg.audio).to(device)
+    wavs = vocoder.waveforms(mels, lengths)
     std = model.mel_std.float().cpu().numpy()  # distances in units of each band's spread
     paths = []
     step_dir = out_dir / f"step_{step:08d}"

@@ -1,0 +1,204 @@
+"""Vocoder benchmark: training speed, re-synthesis quality against Griffin-Lim (the
+baseline, measured in the same run), and streaming latency / real-time factor.
+
+    python benchmarks/vocoder.py [--data DIR] [--steps N] [--gan-steps M] [--preset tiny|base]
+
+1. Prepares DATA (default ../shared/data/ljspeech-mini, else a generated demo corpus) with
+   audio, then trains the vocoder exactly as ``myxtts train-vocoder`` does: ``--steps``
+   reconstruction steps (``vocoder.disc_start``), then ``--gan-steps`` with the
+   discriminators. Steps/s and segments/s per phase are the medians of the logged intervals.
+2. Quality on held-out utterances (the val split): mel L1 and multi-resolution STFT distance
+   of the re-synthesis from ground-truth mels, Griffin-Lim vs the vocoder (lower = closer;
+   ratio = vocoder / Griffin-Lim), PESQ (wide-band, 16 kHz) where the ``pesq`` package imports.
+3. Streaming: a tiny TTS model (random weights: decoding speed does not depend on what was
+   learned; every utterance runs to ``--frames`` frames) speaks one sentence; time to first
+   audio and real-time factor (compute time / audio time) of ``Synthesizer.stream`` against
+   the non-streaming ``synthesize`` of the same utterance, with Griffin-Lim and the vocoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_DATA, LABEL, say  # noqa: E402
+
+
+def prepare_with_audio(data: Path | None, tmp: Path) -> tuple[Path, Path]:
+    from myxtts.config import load_config
+    from myxtts.data.prepare import prepare_store
+
+    if data is None:
+        data = DEFAULT_DATA
+        if not data.exists():
+            from myxtts.synthetic import make_demo_data
+
+            say(f"{DEFAULT_DATA} not found: using a generated demo corpus")
+            data = make_demo_data(tmp / "demo", speakers=4, utterances=40)
+    store = tmp / "store"
+    say(f"preparing {data} -> {store} (with audio)")
+    prepare_store(data, store, load_config(overrides=["data.store_audio=true"]), progress=False,
+                  echo=lambda s: None)
+    return data, store
+
+
+def phase_speed(run: Path, first: int, last: int) -> tuple[float, float]:
+    """Median steps/s and segments/s of the logged intervals with first < step <= last."""
+    steps, segs = [], []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if first < row.get("step", 0) <= last and "train/steps_per_s" in row:
+            steps.append(row["train/steps_per_s"])
+            segs.append(row["train/utterances_per_s"])
+    return (statistics.median(steps), statistics.median(segs)) if steps else (float("nan"),) * 2
+
+
+def pesq_score(store, indices, vocode, device) -> float | None:
+    try:
+        from pesq import pesq
+    except ImportError:
+        return None
+    import soxr
+
+    scores = []
+    for i in indices:
+        ref = store.audio(i).astype(np.float32) / 32767
+        mel = torch.from_numpy(store.mel(i).astype(np.float32))[None].to(device)
+        deg = vocode(mel)[0, : len(ref)].float().cpu().numpy()
+        sr = store.manifest["audio"]["sample_rate"]
+        scores.append(pesq(16000, soxr.resample(ref, sr, 16000), soxr.resample(deg, sr, 16000), "wb"))
+    return float(np.mean(scores))
+
+
+def streaming_rows(store_path: Path, vocoder_run: Path, frames: int, device: torch.device
+                   ) -> list[str]:
+    from myxtts.config import load_config
+    from myxtts.data.store import FeatureStore
+    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.model.xtts import build_model
+    from myxtts.train.vocoder_checkpoint import load_vocoder
+
+    store = FeatureStore.open(store_path, "train")
+    cfg = load_config(overrides=[f"model.max_decoder_frames={frames}", "model.stop_threshold=0.999"])
+    tok = store.tokenizer
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.vocab_size, len(tok.languages), None, None).to(device).eval()
+    with torch.no_grad():  # never stop: every run decodes exactly `frames` frames
+        model.decoder.stop_head.bias.fill_(-30.0)
+    ref = [str(store_path.parent / "ref.wav")]
+    from myxtts.audio.io import save_wav
+
+    save_wav(Path(ref[0]), store.audio(0).astype(np.float32) / 32767, cfg.audio.sample_rate)
+    text = "printing, in the only sense with which we are at present concerned."
+    rows = []
+    for name, voc in (("Griffin-Lim", None), ("vocoder", load_vocoder(vocoder_run, cfg.audio, device))):
+        synth = Synthesizer(model, cfg, tok, device, voc)
+        voice = synth.voice(ref)
+        for _ in range(2):  # warm-up
+            list(synth.stream(text, voice))
+        t0 = time.perf_counter()
+        whole = synth.vocode(*synth.synthesize_mel([text], voice))[0]
+        t_whole = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        first = None
+        n = 0
+        for chunk in synth.stream(text, voice):
+            first = first or time.perf_counter() - t0
+            n += chunk.size
+        t_stream = time.perf_counter() - t0
+        audio_s = n / cfg.audio.sample_rate
+        rows.append(f"{name + ': whole utterance (' + f'{audio_s:.2f} s audio)':<{LABEL}} "
+                    f"first audio {1000 * t_whole:7.0f} ms  RTF {t_whole / (len(whole) / cfg.audio.sample_rate):.3f}")
+        rows.append(f"{name + ': streamed':<{LABEL}} first audio {1000 * first:7.0f} ms  "
+                    f"RTF {t_stream / audio_s:.3f}  (first audio {first / t_whole:.2f}x the whole)")
+    return rows
+
+
+def main() -> None:
+    import logging
+
+    logging.getLogger("myxtts.inference.streaming").setLevel(logging.ERROR)  # runs to the cap on purpose
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, help="dataset (default ../shared/data/ljspeech-mini)")
+    p.add_argument("--preset", default=None, help="vocoder preset (default tiny on CPU, base on CUDA)")
+    p.add_argument("--steps", type=int, default=1500, help="reconstruction-only steps")
+    p.add_argument("--gan-steps", type=int, default=100, help="steps with the discriminators after")
+    p.add_argument("--frames", type=int, default=258, help="frames per streamed utterance (~3 s)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    preset = args.preset or ("base" if cuda else "tiny")
+    from myxtts.config import load_config
+    from myxtts.data.store import FeatureStore
+    from myxtts.model.vocoder import GriffinLim
+    from myxtts.train.vocoder_checkpoint import load_vocoder
+    from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
+    from myxtts.train.vocoder_loop import train_vocoder
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        data, store_path = prepare_with_audio(args.data, tmp)
+        run = tmp / "run"
+        total = args.steps + args.gan_steps
+        base = [f"vocoder.preset={preset}", f"vocoder.disc_start={args.steps}",
+                f"train.output_dir={run}", f"train.device={device}", "train.warmup_steps=50",
+                "train.log_every=25", f"train.val_every={total}", f"train.ckpt_every={total}",
+                "train.synth_every=0", "train.tensorboard=false"]
+        val = FeatureStore.open(store_path, "val")
+        ids = pick_utterances(val, 8)
+        gl = GriffinLim(load_config().audio).to(device)
+        q_gl = resynthesis_quality(gl, val, ids, load_config().audio, device)
+        p_gl = pesq_score(val, ids, gl, device)
+        quality = []
+        t0 = time.perf_counter()
+        for phase, steps in (("reconstruction", args.steps), ("+ GAN", total)):
+            if steps == 0 or (phase == "+ GAN" and args.gan_steps == 0):
+                continue
+            say(f"training the {preset} vocoder ({phase}) to step {steps}")
+            cfg = load_config(overrides=base + [f"train.max_steps={steps}"])
+            train_vocoder(cfg, store_path, progress=False)  # the GAN phase resumes the first
+            gen = load_vocoder(run, cfg.audio, device)
+            q = resynthesis_quality(gen, val, ids, cfg.audio, device)
+            quality.append((f"after {steps} steps ({phase})", q,
+                            pesq_score(val, ids, gen, device)))
+        minutes = (time.perf_counter() - t0) / 60
+        recon = phase_speed(run, 25, args.steps)
+        gan = phase_speed(run, args.steps + 25, total)
+        say("measuring streaming")
+        stream = streaming_rows(store_path, run, args.frames, device)
+    dev = torch.cuda.get_device_name(0) if cuda else f"CPU, {torch.get_num_threads()} threads"
+    lines = [f"data: {data}; device: {dev}; torch {torch.__version__}",
+             f"vocoder {preset}: {args.steps} reconstruction + {args.gan_steps} GAN steps "
+             f"in {minutes:.1f} min (validation included)", "",
+             f"{'training':<{LABEL}} {'steps/s':>9} {'segments/s':>11}",
+             f"{'  reconstruction (mel L1 + MR-STFT)':<{LABEL}} {recon[0]:9.1f} {recon[1]:11.1f}",
+             f"{'  GAN (+ MPD/MRD, feature matching)':<{LABEL}} {gan[0]:9.1f} {gan[1]:11.1f}", "",
+             f"{'re-synthesis of ' + str(len(ids)) + ' val utterances':<{LABEL}} "
+             f"{'mel L1':>9} {'ratio':>6} {'MR-STFT':>9} {'ratio':>6} {'PESQ wb':>8}"]
+    fmt = lambda p: "n/a" if p is None else f"{p:.3f}"  # noqa: E731
+    lines.append(f"{'  Griffin-Lim (baseline)':<{LABEL}} {q_gl['mel_l1']:9.4f} {1:6.3f} "
+                 f"{q_gl['stft_distance']:9.4f} {1:6.3f} {fmt(p_gl):>8}")
+    for name, q, pq in quality:
+        lines.append(f"{'  vocoder ' + name:<{LABEL}} {q['mel_l1']:9.4f} "
+                     f"{q['mel_l1'] / q_gl['mel_l1']:6.3f} {q['stft_distance']:9.4f} "
+                     f"{q['stft_distance'] / q_gl['stft_distance']:6.3f} {fmt(pq):>8}")
+    if p_gl is None:
+        lines.append("  (PESQ: n/a, the pesq package is not installed)")
+    lines += ["", "streaming (tiny TTS model, random weights, one sentence)"] + stream
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
