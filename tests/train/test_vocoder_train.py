@@ -116,3 +116,23 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
     with pytest.raises(TrainError, match="no checkpoint at"):  # before step 1, not at a sample
         train(wrong, micro_store, progress=False)
     assert not (tmp_path / "tts2" / "config.yaml").exists()
+
+
+def test_fine_tuning_reads_the_tts_models_teacher_forced_mels(audio_store, tmp_path):
+    from myxtts.train.loop import train
+    from myxtts.train.vocoder_finetune import teacher_forced_mels
+    from tests.helpers import micro_config
+
+    train(micro_config(tmp_path / "tts", "train.max_steps=2"), audio_store, progress=False)
+    store = FeatureStore.open(audio_store, "train")
+    mels = teacher_forced_mels(tmp_path / "tts", store, tmp_path / "cache", torch.device("cpu"))
+    assert mels.shape == store.mel_array.shape and np.isfinite(mels).all()
+    assert not np.array_equal(mels, store.mel_array)  # the model's mels, not the store's
+    again = teacher_forced_mels(tmp_path / "tts", store, tmp_path / "cache", torch.device("cpu"))
+    assert np.array_equal(again, mels) and len(list((tmp_path / "cache").iterdir())) == 1
+    run = train_vocoder(vocoder_config(tmp_path / "voc", "train.max_steps=2",
+                                       f"vocoder.tts_checkpoint={tmp_path / 'tts'}"),
+                        audio_store, progress=False)
+    assert run.step == 2 and list((tmp_path / "voc" / "cache").glob("tts_mels_train_*.f16"))
+    with pytest.raises(TrainError, match="is a vocoder run"):
+        teacher_forced_mels(tmp_path / "voc", store, tmp_path / "cache", torch.device("cpu"))

@@ -13,6 +13,7 @@ save and stop at a step boundary, like the TTS trainer. Batch k depends only on
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,7 +238,7 @@ class _Loop:
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
         values = self.run_.step_fn.read()
-        if values and not all(map(lambda x: x == x and abs(x) != float("inf"), values.values())):
+        if not all(math.isfinite(x) for x in values.values()):
             self.save()
             raise TrainError(f"non-finite vocoder loss at step {step}; lower vocoder.lr (now "
                              f"{self.cfg.vocoder.lr}) or use --precision fp32")
