@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             outputs.append((wav_path, ref, demo_speaker_f0(v, args.speakers), native))
     minutes = (time.perf_counter() - t0) / 60
     print(f"\ndone in {minutes:.1f} min. Everything is in {out}/:")
-    print(f"  data        {data}  (generated clips, LJSpeech layout + speaker column)")
+    print(f"  data        {data}  (generated clips, LJSpeech layout + speaker and language columns)")
     print(f"  store       {store}  (packed features; report.json lists rejected clips)")
     print(f"  run         {result.output_dir}  (config.yaml, checkpoints/, metrics.jsonl, "
           f"tensorboard/, samples/)")

@@ -41,6 +41,7 @@ from myxtts.train.vocoder_step import VocoderStep
 
 log = logging.getLogger(__name__)
 VAL_UTTERANCES = 8
+ARCHITECTURE_KEYS = ("preset", "dim", "ff_mult", "layers", "kernel", "disc_channels", "periods")
 SAMPLE_UTTERANCES = 2
 
 
@@ -82,10 +83,14 @@ def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -
     if cfg.audio != config_from_dict({"audio": manifest["audio"]}).audio:
         log.info("using the store's audio section (the vocoder learns the store's mel definition)")
     saved = ck.load(resume) if resume else None
-    base = saved[ck.CONFIG] if saved else cfg.to_dict()
-    # The architecture and mel definition come from the checkpoint on resume; how the run
-    # goes (steps, device, intervals, output folder) from today's command line.
-    cfg = config_from_dict({**base, "audio": manifest["audio"], "train": cfg.to_dict()["train"]})
+    wanted = cfg.to_dict()
+    if saved is not None:
+        # The architecture comes from the checkpoint (the weights need it); how the run goes
+        # (steps, device, intervals, losses, lr, fine-tuning source) from today's command
+        # line, so e.g. --tts-checkpoint can start fine-tuning from a trained vocoder.
+        arch = {k: saved[ck.CONFIG]["vocoder"][k] for k in ARCHITECTURE_KEYS}
+        wanted["vocoder"] = {**wanted["vocoder"], **arch}
+    cfg = config_from_dict({**wanted, "audio": manifest["audio"]})
     device = resolve_device(cfg.train.device, "train.device")
     train_store = FeatureStore.open(store, "train")
     train_store.require_audio()
