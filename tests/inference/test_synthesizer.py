@@ -33,11 +33,13 @@ def test_a_run_folder_or_a_file_loads_and_synthesizes(run, reference):
     assert resolve_checkpoint(run) == run / "checkpoints" / "best.pt"
     hop, limit = synth.cfg.audio.hop_length, synth.cfg.model.max_decoder_frames
     mels, lengths = synth.synthesize_mel(SENTENCES, [reference])
-    wavs = synth.synthesize(SENTENCES, [reference])
+    wavs = synth.vocode(mels, lengths)
     assert len(wavs) == 2 and mels.shape[0] == 2 and mels.shape[2] == synth.cfg.audio.n_mels
     for wav, n in zip(wavs, lengths.tolist()):
         assert wav.dtype == np.float32 and 0 < n <= limit and len(wav) == n * hop
         assert np.isfinite(wav).all()
+    spoken = synth.synthesize(SENTENCES, [reference])  # long-form: one clip per text
+    assert len(spoken) == 2 and all(len(w) >= hop and np.isfinite(w).all() for w in spoken)
     for i, n in enumerate(lengths.tolist()):  # zero past each length: a clean batch
         assert not mels[i, n:].any()
     again = Synthesizer.from_checkpoint(run / "checkpoints" / "ckpt_00000004.pt", device="cpu")

@@ -70,10 +70,13 @@ def test_frame_j_is_centred_at_sample_j_hop(phase):
     for b, scale, offset in [(k, 0.25, 0.0), (k - 1, 0.125, math.pi), (k + 1, 0.125, math.pi)]:
         log_mag[b] = math.log(amp * n_fft * scale)
         phases[b] = phase + offset
+    mel = random_mel(2, 9)
     with torch.no_grad():
-        gen.head.weight.zero_()
+        gen.head.weight.zero_()  # the head adds a residual to the magnitude prior: cancel it
+        prior = gen.magnitude_prior(mel)  # [2, 9, n_freqs]
         gen.head.bias.copy_(torch.cat([log_mag, phases]))
-        wav = gen(random_mel(2, 9))  # [2, 9 * hop]
+        gen.magnitude_prior = lambda m: torch.zeros_like(prior)  # the head alone speaks
+        wav = gen(mel)  # [2, 9 * hop]
     t = torch.arange(9 * HOP)
     expected = amp * torch.cos(2 * math.pi * k * t / n_fft + phase)
     torch.testing.assert_close(wav, expected.expand(2, -1), atol=1e-4, rtol=0)
@@ -217,4 +220,6 @@ def test_tiny_generator_overfits_one_segment():
         history.append(mel_loss.item())
     assert all(math.isfinite(v) for v in history)
     final = sum(history[-10:]) / 10
-    assert final < history[0] / 3, f"mel L1 {history[0]:.3f} -> {final:.3f}"
+    # With the magnitude prior the generator starts far closer (0.63 instead of ~4.1 before
+    # the prior existed) and this seed ends at 0.45 (0.73x); asserted: 0.8x.
+    assert final < 0.8 * history[0], f"mel L1 {history[0]:.3f} -> {final:.3f}"
