@@ -56,7 +56,7 @@ def test_the_seed_fixes_the_prenet_noise(run, reference):
 
 def test_a_reference_is_cropped_to_what_the_encoder_trained_on(run, reference):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
-    ref, n = synth.reference([reference])
+    ref, n = synth.reference(reference)
     assert ref.shape == (1, int(n), synth.cfg.audio.n_mels) and int(n) <= synth.cfg.data.ref_frames
 
 

@@ -103,15 +103,31 @@ def test_fp16_is_refused_for_the_gan():
     assert vocoder_precision("auto", torch.device("cpu")) == torch.float32
 
 
-def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path):
+def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path,
+                                                           monkeypatch):
+    import myxtts.train.vocoder_checkpoint as vck_module
+    from myxtts.model.vocos import VocosGenerator
     from myxtts.train.loop import train
     from tests.helpers import micro_config
 
     train_vocoder(vocoder_config(tmp_path / "voc", "train.max_steps=1"), audio_store, progress=False)
+    voiced = []  # mel frames each loaded vocoder turned into sample audio
+    real_load = vck_module.load_vocoder
+
+    def spying_load(*args, **kwargs):
+        gen = real_load(*args, **kwargs)
+        real_waveforms = gen.waveforms
+        gen.waveforms = lambda mels, lengths: voiced.append(int(lengths.sum())) or \
+            real_waveforms(mels, lengths)
+        return gen
+
+    monkeypatch.setattr(vck_module, "load_vocoder", spying_load)
     cfg = micro_config(tmp_path / "tts", "train.max_steps=2", "train.synth_every=2",
                        "model.max_decoder_frames=16", f"train.vocoder={tmp_path / 'voc'}")
     train(cfg, micro_store, progress=False)
-    assert sorted((tmp_path / "tts" / "samples" / "step_00000002").glob("*.wav"))
+    wavs = sorted((tmp_path / "tts" / "samples" / "step_00000002").glob("*.wav"))
+    assert wavs and voiced and sum(voiced) > 0  # the samples went through the vocoder
+    assert isinstance(real_load(tmp_path / "voc", cfg.audio, torch.device("cpu")), VocosGenerator)
     wrong = micro_config(tmp_path / "tts2", "train.max_steps=2", f"train.vocoder={tmp_path}")
     with pytest.raises(TrainError, match="no checkpoint at"):  # before step 1, not at a sample
         train(wrong, micro_store, progress=False)

@@ -6,8 +6,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from myxtts.cli.common import CLIError
+
+if TYPE_CHECKING:
+    from myxtts.inference.synthesizer import Synthesizer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,18 +88,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stream(synth: object, text: str, args: argparse.Namespace, out: Path) -> int:
+def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
     import numpy as np
     import soundfile as sf
 
-    sr = synth.cfg.audio.sample_rate  # type: ignore[attr-defined]
-    voice = synth.voice(args.reference)  # type: ignore[attr-defined]
+    sr = synth.cfg.audio.sample_rate
+    voice = synth.voice(args.reference)
     t0 = time.perf_counter()
     first, n_samples = None, 0
     raw = str(out) == "-"
     sink = None if raw else sf.SoundFile(str(out) + ".partial", "w", sr, 1, "PCM_16", format="WAV")
     try:
-        for chunk in synth.stream(text, voice, args.language, args.seed):  # type: ignore[attr-defined]
+        for chunk in synth.stream(text, voice, args.language, args.seed):
             if first is None:
                 first = time.perf_counter() - t0
             n_samples += chunk.size
@@ -104,7 +108,7 @@ def _stream(synth: object, text: str, args: argparse.Namespace, out: Path) -> in
                 sys.stdout.buffer.write(pcm.tobytes())
                 sys.stdout.buffer.flush()
             else:
-                sink.write(chunk)  # type: ignore[union-attr]
+                sink.write(chunk)
     finally:
         if sink is not None:
             sink.close()

@@ -66,12 +66,9 @@ class Synthesizer:
 
     # ------------------------------------------------------------- inputs
 
-    def reference(self, audio_paths: Sequence[str | Path]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reference mel of ONE clip (the first), cropped around its middle to
-        ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
-        return self._reference_mel(audio_paths[0])
-
-    def _reference_mel(self, path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    def reference(self, path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reference mel [1, R, n_mels] and length [1] of one clip, cropped around its middle
+        to ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
         wav = load_audio(path, self.cfg.audio)
         seconds = len(wav) / self.cfg.audio.sample_rate
         if seconds < MIN_REFERENCE_S:
@@ -89,7 +86,7 @@ class Synthesizer:
         """Conditioning latents [1, C, d] of a voice: the mean over the clips' latents."""
         if not audio_paths:
             raise TrainError("no reference audio: give --reference CLIP (a few seconds of the voice)")
-        latents = [self.model.condition(*self._reference_mel(p)) for p in audio_paths]
+        latents = [self.model.condition(*self.reference(p)) for p in audio_paths]
         return torch.stack(latents).mean(dim=0)
 
     def encode(self, texts: Sequence[str], language: str) -> tuple[torch.Tensor, torch.Tensor]:

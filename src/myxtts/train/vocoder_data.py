@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from myxtts.data.store import FeatureStore
+from myxtts.data.store.format import AUDIO_SCALE
 
-INT16_SCALE = 1.0 / 32767.0
+INT16_SCALE = 1.0 / AUDIO_SCALE  # the store's int16 samples -> float
 
 
 class SegmentBatches:
@@ -48,10 +49,6 @@ class SegmentBatches:
         self.mel_source = store.mel_array if mel_source is None else mel_source
         lengths = store.mel_lengths.astype(np.float64)
         self.weights = lengths / lengths.sum()
-
-    def __len__(self) -> int:
-        """Segments in one pass over the split's frames (for 'epochs' in logs)."""
-        return max(1, int(self.store.total_frames) // (self.n * self.batch_size))
 
     def segment(self, i: int, start: int) -> tuple[np.ndarray, np.ndarray]:
         """Frames ``start .. start+N-1`` of utterance ``i`` and their samples (padded)."""

@@ -24,6 +24,7 @@ import torch
 from myxtts.config import Config, config_from_dict, resolve_device, save_config
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.data.store import FeatureStore, StoreError, read_manifest
+from myxtts.data.store.format import store_state
 from myxtts.model.discriminators import Discriminators
 from myxtts.model.vocoder import GriffinLim
 from myxtts.model.vocos import VocosGenerator
@@ -48,7 +49,7 @@ SAMPLE_UTTERANCES = 2
 def find_store(cfg: Config, data: str | Path, progress: bool) -> Path:
     """``data`` if it is a store; a raw dataset is prepared (with audio) into RUN/store."""
     data = Path(data)
-    if (data / "manifest.json").is_file():
+    if store_state(data) in ("complete", "partial"):  # a partial one: read_manifest explains
         return data
     if not data.exists():
         raise StoreError(f"{data} does not exist; pass a store from `myxtts prepare --audio` "
