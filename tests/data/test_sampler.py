@@ -271,6 +271,21 @@ def test_resume_of_a_resumed_pass_and_end_of_epoch_by_consumed():
     assert s.state_dict(consumed=n_left) == {**s.state_dict(), "epoch": 1, "position": 0}
 
 
+def test_resume_at_the_end_of_an_epoch_starts_the_next_epoch():
+    # the trainer's record after consuming an epoch's last batch, before the next pass begins
+    ref = _reference(2)
+    s = make()
+    plan = s.plan_state()
+    fresh = make()
+    assert fresh.resume(plan, 0, len(s)) == 0
+    assert fresh.epoch == 1 and list(fresh) == ref[len(s):]
+    other = make(batch_frames=3000)  # a changed plan must not replay epoch 0's tail either
+    other.resume(plan, 0, len(s))
+    assert other.epoch == 1 and other.resume_position == 0
+    with pytest.raises(ValueError, match="outside"):
+        make().resume(plan, 0, len(s) + 1)
+
+
 def test_load_state_refusals():
     s = make(rank=0, world_size=2)
     state = s.state_dict()

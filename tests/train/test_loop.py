@@ -52,6 +52,29 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, sel
         assert la[step] == lb[step]
 
 
+def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tmp_path):
+    # a checkpoint taken right after an epoch's last batch records position == batches/epoch;
+    # resuming must start the next epoch (CI once saw SIGINT land exactly there)
+    from myxtts.train.data import open_train_data
+    from myxtts.train.distributed import DistInfo
+
+    per_epoch = len(open_train_data(micro_config(tmp_path / "probe"), micro_store,
+                                    torch.device("cpu"), DistInfo(), None).sampler)
+    overrides = (f"train.max_steps={per_epoch + 2}", f"train.ckpt_every={per_epoch}",
+                 "train.val_every=1000")
+    train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_crashing_at(micro_config(tmp_path / "part", *overrides), micro_store, call=per_epoch + 1)
+    saved = ck.TrainingProgress.from_state_dict(
+        ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
+    assert (saved.step, saved.batches_consumed) == (per_epoch, per_epoch)
+    assert train(micro_config(tmp_path / "part", *overrides), micro_store,
+                 progress=False).step == per_epoch + 2
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after resume"
+
+
 def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, tmp_path):
     run = tmp_path / "sig"
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",

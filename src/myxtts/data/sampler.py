@@ -297,6 +297,10 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ValueError("sampler state was saved for a different set of utterance lengths (the "
                              "store changed or another split is used); resume from the same store")
         epoch, position = int(epoch), int(position)
+        if position == plan["num_batches"]:
+            # saved right after the epoch's last batch (before the next pass began): the
+            # epoch is done, the next pass is the next epoch's first batch
+            epoch, position = epoch + 1, 0
         if plan["plan"] != self._plan_hash or plan["num_buckets"] != self.num_buckets \
                 or plan["num_batches"] != len(self):
             new = min(len(self) - 1, round(position * len(self) / max(1, plan["num_batches"])))
