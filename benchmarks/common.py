@@ -1,6 +1,7 @@
 """What the training benchmarks share: the data, the trainer's parts, staged batches, timed
-windows and the table. ``input_ratio.py`` and ``train_step.py`` import it (run them as
-``python benchmarks/NAME.py``; this folder is then on the import path).
+windows and the table. ``input_ratio.py`` and ``train_step.py`` import it, and
+``data_pipeline.py`` its loader-measurement helpers (at the end); run them as
+``python benchmarks/NAME.py``: this folder is then on the import path.
 
 A *window* is ``steps`` optimizer steps run exactly as the training loop runs them
 (``StepTimer`` around each fetch, one host sync at the end, then the loop's log-step
@@ -306,3 +307,140 @@ def table(names: list[str], rows: list[tuple[str, list[str]]], head: list[str]) 
     line = lambda label, cells: f"{label:<{LABEL}}" + "".join(f"{c:>{width}}" for c in cells)  # noqa: E731
     out = head + ["", line("preset", names), "-" * (LABEL + width * len(names))]
     return "\n".join(out + [line(label, cells) for label, cells in rows])
+
+
+# ---------------------------------------------------------------- loader measurement
+# (data_pipeline.py: CPU and memory accounting of a process and its loader workers)
+
+def live_children() -> list[int]:
+    """Pids of this process's live children (every thread's), e.g. persistent loader workers."""
+    return [int(pid) for f in Path("/proc/self/task").glob("*/children") for pid in f.read_text().split()]
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    """(this process, largest child) peak resident memory in MiB.
+
+    Children still running (persistent loader workers) are read from /proc (VmHWM);
+    ``RUSAGE_CHILDREN`` only knows children that have exited.
+    """
+    import resource
+
+    scale = 1024 if sys.platform.startswith("linux") else 1024 * 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale
+    for pid in live_children():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                kids = max(kids, int(line.split()[1]) / 1024)
+    return own, kids
+
+
+def cpu_seconds() -> tuple[float, dict[int, float]]:
+    """CPU seconds (user + system) of this process, all its threads, and of each live child.
+
+    Self from ``getrusage(RUSAGE_SELF)``; children from ``/proc/<pid>/stat`` (utime + stime,
+    clock ticks): ``RUSAGE_CHILDREN`` only counts children that have exited and been reaped,
+    and persistent loader workers do neither while they are measured.
+    """
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    tick = os.sysconf("SC_CLK_TCK")
+    kids: dict[int, float] = {}
+    for pid in live_children():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return own.ru_utime + own.ru_stime, kids
+
+
+def drain(loader: Any, seconds: float, frames_per_s: float) -> dict:
+    """Iterate epochs for at least ``seconds`` (timed from the first batch)."""
+    n_utts = n_frames = batches = 0
+    start = None
+    while True:
+        for batch in loader:
+            if start is None:  # worker start-up and the first batch are warm-up
+                start = time.perf_counter()
+                continue
+            n_utts += int(batch["mel_lengths"].shape[0])
+            n_frames += int(batch["mel_lengths"].sum())
+            batches += 1
+        if start is not None and time.perf_counter() - start >= seconds:
+            break
+    elapsed = time.perf_counter() - start
+    own, kids = peak_rss_mb()
+    return {"utt_per_s": n_utts / elapsed, "audio_s_per_s": n_frames / frames_per_s / elapsed,
+            "batches": batches, "rss_mb": own, "worker_rss_mb": kids}
+
+
+def timed_epochs(loader: Any, seconds: float, durations: Any, n_mels: int) -> dict:
+    """One warm-up epoch (worker start-up, librosa's JIT, first-call set-up), then whole
+    epochs until ``seconds`` have passed (at least two): rates and CPU per audio second.
+    ``durations``: source seconds per utterance index (batches carry ``indices``)."""
+    import torch
+
+    for i, batch in enumerate(loader):  # warm-up; the loader must really produce log-mels
+        mel = batch["mel"]
+        assert mel.ndim == 3 and mel.shape[-1] == n_mels and mel.numel() > 0, tuple(mel.shape)
+        if i == 0 and not bool(torch.isfinite(mel).all()):
+            raise RuntimeError("the loader produced non-finite mels")
+    own0, kids0 = cpu_seconds()
+    start = time.perf_counter()
+    utts = batches = epochs = 0
+    audio_s = 0.0
+    while epochs < 2 or time.perf_counter() - start < seconds:
+        for batch in loader:
+            idx = batch["indices"].numpy()
+            utts += len(idx)
+            audio_s += float(durations[idx].sum())
+            batches += 1
+            assert batch["mel"].shape[-1] == n_mels
+        epochs += 1
+    elapsed = time.perf_counter() - start
+    own1, kids1 = cpu_seconds()
+    if set(kids1) != set(kids0):  # a worker came or went: its CPU time would be lost
+        raise RuntimeError(f"loader workers changed while timed: {sorted(kids0)} -> {sorted(kids1)}")
+    cpu_s = own1 - own0 + sum(kids1[p] - kids0[p] for p in kids1)
+    return {"utt_per_s": utts / elapsed, "audio_s_per_s": audio_s / elapsed,
+            "cpu_per_audio_s": cpu_s / audio_s, "cpu_s": cpu_s, "seconds": elapsed,
+            "epochs": epochs, "batches": batches, "utts": utts, "workers_seen": len(kids1)}
+
+
+def librosa_loader(clips: list[tuple[str, Any]], audio: Any, **loader_kw: Any) -> Any:
+    """The common hand-written loader: ``librosa.load`` + ``librosa.feature.melspectrogram``
+    in ``__getitem__`` (log-mel [T, n_mels]), zero-padded per batch. ``clips``: (wav path,
+    token ids) per utterance; ``audio``: an AudioConfig; the rest goes to the DataLoader."""
+    import librosa
+    import numpy as np
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+    from torch.utils.data import DataLoader, Dataset
+
+    class LibrosaItems(Dataset):
+        def __len__(self) -> int:
+            return len(clips)
+
+        def __getitem__(self, i: int) -> dict:
+            a = audio
+            y, sr = librosa.load(str(clips[i][0]), sr=a.sample_rate)
+            m = librosa.feature.melspectrogram(y=y, sr=sr, n_fft=a.n_fft, hop_length=a.hop_length,
+                                               win_length=a.win_length, n_mels=a.n_mels,
+                                               fmin=a.fmin, fmax=a.fmax, power=1.0)
+            return {"mel": torch.from_numpy(np.log(np.maximum(m, a.log_floor)).T.copy()),
+                    "tokens": torch.as_tensor(np.asarray(clips[i][1], np.int64)), "index": i}
+
+    def collate(items: list[dict]) -> dict:
+        return {"mel": pad_sequence([it["mel"] for it in items], batch_first=True),
+                "mel_lengths": torch.tensor([len(it["mel"]) for it in items]),
+                "tokens": pad_sequence([it["tokens"] for it in items], batch_first=True),
+                "indices": torch.tensor([it["index"] for it in items])}
+
+    librosa.feature.melspectrogram(y=np.zeros(4096, np.float32), sr=audio.sample_rate)  # JIT warm-up
+    return DataLoader(LibrosaItems(), collate_fn=collate, **loader_kw)

@@ -1,6 +1,7 @@
 """Data pipeline benchmark: prepare throughput, loader throughput, padding, memory.
 
-    python benchmarks/data_pipeline.py [--data DIR] [--workers N] [--seconds S]
+    python benchmarks/data_pipeline.py [--data DIR] [--parts prepare,loaders,padding,onthefly]
+                                       [--workers N] [--seconds S] [--rounds R]
 
 Uses ``../shared/data/ljspeech-mini`` (next to the repository) when present, else a
 generated demo corpus. Prints ONE table, every number measured in this run:
@@ -17,6 +18,12 @@ generated demo corpus. Prints ONE table, every number measured in this run:
 (c) padding efficiency and distinct batch shapes of the bucket sampler, on this data
     and on an LJSpeech-sized set (13,100 lengths drawn from this data's distribution).
 (d) peak RSS of the loader process (and of its largest worker).
+(e) no store: ``build_onthefly_loader`` (log-mels computed as it goes) vs per-item peers
+    on the same clips and the same batches, with 0 and 2 (persistent) workers each:
+    utterances/s, audio-s/s and CPU seconds (main process + live workers) per audio
+    second after a warm-up epoch; ratios to the best peer per worker count and overall.
+    Peers: the naive librosa loader of (b); Coqui TTS's ``TTSDataset`` is not measured.
+    ``--parts onthefly`` runs only this section.
 
 Each measurement runs in its own subprocess so imports, page-cache warm-up and peak
 memory of one do not leak into another.
@@ -35,30 +42,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import common
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "ljspeech-mini"
 LJSPEECH_SIZE = 13100
-
-
-def _peak_rss_mb() -> tuple[float, float]:
-    """(this process, largest child) peak resident memory in MiB.
-
-    Children still running (persistent loader workers) are read from /proc (VmHWM);
-    ``RUSAGE_CHILDREN`` only knows children that have exited.
-    """
-    scale = 1024 if sys.platform.startswith("linux") else 1024 * 1024
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale
-    for children in Path("/proc/self/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("VmHWM:"):
-                    kids = max(kids, int(line.split()[1]) / 1024)
-    return own, kids
 
 
 def _source_audio_s(data: Path) -> tuple[float, list[str]]:
@@ -137,76 +125,89 @@ def part_baseline(args: argparse.Namespace) -> dict:
             "audio_s": audio_s, "cold_first_clip_s": cold_s, "threads": _blas_threads()}
 
 
-def _drain(loader, seconds: float, frames_per_s: float) -> dict:
-    """Iterate epochs for at least ``seconds`` (timed from the first batch)."""
-    n_utts = n_frames = batches = 0
-    start = None
-    while True:
-        for batch in loader:
-            if start is None:  # worker start-up and the first batch are warm-up
-                start = time.perf_counter()
-                continue
-            n_utts += int(batch["mel_lengths"].shape[0])
-            n_frames += int(batch["mel_lengths"].sum())
-            batches += 1
-        if start is not None and time.perf_counter() - start >= seconds:
-            break
-    elapsed = time.perf_counter() - start
-    own, kids = _peak_rss_mb()
-    return {"utt_per_s": n_utts / elapsed, "audio_s_per_s": n_frames / frames_per_s / elapsed,
-            "batches": batches, "rss_mb": own, "worker_rss_mb": kids}
-
-
 def part_loader(args: argparse.Namespace) -> dict:
     from myxtts.config import Config
     from myxtts.data.loader import build_loader
 
     cfg = Config()
     loader, _ = build_loader(args.store, cfg, num_workers=args.workers)
-    out = _drain(loader, args.seconds, cfg.audio.frames_per_second)
+    out = common.drain(loader, args.seconds, cfg.audio.frames_per_second)
     out["workers"] = loader.num_workers
     return out
 
 
 def part_naive(args: argparse.Namespace) -> dict:
-    """The common hand-written loader: decode + librosa mel in __getitem__, pad per batch."""
-    import librosa
-    import numpy as np
-    import torch
-    from torch.nn.utils.rnn import pad_sequence
-    from torch.utils.data import DataLoader, Dataset
-
+    """The common hand-written loader (``common.librosa_loader``): batch 16, shuffled."""
     from myxtts.config import Config
     from myxtts.data.readers import read_dataset
 
     cfg = Config()
-    a = cfg.audio
-    utts = read_dataset(args.data, cfg).train
-
-    class NaiveDataset(Dataset):
-        def __len__(self) -> int:
-            return len(utts)
-
-        def __getitem__(self, i: int) -> dict:
-            y, sr = librosa.load(str(utts[i].audio_path), sr=a.sample_rate)
-            m = librosa.feature.melspectrogram(y=y, sr=sr, n_fft=a.n_fft, hop_length=a.hop_length,
-                                               win_length=a.win_length, n_mels=a.n_mels,
-                                               fmin=a.fmin, fmax=a.fmax, power=1.0)
-            mel = torch.from_numpy(np.log(np.maximum(m, a.log_floor)).T.copy())  # [T, n_mels]
-            tokens = torch.tensor([ord(c) % 256 for c in utts[i].text])
-            return {"mel": mel, "tokens": tokens}
-
-    def collate(items: list[dict]) -> dict:
-        return {"mel": pad_sequence([it["mel"] for it in items], batch_first=True),
-                "mel_lengths": torch.tensor([len(it["mel"]) for it in items]),
-                "tokens": pad_sequence([it["tokens"] for it in items], batch_first=True)}
-
-    librosa.feature.melspectrogram(y=np.zeros(4096, np.float32), sr=a.sample_rate)  # JIT warm-up
-    loader = DataLoader(NaiveDataset(), batch_size=16, shuffle=True, num_workers=args.workers,
-                        collate_fn=collate, persistent_workers=args.workers > 0)
-    out = _drain(loader, args.seconds, a.frames_per_second)
+    clips = [(u.audio_path, [ord(c) % 256 for c in u.text]) for u in read_dataset(args.data, cfg).train]
+    loader = common.librosa_loader(clips, cfg.audio, batch_size=16, shuffle=True,
+                                   num_workers=args.workers, persistent_workers=args.workers > 0)
+    out = common.drain(loader, args.seconds, cfg.audio.frames_per_second)
     out["workers"] = args.workers
     return out
+
+
+def _raw_train(data: Path, cfg) -> tuple:
+    """The on-the-fly loader's train split, its bucket sampler (as ``build_onthefly_loader``
+    builds it) and the clips' source durations; ``plan``: the first epochs' batches."""
+    import numpy as np
+
+    from myxtts.audio.io import audio_info
+    from myxtts.data.loader import build_sampler
+    from myxtts.data.onthefly import read_raw_splits
+
+    splits = read_raw_splits(data, cfg)
+    raw = splits[0]["train"]
+    sampler = build_sampler(raw.est_frames, np.array([len(t) for t in raw.tokens], np.int64), cfg,
+                            seed=cfg.data.shuffle_seed)
+    durations = np.array([audio_info(p).duration_s for p in raw.paths])
+    plan = [sampler.batches(e) for e in range(3)]
+    return splits, raw, sampler, durations, plan
+
+
+def _digest(plan: list) -> str:
+    import hashlib
+
+    return hashlib.sha1(json.dumps(plan).encode()).hexdigest()[:12]
+
+
+def _otf_cfg():
+    from myxtts.config import load_config
+
+    return load_config(overrides=["data.data_device=cpu"])
+
+
+def part_onthefly(args: argparse.Namespace) -> dict:
+    """``build_onthefly_loader`` over the raw clips: decode + trim in workers, log-mels batched."""
+    from myxtts.data.onthefly import build_onthefly_loader
+
+    cfg = _otf_cfg()
+    splits, raw, _, durations, plan = _raw_train(args.data, cfg)
+    loader, sampler = build_onthefly_loader(args.data, cfg, num_workers=args.workers,
+                                            raw_splits=splits)
+    if [sampler.batches(e) for e in range(3)] != plan:
+        raise RuntimeError("the on-the-fly sampler's batches differ from the peers' plan")
+    out = common.timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
+    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths)}
+
+
+def part_peritem(args: argparse.Namespace) -> dict:
+    """The per-item peer under the same load: ``common.librosa_loader`` (librosa.load +
+    melspectrogram in ``__getitem__``, padded per batch) over the on-the-fly loader's own
+    batches (same clips, same utterances per batch, epoch by epoch), same worker count."""
+    from myxtts.data.loader import worker_init
+
+    cfg = _otf_cfg()
+    _, raw, sampler, durations, plan = _raw_train(args.data, cfg)
+    extra = (dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
+             if args.workers else {})
+    loader = common.librosa_loader(list(zip(raw.paths, raw.tokens)), cfg.audio,
+                                   batch_sampler=sampler, num_workers=args.workers, **extra)
+    out = common.timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
+    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths)}
 
 
 def part_padding(args: argparse.Namespace) -> dict:
@@ -233,8 +234,10 @@ def part_padding(args: argparse.Namespace) -> dict:
     return rows
 
 
+SECTIONS = ("prepare", "loaders", "padding", "onthefly")  # --parts (table sections a / b+d / c / e)
 PARTS = {"prepare": part_prepare, "baseline": part_baseline, "loader": part_loader,
-         "naive": part_naive, "padding": part_padding}
+         "naive": part_naive, "padding": part_padding, "onthefly": part_onthefly,
+         "peritem": part_peritem}
 
 
 # ---------------------------------------------------------------- driver
@@ -258,15 +261,169 @@ def _run_part(part: str, *, default_threads: bool = False, **kw) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def _row(metric: str, ours_v: str, base_v: str = "", ratio: str = "") -> str:
+    return f"{metric:<52} {ours_v:>16} {base_v:>14} {ratio:>8}"
+
+
+def _store_section(args: argparse.Namespace, parts: set[str], data: Path,
+                   tmp: Path) -> tuple[list[str], list[str]]:
+    """Rows and footnotes of (a)-(d): prepare, the store loader, padding, memory."""
     from myxtts.data.loader import default_num_workers
+    from myxtts.system import available_cpus
+
+    workers = args.workers or available_cpus()
+    store = tmp / "store"
+    rows: list[str] = []
+    notes: list[str] = []
+    print("measuring prepare ...", file=sys.stderr)
+    # Alternate the three and keep each one's best run: other jobs on the machine come
+    # and go, and a single run of each would compare different load conditions.
+    runs: dict[str, list[dict]] = {"ours": [], "base": [], "tuned": []}
+    for _ in range(args.repeats if "prepare" in parts else 1):
+        runs["ours"].append(_run_part("prepare", data=data, out=store, workers=workers))
+        if "prepare" in parts:
+            runs["base"].append(_run_part("baseline", default_threads=True, data=data))
+            runs["tuned"].append(_run_part("baseline", data=data))
+    if "prepare" in parts:
+        ours, base, tuned = (min(runs[k], key=lambda r: r["seconds"]) for k in runs)
+        ours_rate, base_rate, tuned_rate = (r["audio_s"] / r["seconds"] for r in (ours, base, tuned))
+        # Per CPU-second: what each process actually got to run, so other jobs competing for
+        # the cores move it much less than the wall-clock rates (best run of each kind).
+        ours_cpu, base_cpu, tuned_cpu = (max(r["audio_s"] / r["cpu_s"] for r in runs[k])
+                                         for k in runs)
+        rows += [
+            _row(f"(a) prepare, audio-s/s (ours --workers {workers} vs naive)", f"{ours_rate:.0f}",
+                 f"{base_rate:.0f}", f"{ours_rate / base_rate:.2f}x"),
+            _row("(a) prepare, audio-s/s per core (vs naive)", f"{ours_rate / workers:.0f}",
+                 f"{base_rate:.0f}", f"{ours_rate / workers / base_rate:.2f}x"),
+            _row("    vs baseline tuned (1 BLAS thread), audio-s/s", f"{ours_rate:.0f}",
+                 f"{tuned_rate:.0f}", f"{ours_rate / tuned_rate:.2f}x"),
+            _row("    vs baseline tuned, audio-s/s per core", f"{ours_rate / workers:.0f}",
+                 f"{tuned_rate:.0f}", f"{ours_rate / workers / tuned_rate:.2f}x"),
+            _row("    audio-s per CPU-second (vs naive baseline)", f"{ours_cpu:.0f}",
+                 f"{base_cpu:.0f}", f"{ours_cpu / base_cpu:.2f}x"),
+            _row("    audio-s per CPU-second (vs tuned baseline)", f"{ours_cpu:.0f}",
+                 f"{tuned_cpu:.0f}", f"{ours_cpu / tuned_cpu:.2f}x")]
+        notes += [
+            f"(a) best of {args.repeats} alternating runs each, all warmed up; per core = "
+            f"ours / {workers} worker processes vs baseline / 1 process",
+            f"    baseline (naive, default threads): librosa.load + melspectrogram per clip, "
+            f"1 process, library thread defaults ({base['threads']}); its first clip took "
+            f"{base['cold_first_clip_s']:.1f} s",
+            f"    baseline tuned: the same loop with OMP/OPENBLAS/MKL_NUM_THREADS=1 "
+            f"({tuned['threads']}); CPU-seconds: user+system of all processes/threads "
+            f"(ours: prepare's main process and its workers)"]
+    if "loaders" in parts:
+        auto = default_num_workers()
+        print("measuring loaders ...", file=sys.stderr)
+        loaders = {w: _run_part("loader", store=store, workers=w, seconds=args.seconds)
+                   for w in sorted({0, 1, 2, auto})}
+        naive = _run_part("naive", data=data, workers=auto, seconds=args.seconds)
+        mine = loaders[auto]
+        rows += [
+            _row(f"(b) store loader, utterances/s ({auto} workers = auto)",
+                 f"{mine['utt_per_s']:.0f}", f"{naive['utt_per_s']:.0f}",
+                 f"{mine['utt_per_s'] / naive['utt_per_s']:.1f}x"),
+            _row("(b) store loader, audio-s/s", f"{mine['audio_s_per_s']:.0f}",
+                 f"{naive['audio_s_per_s']:.0f}",
+                 f"{mine['audio_s_per_s'] / naive['audio_s_per_s']:.1f}x")]
+        rows += [_row(f"    ours with {w} worker(s), utterances/s", f"{r['utt_per_s']:.0f}")
+                 for w, r in loaders.items() if w != auto]
+        notes.append(f"(b) baseline: per-item librosa DataLoader, batch 16, {auto} workers; every "
+                     f"loader run >= {args.seconds:.0f} s, several epochs of the same clips")
+    if "padding" in parts:
+        entries = list(_run_part("padding", store=store).values())
+        for entry, size in [(entries[0], "small"), (entries[0], "big"), (entries[1], "big")]:
+            eff, shapes, n = entry[size]
+            rows.append(_row(f"(c) padding efficiency, {n} utts, num_buckets={entry['num_buckets']}",
+                             f"{eff:.3f} / {shapes} shapes"))
+    if "loaders" in parts:
+        rows.append(_row("(d) loader peak RSS MiB (main process)", f"{mine['rss_mb']:.0f}",
+                         f"{naive['rss_mb']:.0f}"))
+        rows += [_row(f"    ours with {w} worker(s): main / largest worker",
+                      f"{r['rss_mb']:.0f} / {r['worker_rss_mb']:.0f}") for w, r in loaders.items() if w]
+    return rows, notes
+
+
+OTF_WORKERS = (0, 2)
+PEERS = {"peritem": "naive librosa per-item"}  # part -> name; Coqui's TTSDataset: see below
+
+
+def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], list[str]]:
+    """Rows and footnotes of (e): the on-the-fly loader vs per-item loaders, same load."""
+    import importlib.util
+
+    print("measuring on-the-fly vs per-item loaders ...", file=sys.stderr)
+    kinds = ["onthefly", *PEERS]
+    runs: dict[tuple[str, int], list[dict]] = {(k, w): [] for k in kinds for w in OTF_WORKERS}
+    for r in range(args.rounds):  # alternate the order: load from other jobs comes and goes
+        for w in OTF_WORKERS:
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
+                runs[kind, w].append(_run_part(kind, data=data, workers=w, seconds=args.seconds))
+    plans = {run["plan"] for v in runs.values() for run in v}
+    if len(plans) != 1:
+        raise SystemExit(f"(e) the loaders did not iterate the same batches: plans {plans}")
+    best = {key: max(v, key=lambda x: x["utt_per_s"]) for key, v in runs.items()}
+    rows: list[str] = []
+    for w in OTF_WORKERS:
+        o = best["onthefly", w]
+        peer = max((best[k, w] for k in PEERS), key=lambda x: x["utt_per_s"])
+        rows += [
+            _row(f"(e) on-the-fly vs best per-item, utterances/s, {w} workers",
+                 f"{o['utt_per_s']:.0f}", f"{peer['utt_per_s']:.0f}",
+                 f"{o['utt_per_s'] / peer['utt_per_s']:.2f}x"),
+            _row("    audio-s/s", f"{o['audio_s_per_s']:.0f}", f"{peer['audio_s_per_s']:.0f}",
+                 f"{o['audio_s_per_s'] / peer['audio_s_per_s']:.2f}x"),
+            _row("    CPU-ms per audio-s (lower is better)", f"{o['cpu_per_audio_s'] * 1e3:.2f}",
+                 f"{peer['cpu_per_audio_s'] * 1e3:.2f}",
+                 f"{o['cpu_per_audio_s'] / peer['cpu_per_audio_s']:.2f}x")]
+    o_key = max(((k, w) for k, w in best if k == "onthefly"), key=lambda k: best[k]["utt_per_s"])
+    p_key = max(((k, w) for k, w in best if k != "onthefly"), key=lambda k: best[k]["utt_per_s"])
+    o, peer = best[o_key], best[p_key]
+    ratio = o["utt_per_s"] / peer["utt_per_s"]
+    o_cpu = min(best[k]["cpu_per_audio_s"] for k in best if k[0] == "onthefly")
+    p_cpu = min(best[k]["cpu_per_audio_s"] for k in best if k[0] != "onthefly")
+    rows += [
+        _row("(e) overall: best on-the-fly vs best per-item, utt/s",
+             f"{o['utt_per_s']:.0f} ({o_key[1]}w)", f"{peer['utt_per_s']:.0f} ({p_key[1]}w)",
+             f"{ratio:.2f}x"),
+        _row("    lowest CPU-ms per audio-s (lower is better)", f"{o_cpu * 1e3:.2f}",
+             f"{p_cpu * 1e3:.2f}", f"{o_cpu / p_cpu:.2f}x"),
+        _row("    target: on-the-fly >= 1.5x best per-item utt/s", "met" if ratio >= 1.5 else
+             "NOT met", "", f"{ratio:.2f}x")]
+    every = "; ".join(f"{'otf' if k == 'onthefly' else k} {w}w "
+                      + "/".join(f"{run['utt_per_s']:.0f}" for run in v) for (k, w), v in runs.items())
+    first = runs["onthefly", 0][0]
+    notes = [
+        f"(e) per-item peers: {', '.join(PEERS.values())} (librosa.load + melspectrogram in "
+        f"__getitem__, pad per batch). Coqui TTS TTSDataset: NOT measured ("
+        + ("`import TTS` fails: not installed" if importlib.util.find_spec("TTS") is None
+           else "TTS is importable but this script has no TTSDataset peer") + ")",
+        f"    same {first['clips']} train clips and the same bucket-sampler batches, epoch by "
+        f"epoch, for every loader (plan {plans.pop()}); workers persistent, prefetch 2; 1 "
+        f"BLAS/OpenMP/torch thread per process; one warm-up epoch, then whole epochs for "
+        f">= {args.seconds:.0f} s (>= 2); best of {args.rounds} alternating runs by utt/s",
+        f"    utt/s of every run: {every}",
+        "    CPU = user+system over the timed epochs of the main process (getrusage, all "
+        "threads) + each live worker (/proc/PID/stat utime+stime); audio-s = source clips' "
+        "header durations of the utterances batched (the same for every loader)",
+        "    work differs: on-the-fly also trims silence and computes a reference log-mel crop "
+        "(data.ref_frames) per utterance; the per-item peer only the clip's own mel"]
+    return rows, notes
+
+
+def main() -> None:
     from myxtts.system import available_cpus
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"dataset (default {DEFAULT_DATA})")
+    p.add_argument("--parts", default=",".join(SECTIONS),
+                   help=f"comma-separated sections to measure (default: all of {','.join(SECTIONS)})")
     p.add_argument("--workers", type=int, default=None, help="prepare workers (default: all cores)")
     p.add_argument("--seconds", type=float, default=3.0, help="minimum timed seconds per loader run")
     p.add_argument("--repeats", type=int, default=3, help="prepare runs of each kind (best is kept)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="(e) alternating runs of each loader and worker count (best is kept)")
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--store", type=Path, help=argparse.SUPPRESS)
@@ -274,10 +431,13 @@ def main() -> None:
     if args.part:
         print(json.dumps(PARTS[args.part](args)))
         return
+    parts = set(args.parts.split(","))
+    if not parts or parts - set(SECTIONS):
+        raise SystemExit(f"--parts: choose from {','.join(SECTIONS)}, got {args.parts!r}")
 
-    cores = available_cpus()
-    workers = args.workers or cores
     tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-"))
+    rows: list[str] = []
+    notes: list[str] = []
     try:
         data = args.data or DEFAULT_DATA
         if not data.exists():
@@ -289,85 +449,17 @@ def main() -> None:
             data = make_demo_data(tmp / "demo", speakers=4, utterances=40)
         for wav in sorted(data.rglob("*.wav")):  # warm the page cache for everybody
             wav.read_bytes()
-        store = tmp / "store"
-        print("measuring prepare ...", file=sys.stderr)
-        # Alternate the three and keep each one's best run: other jobs on the machine come
-        # and go, and a single run of each would compare different load conditions.
-        runs: dict[str, list[dict]] = {"ours": [], "base": [], "tuned": []}
-        for _ in range(args.repeats):
-            runs["ours"].append(_run_part("prepare", data=data, out=store, workers=workers))
-            runs["base"].append(_run_part("baseline", default_threads=True, data=data))
-            runs["tuned"].append(_run_part("baseline", data=data))
-        ours, base, tuned = (min(runs[k], key=lambda r: r["seconds"]) for k in ("ours", "base", "tuned"))
-        auto = default_num_workers()
-        print("measuring loaders ...", file=sys.stderr)
-        loaders = {w: _run_part("loader", store=store, workers=w, seconds=args.seconds)
-                   for w in sorted({0, 1, 2, auto})}
-        naive = _run_part("naive", data=data, workers=auto, seconds=args.seconds)
-        pad = _run_part("padding", store=store)
+        if parts & {"prepare", "loaders", "padding"}:
+            rows, notes = _store_section(args, parts, data, tmp)
+        if "onthefly" in parts:
+            more = _onthefly_section(args, data)
+            rows, notes = rows + more[0], notes + more[1]
+        audio_s = _source_audio_s(data)[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-    ours_rate = ours["audio_s"] / ours["seconds"]
-    base_rate = base["audio_s"] / base["seconds"]
-    tuned_rate = tuned["audio_s"] / tuned["seconds"]
-    # Per CPU-second: what each process actually got to run, so other jobs competing for
-    # the cores move it much less than the wall-clock rates (best run of each kind).
-    ours_cpu, base_cpu, tuned_cpu = (max(r["audio_s"] / r["cpu_s"] for r in runs[k])
-                                     for k in ("ours", "base", "tuned"))
-    mine = loaders[auto]
-
-    def row(metric: str, ours_v: str, base_v: str = "", ratio: str = "") -> str:
-        return f"{metric:<52} {ours_v:>16} {base_v:>14} {ratio:>8}"
-
-    lines = [
-        f"data: {data} ({ours['audio_s'] / 60:.1f} min of audio), {cores} CPU cores, "
-        f"load average {os.getloadavg()[0]:.1f}",
-        "",
-        row("metric", "ours", "baseline", "ratio"),
-        "-" * 93,
-        row(f"(a) prepare, audio-s/s (ours --workers {workers} vs naive)", f"{ours_rate:.0f}",
-            f"{base_rate:.0f}", f"{ours_rate / base_rate:.2f}x"),
-        row("(a) prepare, audio-s/s per core (vs naive)", f"{ours_rate / workers:.0f}",
-            f"{base_rate:.0f}", f"{ours_rate / workers / base_rate:.2f}x"),
-        row("    vs baseline tuned (1 BLAS thread), audio-s/s", f"{ours_rate:.0f}",
-            f"{tuned_rate:.0f}", f"{ours_rate / tuned_rate:.2f}x"),
-        row("    vs baseline tuned, audio-s/s per core", f"{ours_rate / workers:.0f}",
-            f"{tuned_rate:.0f}", f"{ours_rate / workers / tuned_rate:.2f}x"),
-        row("    audio-s per CPU-second (vs naive baseline)", f"{ours_cpu:.0f}", f"{base_cpu:.0f}",
-            f"{ours_cpu / base_cpu:.2f}x"),
-        row("    audio-s per CPU-second (vs tuned baseline)", f"{ours_cpu:.0f}", f"{tuned_cpu:.0f}",
-            f"{ours_cpu / tuned_cpu:.2f}x"),
-        row(f"(b) store loader, utterances/s ({auto} workers = auto)", f"{mine['utt_per_s']:.0f}",
-            f"{naive['utt_per_s']:.0f}", f"{mine['utt_per_s'] / naive['utt_per_s']:.1f}x"),
-        row("(b) store loader, audio-s/s", f"{mine['audio_s_per_s']:.0f}",
-            f"{naive['audio_s_per_s']:.0f}", f"{mine['audio_s_per_s'] / naive['audio_s_per_s']:.1f}x"),
-    ]
-    for w, r in loaders.items():
-        if w != auto:
-            lines.append(row(f"    ours with {w} worker(s), utterances/s", f"{r['utt_per_s']:.0f}"))
-    entries = list(pad.values())
-    for entry, size in [(entries[0], "small"), (entries[0], "big"), (entries[1], "big")]:
-        eff, shapes, n = entry[size]
-        lines.append(row(f"(c) padding efficiency, {n} utts, num_buckets={entry['num_buckets']}",
-                         f"{eff:.3f} / {shapes} shapes"))
-    lines.append(row("(d) loader peak RSS MiB (main process)", f"{mine['rss_mb']:.0f}",
-                     f"{naive['rss_mb']:.0f}"))
-    for w, r in loaders.items():
-        if w:
-            lines.append(row(f"    ours with {w} worker(s): main / largest worker",
-                             f"{r['rss_mb']:.0f} / {r['worker_rss_mb']:.0f}"))
-    lines.append(f"(a) best of {args.repeats} alternating runs each, all warmed up; per core = "
-                 f"ours / {workers} worker processes vs baseline / 1 process")
-    lines.append(f"    baseline (naive, default threads): librosa.load + melspectrogram per clip, "
-                 f"1 process, library thread defaults ({base['threads']}); its first clip took "
-                 f"{base['cold_first_clip_s']:.1f} s")
-    lines.append(f"    baseline tuned: the same loop with OMP/OPENBLAS/MKL_NUM_THREADS=1 "
-                 f"({tuned['threads']}); CPU-seconds: user+system of all processes/threads "
-                 f"(ours: prepare's main process and its workers)")
-    lines.append(f"(b) baseline: per-item librosa DataLoader, batch 16, {auto} workers; every "
-                 f"loader run >= {args.seconds:.0f} s, several epochs of the same clips")
-    print("\n".join(lines))
+    print("\n".join([f"data: {data} ({audio_s / 60:.1f} min of audio), {available_cpus()} CPU "
+                     f"cores, load average {os.getloadavg()[0]:.1f}", "",
+                     _row("metric", "ours", "baseline", "ratio"), "-" * 93, *rows, *notes]))
 
 
 if __name__ == "__main__":

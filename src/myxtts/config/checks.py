@@ -50,6 +50,14 @@ def validate(cfg: Config) -> None:
                           f"({dt.max_duration_s})")
     if not (dt.data_device == "cpu" or dt.data_device.startswith("cuda")):
         raise ConfigError(f"data.data_device must be 'cpu' or 'cuda:N', got {dt.data_device!r}")
+    if dt.ring_slots < 2:
+        raise ConfigError(f"data.ring_slots must be >= 2 (one slot filled while one is trained "
+                          f"on; 3 also overlaps the transfer), got {dt.ring_slots}")
+    for key, share in (("data.memory_fraction", dt.memory_fraction),
+                       ("train.memory_fraction", t.memory_fraction)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{key} is a share of a GPU's memory in (0, 1], or 0 for no cap; "
+                              f"got {share}")
     positive("model", m, "d_model", "n_heads", "ff_mult", "text_layers", "decoder_layers",
              "cond_layers", "cond_latents", "prenet_dim", "postnet_channels", "postnet_layers",
              "postnet_kernel", "frames_per_step", "max_decoder_frames")

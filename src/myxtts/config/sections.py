@@ -79,7 +79,13 @@ class DataConfig:
     num_buckets: int = _f(16, "length buckets; each pads to its upper edge, bounding distinct shapes")
     num_workers: int = _f(-1, "loader worker processes; -1 picks from the CPU count")
     prefetch_batches: int = _f(2, "batches copied ahead to the training device on a side stream")
-    data_device: str = _f("cpu", "on-the-fly mode only: device that computes mels ('cpu' or 'cuda:N')")
+    data_device: str = _f("cpu", "on-the-fly mode only: device that computes mels: 'cpu' (in the "
+                          "loader workers, one batched STFT per batch) or 'cuda:N' (a thread and "
+                          "CUDA stream of its own; may be the training GPU)")
+    ring_slots: int = _f(3, "on-the-fly mode: pre-allocated batch slots between the data role and "
+                         "the training device (one filled, one in transfer, one trained on); >= 2")
+    memory_fraction: float = _f(0.0, "cap on data.data_device's GPU memory, as a share of it "
+                                "(torch.cuda.set_per_process_memory_fraction); 0 = no cap")
     shuffle_seed: int = _f(0, "seed of the batch order; each epoch reshuffles from (seed, epoch)")
     store_audio: bool = _f(False, "prepare also keeps each clip's trimmed, resampled waveform "
                            "(int16) in the store: needed by `myxtts train-vocoder`")
@@ -175,6 +181,12 @@ class TrainConfig:
     tensorboard: bool = _f(True, "write TensorBoard logs when tensorboard is installed")
     vocoder: str = _f("", "a `myxtts train-vocoder` run (folder or .pt) that voices the validation "
                       "samples; '' = Griffin-Lim")
+    memory_fraction: float = _f(0.0, "cap on the training GPU's memory, as a share of it "
+                                "(torch.cuda.set_per_process_memory_fraction; batch_frames=auto "
+                                "plans within it); 0 = no cap")
+    activation_checkpointing: bool = _f(False, "recompute each transformer block's activations in "
+                                        "the backward pass instead of keeping them: less memory "
+                                        "(bigger batches or presets) for more compute")
     peak_tflops: float = _f(0.0, "the device's dense peak TFLOP/s at the training precision, for "
                             "MFU in logs and `myxtts profile`; 0 = from the built-in table of "
                             "NVIDIA GPUs (MFU is left out on a device it does not know)")

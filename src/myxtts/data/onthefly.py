@@ -3,13 +3,16 @@
 Split of the work, and why:
 
 * Loader workers (CPU processes) read, resample and trim the clips and the reference
-  clips, and pad them into wav batches. They never run the mel: CUDA cannot be
-  initialised in forked workers, and one batched STFT is far cheaper than B small ones.
-* The main process computes the log-mels of the whole batch at once with
-  ``MelSpectrogram`` on ``data.data_device`` ('cpu' or 'cuda:N'): the same module
-  ``prepare`` uses, so features equal the store's (up to the store's float16 rounding).
-  Putting it on a second GPU is the base of a dual-GPU mode (one GPU makes features,
-  the other trains).
+  clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also compute
+  the batch's log-mels (``data.features.Featurizer``: one batched STFT per batch, one
+  thread per worker), so feature extraction runs in parallel and the main process only
+  receives finished batches. With ``'cuda:N'`` the mels are computed on that GPU by the
+  data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
+  workers. Either way it is the ``MelSpectrogram`` module ``prepare`` uses, so features
+  equal the store's (up to the store's float16 rounding).
+* Training takes the batches through ``OnTheFlyLoader.pipeline``: a ring of
+  pre-allocated slots on the training device filled by a producer thread, so the data role
+  works while the model trains (two GPUs, two streams of one GPU, or the CPU).
 
 Reference crops are taken in the waveform with a margin of ``ceil(n_fft / 2 / hop)``
 frames around the wanted frames, so the crop's frames are bit-for-bit the full clip's
@@ -40,12 +43,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from myxtts.audio.mel import n_frames_for
 from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
-from myxtts.data.batch import Batch, stop_targets
 from myxtts.data.buckets import ShapeTable
 from myxtts.data.dataset import EpochBatches, mix64
+from myxtts.data.features import Featurizer
 from myxtts.data.loader import build_sampler, worker_init
 from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
 from myxtts.data.records import SPLITS
+from myxtts.data.ring import SlotRing
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.system import available_cpus
 
@@ -130,13 +134,22 @@ class RawAudioDataset(Dataset):
 
 
 class WavCollator:
-    """Worker side: pad wavs / reference wavs / tokens of a batch (picklable)."""
+    """Worker side: pad wavs / reference wavs / tokens of a batch (picklable); with a
+    ``featurizer``, also compute the batch's features there (on the CPU)."""
 
-    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray) -> None:
+    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray,
+                 featurizer: Featurizer | None = None) -> None:
         self.shape_table = shape_table
         self.est_frames = est_frames
+        self.featurizer = featurizer
 
-    def __call__(self, items: list[dict[str, Any] | None]) -> dict[str, torch.Tensor] | None:
+    def __call__(self, items: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+        raw = self.pad(items)
+        if raw is None or self.featurizer is None:
+            return raw
+        return self.featurizer(raw, torch.device("cpu"))
+
+    def pad(self, items: list[dict[str, Any] | None]) -> dict[str, torch.Tensor] | None:
         items = [it for it in items if it is not None]
         if not items:
             return None
@@ -163,7 +176,10 @@ class WavCollator:
 
 
 class OnTheFlyLoader:
-    """Iterates batches (``data.batch.Batch``) with features computed on ``device``.
+    """Iterates batches (``data.batch.Batch``) with features computed on ``device``
+    (``data.data_device``): by the loader workers when it is the CPU, else by the caller's
+    thread on that GPU. Training uses :meth:`pipeline` instead, which overlaps the data role
+    with the step.
 
     ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from ``mel_stats`` or, when none was
     given, from one pass over this loader's split on first access.
@@ -172,46 +188,36 @@ class OnTheFlyLoader:
     def __init__(self, loader: DataLoader, sampler: Any, cfg: Config, device: torch.device,
                  tokenizer: Any, speakers: list[str], raw: RawSplit,
                  mel_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
-        from myxtts.audio.mel import MelSpectrogram
-
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
         self.n_mels = cfg.audio.n_mels
-        self.ref_frames = cfg.data.ref_frames
-        self.mel = MelSpectrogram(cfg.audio).to(device)
+        self.featurizer = Featurizer(cfg.audio, cfg.data.ref_frames)
         self._stats = mel_stats
+
+    @property
+    def workers_featurize(self) -> bool:
+        """The collate function already returns features (the data role is the CPU)."""
+        return self.loader.collate_fn.featurizer is not None
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self):
-        for raw in self.loader:
-            if raw is not None:
-                yield self.featurize(raw)
+        for batch in self.loader:
+            if batch is not None:
+                if not self.workers_featurize:
+                    batch = self.featurizer(batch, self.device)
+                batch.pop("real_frames")  # the trainer's host-side count; not a batch field
+                yield batch
 
-    @torch.no_grad()
-    def featurize(self, raw: dict[str, torch.Tensor]) -> Batch:
-        """Worker wav batch -> model batch: two batched MelSpectrogram calls on ``device``."""
-        dev = self.device
-        n_frames = int(raw.pop("n_frames"))  # bucket edge (an upper bound of every F); read on the host
-        raw = {k: v.to(dev, non_blocking=True) for k, v in raw.items()}
-        mel, mel_lengths = self.mel(raw["wav"], raw["wav_lengths"])  # [B, F, n_mels], [B]
-        if mel.shape[1] < n_frames:
-            mel = torch.nn.functional.pad(mel, (0, 0, 0, n_frames - mel.shape[1]))
-        else:  # cannot happen unless a header lied about the length; keep the shape fixed
-            mel, mel_lengths = mel[:, :n_frames], mel_lengths.clamp(max=n_frames)
-        stop = stop_targets(mel_lengths, n_frames)  # [B, T]
-        ref_full, _ = self.mel(raw["ref_wav"], raw["ref_wav_lengths"])  # [B, Fc, n_mels]
-        slot = torch.arange(self.ref_frames, device=dev)  # [R]
-        ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B]
-        take = (raw["ref_first"][:, None] + slot[None, :]).clamp(max=ref_full.shape[1] - 1)
-        ref = ref_full.gather(1, take[..., None].expand(-1, -1, self.n_mels))  # [B, R, n_mels]
-        ref = ref * (slot[None, :] < ref_lengths[:, None])[..., None]
-        return {"tokens": raw["tokens"], "token_lengths": raw["token_lengths"], "mel": mel,
-                "mel_lengths": mel_lengths, "stop_target": stop, "ref_mel": ref,
-                "ref_lengths": ref_lengths, "speaker_ids": raw["speaker_ids"],
-                "language_ids": raw["language_ids"], "indices": raw["indices"]}
+    def pipeline(self, train_device: torch.device, hold: int = 1) -> SlotRing:
+        """The trainer's view: batches delivered on ``train_device`` through a ring of
+        ``data.ring_slots`` slots, features made beside the training step (``data.ring``).
+        ``hold``: batches the trainer keeps at once (gradient accumulation)."""
+        transform = None if self.workers_featurize else self.featurizer
+        return SlotRing(self.loader, train_device, slots=self.cfg.data.ring_slots, hold=hold,
+                        transform=transform, data_device=self.device)
 
     @property
     def mel_mean(self) -> np.ndarray:
@@ -231,8 +237,9 @@ class OnTheFlyLoader:
         if self._stats is None:
             sampler = build_sampler(self.raw.est_frames, np.array([len(t) for t in self.raw.tokens]),
                                     self.cfg, shuffle=False)
-            loader = DataLoader(self.loader.dataset, batch_sampler=sampler,
-                                collate_fn=WavCollator(sampler.shape_table(), self.raw.est_frames),
+            collate = WavCollator(sampler.shape_table(), self.raw.est_frames,
+                                  self.loader.collate_fn.featurizer)
+            loader = DataLoader(self.loader.dataset, batch_sampler=sampler, collate_fn=collate,
                                 num_workers=self.loader.num_workers,
                                 worker_init_fn=worker_init if self.loader.num_workers else None,
                                 generator=torch.Generator().manual_seed(0))
@@ -240,10 +247,11 @@ class OnTheFlyLoader:
             total_sq = torch.zeros(self.n_mels, dtype=torch.float64)
             frames = 0
             seen: set[int] = set()
-            for raw in loader:
-                if raw is None:
+            for batch in loader:
+                if batch is None:
                     continue
-                batch = self.featurize(raw)
+                if collate.featurizer is None:
+                    batch = self.featurizer(batch, self.device)
                 first = []
                 for i in batch["indices"].tolist():
                     first.append(i not in seen)
@@ -343,9 +351,12 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     extra: dict[str, Any] = {}
     if workers > 0:
         extra = dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
+    # The CPU data role computes features in the workers; a GPU data role in its own thread.
+    featurizer = Featurizer(cfg.audio, cfg.data.ref_frames) if device.type == "cpu" else None
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
                         batch_sampler=EpochBatches(sampler),
-                        collate_fn=WavCollator(sampler.shape_table(), raw.est_frames),
-                        num_workers=workers, pin_memory=device.type == "cuda",
+                        collate_fn=WavCollator(sampler.shape_table(), raw.est_frames,
+                                               featurizer),
+                        num_workers=workers, pin_memory=torch.cuda.is_available(),
                         generator=torch.Generator().manual_seed(seed), **extra)
     return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats), sampler

@@ -123,15 +123,29 @@ class BatchStream:
         self.cfg, self.data, self.device, self.record = cfg, data, device, record
         self.copy_log = copy_log  # (start, end) CUDA events per copied batch (profile)
 
+        self.ring: Any = None  # on-the-fly data: the data role's slot ring (data.ring)
+
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        while True:  # each pass starts where the sampler stands: the record's position
-            for batch in DevicePrefetcher(_with_frames(self.data.loader), self.device,
-                                          self.cfg.data.prefetch_batches, to_model_dtypes,
-                                          self.copy_log):
-                self.record.batches_consumed += 1
-                yield batch, batch.pop("real_frames")
-            self.record.epoch += 1
-            self.record.batches_consumed = 0
+        pipeline = getattr(self.data.loader, "pipeline", None)
+        if pipeline is not None:  # on-the-fly: features made beside the step, in slots
+            self.ring = pipeline(self.device, hold=self.cfg.train.grad_accum_steps)
+        try:
+            while True:  # each pass starts where the sampler stands: the record's position
+                for batch in self._one_pass():
+                    self.record.batches_consumed += 1
+                    yield batch, batch.pop("real_frames")
+                self.record.epoch += 1
+                self.record.batches_consumed = 0
+        finally:
+            if self.ring is not None:
+                self.ring.close()
+
+    def _one_pass(self) -> Iterator[dict[str, Any]]:
+        if self.ring is not None:
+            return map(to_model_dtypes, self.ring)
+        return iter(DevicePrefetcher(_with_frames(self.data.loader), self.device,
+                                     self.cfg.data.prefetch_batches, to_model_dtypes,
+                                     self.copy_log))
 
 
 class _LoopContext:
@@ -259,6 +273,8 @@ class _LoopContext:
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
         if self.eff is not None:
             values.update(self.eff.collect(iv.seconds))
+        if self.stream.ring is not None:
+            values["data_ready_slots"] = self.stream.ring.occupancy()
         if self.device.type == "cuda":
             values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.logger.scalars(step, values, prefix="train/")
@@ -267,7 +283,8 @@ class _LoopContext:
 
 def _with_frames(loader: Any) -> Iterator[dict[str, Any]]:
     for batch in loader:
-        batch["real_frames"] = int(batch["mel_lengths"].sum())
+        if "real_frames" not in batch:
+            batch["real_frames"] = int(batch["mel_lengths"].sum())  # a host tensor here
         yield batch
 
 

@@ -1,0 +1,85 @@
+"""On-the-fly features: a padded wav batch -> the model's batch, in one batched STFT.
+
+One object, two places, so both data roles compute the same features the same way:
+
+* ``data.data_device='cpu'``: the loader's worker processes call it in their collate
+  function (one intra-op thread each), so mels are computed in parallel across workers and
+  the main process only receives finished batches. Computing them in the main process
+  instead (as this project first did) cost 1.35-1.8x the CPU per audio second of a naive
+  per-item loader and left the workers idle while the main process was busy.
+* ``data.data_device='cuda:N'``: the collate returns the padded wavs and the data role's
+  producer thread (``data.ring``) calls it on that GPU, in its own CUDA stream.
+
+Lengths are computed on the host from the wav lengths (the same formula
+``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
+back (no host sync per batch on a GPU).
+
+Reference crops: the worker cut each reference wav with a margin (``onthefly.crop_window``)
+so that its STFT frames equal the full clip's; the wanted frames are gathered from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from myxtts.config import AudioConfig
+from myxtts.data.batch import Batch, stop_targets
+
+
+def frames_of(wav_lengths: torch.Tensor, audio: AudioConfig) -> torch.Tensor:
+    """Mel frames ``MelSpectrogram`` gives clips of these sample counts (int64 [B], host)."""
+    pad = audio.n_fft // 2
+    return 1 + (wav_lengths + 2 * pad - audio.n_fft) // audio.hop_length
+
+
+class Featurizer:
+    """``featurizer(raw, device) -> Batch``: log-mels of a ``WavCollator`` batch on ``device``.
+
+    Picklable (loader workers receive a copy): the mel module is built lazily per device and
+    not pickled. The returned dict is a ``Batch`` plus ``real_frames``: an int, the batch's
+    real mel frames counted on the host, which the trainer pops for its throughput figures
+    (``OnTheFlyLoader.__iter__`` drops it).
+    """
+
+    def __init__(self, audio: AudioConfig, ref_frames: int) -> None:
+        self.audio, self.ref_frames = audio, int(ref_frames)
+        self._modules: dict[str, torch.nn.Module] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"audio": self.audio, "ref_frames": self.ref_frames, "_modules": {}}
+
+    def module(self, device: torch.device) -> torch.nn.Module:
+        key = str(device)
+        if key not in self._modules:
+            from myxtts.audio.mel import MelSpectrogram
+
+            self._modules[key] = MelSpectrogram(self.audio).to(device)
+        return self._modules[key]
+
+    @torch.no_grad()
+    def __call__(self, raw: dict[str, torch.Tensor], device: torch.device) -> Batch:
+        mel_fn = self.module(device)
+        n_frames = int(raw["n_frames"])  # bucket edge (an upper bound of every F), on the host
+        mel_lengths = frames_of(raw["wav_lengths"], self.audio).clamp(max=n_frames)  # [B] host
+        ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B] host
+        real_frames = int(mel_lengths.sum())
+        dev = {k: v.to(device, non_blocking=True) for k, v in raw.items() if k != "n_frames"}
+        mel, _ = mel_fn(dev["wav"], dev["wav_lengths"])  # [B, F, n_mels], frames >= length zeroed
+        if mel.shape[1] < n_frames:
+            mel = torch.nn.functional.pad(mel, (0, 0, 0, n_frames - mel.shape[1]))
+        else:  # only if a header lied about the length; keep the bucket's shape
+            mel = mel[:, :n_frames]
+        mel_lengths = mel_lengths.to(device, non_blocking=True)
+        ref_lengths = ref_lengths.to(device, non_blocking=True)
+        ref_full, _ = mel_fn(dev["ref_wav"], dev["ref_wav_lengths"])  # [B, Fc, n_mels]
+        slot = torch.arange(self.ref_frames, device=device)  # [R]
+        take = (dev["ref_first"][:, None] + slot[None, :]).clamp(max=ref_full.shape[1] - 1)  # [B, R]
+        ref = ref_full.gather(1, take[..., None].expand(-1, -1, ref_full.shape[2]))  # [B, R, n_mels]
+        ref = ref * (slot[None, :] < ref_lengths[:, None])[..., None]
+        return {"tokens": dev["tokens"], "token_lengths": dev["token_lengths"], "mel": mel,
+                "mel_lengths": mel_lengths, "stop_target": stop_targets(mel_lengths, n_frames),
+                "ref_mel": ref, "ref_lengths": ref_lengths, "speaker_ids": dev["speaker_ids"],
+                "language_ids": dev["language_ids"], "indices": dev["indices"],
+                "real_frames": real_frames}
