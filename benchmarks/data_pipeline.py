@@ -191,7 +191,9 @@ def part_onthefly(args: argparse.Namespace) -> dict:
     if [sampler.batches(e) for e in range(3)] != plan:
         raise RuntimeError("the on-the-fly sampler's batches differ from the peers' plan")
     out = common.timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
-    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths)}
+    in_workers = args.workers > 0 and getattr(loader, "workers_featurize", False)
+    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths),
+            "mels_in": "the workers' collate" if in_workers else "the main process"}
 
 
 def part_peritem(args: argparse.Namespace) -> dict:
@@ -407,6 +409,8 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
         "    CPU = user+system over the timed epochs of the main process (getrusage, all "
         "threads) + each live worker (/proc/PID/stat utime+stime); audio-s = source clips' "
         "header durations of the utterances batched (the same for every loader)",
+        f"    on-the-fly log-mels computed in {runs['onthefly', 0][0]['mels_in']} with 0 workers, "
+        f"in {runs['onthefly', 2][0]['mels_in']} with 2 workers (one batched STFT per batch)",
         "    work differs: on-the-fly also trims silence and computes a reference log-mel crop "
         "(data.ref_frames) per utterance; the per-item peer only the clip's own mel"]
     return rows, notes
@@ -422,7 +426,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=None, help="prepare workers (default: all cores)")
     p.add_argument("--seconds", type=float, default=3.0, help="minimum timed seconds per loader run")
     p.add_argument("--repeats", type=int, default=3, help="prepare runs of each kind (best is kept)")
-    p.add_argument("--rounds", type=int, default=2,
+    p.add_argument("--rounds", type=int, default=3,
                    help="(e) alternating runs of each loader and worker count (best is kept)")
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)

@@ -191,7 +191,7 @@ class OnTheFlyLoader:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
-        self.n_mels = cfg.audio.n_mels
+        self.n_mels, self.ref_frames = cfg.audio.n_mels, cfg.data.ref_frames
         self.featurizer = Featurizer(cfg.audio, cfg.data.ref_frames)
         self._stats = mel_stats
 
@@ -218,6 +218,23 @@ class OnTheFlyLoader:
         transform = None if self.workers_featurize else self.featurizer
         return SlotRing(self.loader, train_device, slots=self.cfg.data.ring_slots, hold=hold,
                         transform=transform, data_device=self.device)
+
+    def largest_raw_batch(self) -> dict[str, torch.Tensor]:
+        """A ``WavCollator`` batch of the bucket with the most audio, every clip at the
+        bucket's full length (silence): what the data role's peak memory is checked on."""
+        a = self.cfg.audio
+        b, l_text, frames = max(self.sampler.shapes(), key=lambda s: s[0] * s[2])
+        margin = -(-(a.n_fft // 2) // a.hop_length)
+        n_wav = (frames - 1) * a.hop_length
+        n_ref = (self.ref_frames - 1 + 2 * margin) * a.hop_length + 1
+        full = lambda n: torch.full((b,), n, dtype=torch.long)  # noqa: E731
+        zeros = lambda: torch.zeros(b, dtype=torch.long)  # noqa: E731
+        return {"wav": torch.zeros(b, n_wav), "wav_lengths": full(n_wav),
+                "ref_wav": torch.zeros(b, n_ref), "ref_wav_lengths": full(n_ref),
+                "ref_first": full(margin), "ref_frames": full(self.ref_frames),
+                "tokens": torch.ones(b, l_text, dtype=torch.long), "token_lengths": full(l_text),
+                "speaker_ids": zeros(), "language_ids": zeros(), "indices": zeros(),
+                "n_frames": torch.tensor(frames)}
 
     @property
     def mel_mean(self) -> np.ndarray:

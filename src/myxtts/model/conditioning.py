@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from myxtts.model.layers import (
+    CheckpointedBlock,
     CrossAttention,
     EncoderLayer,
     FeedForward,
@@ -29,7 +30,7 @@ from myxtts.model.layers import (
 RESAMPLER_LAYERS = 2  # latent cross-attention rounds; 2 lets latents refine what they gathered
 
 
-class ResamplerLayer(nn.Module):
+class ResamplerLayer(CheckpointedBlock):
     """Latents attend to [frames; latents] (Perceiver resampler), then an MLP."""
 
     def __init__(self, d_model: int, n_heads: int, ff_mult: int, dropout: float) -> None:
@@ -42,6 +43,9 @@ class ResamplerLayer(nn.Module):
 
     def forward(self, latents: Tensor, frames: Tensor, mask: Tensor) -> Tensor:
         """latents [B, C, d], frames [B, R, d], mask [B, 1, 1, R + C] -> [B, C, d]."""
+        return self.checkpointed(self._block, latents, frames, mask)
+
+    def _block(self, latents: Tensor, frames: Tensor, mask: Tensor) -> Tensor:
         q = self.norm_q(latents)
         memory = torch.cat([self.norm_kv(frames), q], dim=1)  # [B, R + C, d]
         latents = latents + self.attn(q, memory, mask)

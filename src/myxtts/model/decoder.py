@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from myxtts.model.layers import (
+    CheckpointedBlock,
     CrossAttention,
     FeedForward,
     MaskedConv1d,
@@ -78,8 +79,11 @@ class Prenet(nn.Module):
         return self.proj(x)
 
 
-class DecoderLayer(nn.Module):
-    """Pre-norm: causal self-attention -> cross-attention to memory -> MLP."""
+class DecoderLayer(CheckpointedBlock):
+    """Pre-norm: causal self-attention -> cross-attention to memory -> MLP.
+
+    ``forward`` (teacher forcing, training) may be checkpointed; ``step`` (KV-cache decoding,
+    inference) never is."""
 
     def __init__(self, d_model: int, n_heads: int, ff_mult: int, dropout: float) -> None:
         super().__init__()
@@ -94,6 +98,10 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, mem_k: Tensor, mem_v: Tensor, mem_mask: Tensor
                 ) -> tuple[Tensor, Tensor]:
         """x [B, S, d], mem_k/v [B, H, M, hd], mem_mask [B,1,1,M] -> (x [B,S,d], q [B,H,S,hd])."""
+        return self.checkpointed(self._block, x, mem_k, mem_v, mem_mask)
+
+    def _block(self, x: Tensor, mem_k: Tensor, mem_v: Tensor, mem_mask: Tensor
+               ) -> tuple[Tensor, Tensor]:
         x = x + self.drop(self.self_attn(self.norm1(x), causal=True))
         q = self.cross_attn.queries(self.norm2(x))  # [B, H, S, hd]
         x = x + self.drop(self.cross_attn.attend(q, mem_k, mem_v, mem_mask))

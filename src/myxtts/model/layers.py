@@ -8,15 +8,22 @@ trains stably without learning-rate warmup tricks and keeps the residual stream 
 Positions are sinusoids computed on the fly from integer positions, added to the inputs with
 a learned scale (as in Transformer-TTS): nothing in the weights depends on a maximum length,
 and the two modalities (text, mel) learn how loudly to hear their position.
+
+Every transformer block (``EncoderLayer`` here, ``ResamplerLayer``, ``DecoderLayer``) is a
+:class:`CheckpointedBlock`: ``train.activation_checkpointing`` makes it recompute its
+activations in the backward pass instead of keeping them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 def lengths_to_mask(lengths: Tensor, max_len: int) -> Tensor:
@@ -164,7 +171,53 @@ class CrossAttention(nn.Module):
         return self.attend(self.queries(x), k, v, mask)
 
 
-class EncoderLayer(nn.Module):
+class CheckpointedBlock(nn.Module):
+    """A transformer block that can trade compute for memory (activation checkpointing).
+
+    Why: to compute a block's gradients autograd keeps what its forward made -- norm outputs,
+    the q/k/v projections, attention outputs and their log-sum-exp, the MLP's ff_mult x wider
+    hidden layer, dropout masks -- about 10-20x the block's [B, T, d] input, for every block,
+    from the forward until the backward reaches it. That, not the weights, is what bounds the
+    batch (or the preset) a GPU can train. With ``activation_checkpointing`` on, a block keeps
+    only its inputs and runs its forward once more in the backward pass, just before its
+    gradients are computed: activation memory per block shrinks to its inputs, at the price of
+    a second forward of every block (about a third more compute for the blocks; embeddings,
+    postnet and losses are not recomputed). Worth it when memory limits the batch; a waste of
+    compute when it does not (off by default).
+
+    Subclasses run their ``forward`` body through :meth:`checkpointed`. Recomputation happens
+    only in training mode with gradients enabled: evaluation, ``no_grad``/``inference_mode``
+    passes (validation, the self-feed pass, generation) and the KV-cache ``step`` paths save
+    nothing for a backward and run the block plainly.
+
+    ``torch.utils.checkpoint`` non-reentrant (``use_reentrant=False``, torch's recommended
+    mode): the random state is restored for the recomputation, so dropout draws the same masks
+    and the gradients are those of the plain block, bit for bit on the CPU; it works under DDP
+    and autocast. Under ``torch.compile`` (``train.compile``: each block compiled, the call
+    to ``checkpoint`` included) dynamo traces it as a checkpointed region of the block's graph,
+    whose backward graph recomputes the region; the flag is a guard of that graph (changing it
+    compiles the block again, once).
+    """
+
+    activation_checkpointing: bool = False  # per instance, set by set_activation_checkpointing
+
+    def checkpointed(self, fn: Callable[..., Any], *args: Tensor) -> Any:
+        """``fn(*args)``, recomputed in the backward pass when checkpointing applies."""
+        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+
+def set_activation_checkpointing(module: nn.Module, enabled: bool) -> int:
+    """Turn checkpointing on or off for every :class:`CheckpointedBlock` in ``module``;
+    returns how many blocks there are."""
+    blocks = [m for m in module.modules() if isinstance(m, CheckpointedBlock)]
+    for block in blocks:
+        block.activation_checkpointing = bool(enabled)
+    return len(blocks)
+
+
+class EncoderLayer(CheckpointedBlock):
     """Pre-norm bidirectional transformer layer with key padding (text and reference encoders)."""
 
     def __init__(self, d_model: int, n_heads: int, ff_mult: int, dropout: float) -> None:
@@ -176,6 +229,9 @@ class EncoderLayer(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # [B, T, d], [B,1,1,T] -> [B, T, d]
+        return self.checkpointed(self._block, x, mask)
+
+    def _block(self, x: Tensor, mask: Tensor) -> Tensor:
         x = x + self.drop(self.attn(self.norm1(x), mask=mask))
         return x + self.drop(self.ff(self.norm2(x)))
 

@@ -23,7 +23,12 @@ from myxtts.config import Config, ModelConfig
 from myxtts.data.batch import Batch
 from myxtts.model.conditioning import ConditioningEncoder
 from myxtts.model.decoder import Decoder, Postnet, fourier_features, normalised_positions
-from myxtts.model.layers import init_weights, key_mask, lengths_to_mask
+from myxtts.model.layers import (
+    init_weights,
+    key_mask,
+    lengths_to_mask,
+    set_activation_checkpointing,
+)
 from myxtts.model.text_encoder import TextEncoder
 
 ASSUMED_VOCAB_SIZE = 100  # for count_parameters before a tokenizer exists
@@ -119,6 +124,15 @@ class XTTS(nn.Module):
         return target, prev, steps
 
     # ------------------------------------------------------------- training
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """``train.activation_checkpointing``: every transformer block (text and reference
+        encoder layers, resampler layers, decoder layers) recomputes its activations in the
+        backward pass instead of keeping them from the forward -- activation memory down to
+        the blocks' inputs, for a second forward of the blocks (see
+        ``layers.CheckpointedBlock``). Training passes only: evaluation, no-grad passes and
+        generation are unaffected. Call before or after ``train.compile`` compiles the blocks."""
+        set_activation_checkpointing(self, enabled)
 
     def forward(self, batch: Batch, prenet_dropout: bool | None = None,
                 self_feed: Tensor | None = None) -> dict[str, Tensor]:

@@ -10,7 +10,8 @@ How: bucket by bucket, longest first, the bucket's worst case (``warmup.worst_ca
 every utterance at the padded shape) runs a full step -- forward, backward, clip, AdamW, in
 the run's precision and compile mode -- at batch sizes found by doubling, then bisection
 (:func:`largest_fitting`). A size fits when the step does not run out of memory and its
-peak allocation stays within ``data.auto_memory_fraction`` of the device's memory; an
+peak allocation stays within ``data.auto_memory_fraction`` of the device's memory (of its
+``train.memory_fraction`` share when one is set: ``train.memory``); an
 out-of-memory error is caught and the size lowered. Sizes are capped by
 ``data.max_batch_size``. The steps run on the real model inside a ``StateSnapshot``, so
 training starts untouched. Under DDP each rank measures without DDP's hooks (ranks may need
@@ -18,7 +19,7 @@ different numbers of tries) and all take the smallest size per bucket.
 
 The answer is cached in the run folder (``auto_batch.json``), keyed by everything it depends
 on (GPU model and memory, model config, precision, compile and graph modes, torch version,
-the bucket shapes, the memory share, the cap): a restart reuses it; anything else measures
+the bucket shapes, the memory shares, the cap): a restart reuses it; anything else measures
 again, with one line naming what changed.
 """
 
@@ -135,6 +136,7 @@ def cache_key(step: Any, memory: Any, shapes: list[BatchShape], cfg: Any, distri
             "step": "compiled" if step.compiled else "eager",
             "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
             "memory_fraction": cfg.data.auto_memory_fraction,
+            "train_memory_fraction": cfg.train.memory_fraction,
             "max_batch_size": cfg.data.max_batch_size,
             "buckets": [[s.frames, s.text, s.ref_frames, s.n_mels] for s in shapes]}
 
@@ -201,8 +203,8 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
                 raise TrainError(
                     f"bucket {k} ({s.frames} mel frames, {s.text} text tokens): not even one "
                     f"utterance fits in {describe}; lower data.max_duration_s, use a smaller "
-                    f"--model-size, or raise data.auto_memory_fraction (now "
-                    f"{probe.limit / max(1, probe.memory.total):.2f})")
+                    f"--model-size, turn on train.activation_checkpointing, or raise "
+                    f"data.auto_memory_fraction / train.memory_fraction ({describe})")
             sizes[k], peaks[k] = b, probe.peaks.get(replace(s, batch=b))
             frames_fitted = b * s.frames
     probe.memory.release()
@@ -218,9 +220,12 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
     the ranks agree on the smallest size per bucket. Prints the per-bucket table."""
     memory = memory or CudaMemory(step.device)
     cap = cfg.data.max_batch_size or UNCAPPED
-    limit = int(cfg.data.auto_memory_fraction * memory.total)
-    describe = (f"{cfg.data.auto_memory_fraction:.0%} of {memory.name} "
-                f"({memory.total / GIB:.1f} GiB) with the {cfg.model.preset} preset in "
+    share = cfg.data.auto_memory_fraction * (cfg.train.memory_fraction or 1.0)
+    limit = int(share * memory.total)
+    capped = f", capped at train.memory_fraction={cfg.train.memory_fraction}" \
+        if cfg.train.memory_fraction else ""
+    describe = (f"{share:.0%} of {memory.name} ({memory.total / GIB:.1f} GiB{capped}) with the "
+                f"{cfg.model.preset} preset in "
                 f"{str(step.dtype).replace('torch.', '')}")
     key = cache_key(step, memory, shapes, cfg, dist.enabled)
     path = run_dir / CACHE_NAME

@@ -20,8 +20,9 @@ import torch
 
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.train import checkpoint as ck
-from myxtts.train.data import TrainData, bucket_shapes, open_train_data
+from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_data
 from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
+from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.step import TrainStep, resolve_compile, resolve_graphs, resolve_precision
 
@@ -79,10 +80,15 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         torch.backends.cudnn.allow_tf32 = True
 
     seed_everything(cfg.train.seed + dist.rank)
+    on_the_fly = Path(data_path).is_dir() and not is_store(Path(data_path))
+    caps = resolve_caps(cfg, device, resolve_device(cfg.data.data_device, "data.data_device")
+                        if on_the_fly else None)
+    apply_caps(caps)  # before anything is allocated on a capped GPU
     data = open_train_data(cfg, data_path, device, dist, state)
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
+    model.set_activation_checkpointing(cfg.train.activation_checkpointing)
     opt, fused = build_optimizer(model, cfg.train)
     sched = build_scheduler(opt, cfg.train)
     graphs = resolve_graphs(cfg.train.cuda_graphs, device,
@@ -95,6 +101,8 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     _fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
     data.continue_from(state, record)
+    if on_the_fly:
+        check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
     if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
         _warm_up(step_fn, data, cfg, dist, graphs)
     return TrainSetup(cfg, dist, device, data, model, step_fn, record)

@@ -1,0 +1,121 @@
+"""Memory caps per GPU role: ``train.memory_fraction`` and ``data.memory_fraction``.
+
+Why: two GPUs of a desktop often also drive a display, run a second job, or hold the data
+role's features next to another model; a cap keeps this run inside its share instead of
+taking what it can until something else runs out. The caps go through
+``torch.cuda.set_per_process_memory_fraction``: the caching allocator refuses to grow
+past the share and raises an out-of-memory error instead (the auto batch budget catches
+those while it measures; see ``train.budget``).
+
+A cap is per process and per device, so when both roles share one GPU (on-the-fly data with
+``data.data_device`` = the training GPU) the process gets one cap, the sum of the two
+shares: training plans its batches within ``train.memory_fraction`` and the features use
+the rest. Checks, each a one-line error naming the key: a cap on a role that does not run
+on a GPU, shares adding up to more than 1.0 on one device, and (measured before step 1) a
+data role whose largest batch of features does not fit its share. The training role is
+checked by the auto budget and the warm-up, which prove every bucket's worst case fits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from myxtts.config import Config, ConfigError
+
+log = logging.getLogger(__name__)
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryCaps:
+    """Resolved caps: ``train`` / ``data`` are shares of their device (0 = none);
+    ``data_device`` is None when no data role runs on a GPU."""
+
+    train_device: torch.device
+    data_device: torch.device | None
+    train: float
+    data: float
+
+    @property
+    def shared(self) -> bool:
+        return self.data_device is not None and self.data_device == self.train_device
+
+    def training_share(self) -> float:
+        """Share of the training GPU the training step may plan for (1.0 without a cap)."""
+        return self.train or 1.0
+
+    def per_device(self) -> dict[torch.device, float]:
+        """The process-wide fraction to set on each device."""
+        caps: dict[torch.device, float] = {}
+        if self.train:
+            caps[self.train_device] = self.train
+        if self.data and self.data_device is not None:
+            caps[self.data_device] = caps.get(self.data_device, 0.0) + self.data
+        return caps
+
+
+def resolve_caps(cfg: Config, train_device: torch.device,
+                 data_device: torch.device | None) -> MemoryCaps:
+    """Check the two shares against where the roles run (``data_device``: the on-the-fly
+    data role's device; None for a prepared store)."""
+    t, d = cfg.train.memory_fraction, cfg.data.memory_fraction
+    if train_device.type == "cuda" and train_device.index is None:
+        train_device = torch.device("cuda", torch.cuda.current_device())
+    if data_device is not None and data_device.type == "cuda" and data_device.index is None:
+        data_device = torch.device("cuda", torch.cuda.current_device())
+    if t and train_device.type != "cuda":
+        raise ConfigError(f"train.memory_fraction={t} caps a GPU's memory, but training runs on "
+                          f"{train_device}; remove it (or train on a GPU)")
+    if d and (data_device is None or data_device.type != "cuda"):
+        where = ("this run reads a prepared store (no data role on a GPU)" if data_device is None
+                 else f"data.data_device is {data_device}")
+        raise ConfigError(f"data.memory_fraction={d} caps the on-the-fly data GPU's memory, but "
+                          f"{where}; remove it")
+    caps = MemoryCaps(train_device, data_device, t, d)
+    if caps.shared and d and not t:
+        raise ConfigError(f"data.memory_fraction={d} on the training GPU ({train_device}) needs "
+                          f"train.memory_fraction too: both roles share one process cap there "
+                          f"(their sum); set both, or neither")
+    if caps.shared and t + d > 1.0:
+        raise ConfigError(f"train.memory_fraction={t} + data.memory_fraction={d} = {t + d:g} > 1.0 "
+                          f"on {train_device}, which both roles share; lower them so they add "
+                          f"up to at most 1.0")
+    return caps
+
+
+def apply_caps(caps: MemoryCaps) -> None:
+    for device, share in caps.per_device().items():
+        torch.cuda.set_per_process_memory_fraction(min(1.0, share), device)
+        total = torch.cuda.get_device_properties(device).total_memory
+        log.info("memory cap on %s: %.0f%% (%.1f GiB)", device, 100 * share, share * total / GIB)
+
+
+def check_feature_memory(featurizer, raw_batch: dict, caps: MemoryCaps) -> int:
+    """Run the data role on its largest batch (``raw_batch``: a worst-case ``WavCollator``
+    batch) and refuse a ``data.memory_fraction`` it does not fit. Returns the peak bytes
+    the features took (0 when the data role is not capped on a GPU)."""
+    device = caps.data_device
+    if not caps.data or device is None:
+        return 0
+    limit = int(caps.data * torch.cuda.get_device_properties(device).total_memory)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        batch = featurizer(dict(raw_batch), device)
+        del batch
+        torch.cuda.synchronize(device)
+        need = torch.cuda.max_memory_allocated(device) - before
+    except torch.cuda.OutOfMemoryError:
+        need = None
+    torch.cuda.empty_cache()
+    if need is None or need > limit:
+        shown = "more than that" if need is None else f"{need / GIB:.2f} GiB"
+        raise ConfigError(f"data.memory_fraction={caps.data} gives the data role "
+                          f"{limit / GIB:.2f} GiB on {device}, but the features of the largest "
+                          f"bucket take {shown}; raise data.memory_fraction or lower "
+                          f"data.batch_frames / data.max_batch_size")
+    return int(need)
