@@ -205,6 +205,14 @@ class BucketBatchSampler(Sampler[list[int]]):
         return self._per_rank
 
     @property
+    def real_batches(self) -> int:
+        """This rank's batches per epoch that are not padding: an epoch's batch list is padded
+        to a multiple of world_size by repeating its first batches, which land at the end of
+        the ranks' lists. Validation weighs those repeats 0, so sharded validation averages
+        exactly the batches a single process would."""
+        return len(range(self.rank, self.num_batches_global, self.world_size))
+
+    @property
     def epoch(self) -> int:
         """Epoch the next pass iterates."""
         return self._epoch

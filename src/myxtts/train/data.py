@@ -120,6 +120,7 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
     val_store = FeatureStore.open(path, "val", cfg)
     if len(val_store) > 0:
         val_loader, val_sampler = build_loader(val_store, cfg, split="val", device=device,
+                                               rank=dist.rank, world_size=dist.world_size,
                                                seed=VAL_SEED, shuffle=False, num_workers=0)
     return TrainData(loader, sampler, val_loader, val_sampler, train_store.tokenizer,
                      train_store.mel_mean, train_store.mel_std, rebuild=rebuild)
@@ -147,7 +148,8 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
     if raw[0]["val"].paths:
         val_loader, val_sampler = build_onthefly_loader(
             path, cfg, split="val", tokenizer=raw[1], mel_stats=(mean, std), seed=VAL_SEED,
-            shuffle=False, num_workers=0, raw_splits=raw)
+            rank=dist.rank, world_size=dist.world_size, shuffle=False, num_workers=0,
+            raw_splits=raw)
     return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std, rebuild=rebuild)
 
 

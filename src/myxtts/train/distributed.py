@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as tdist
+
+from myxtts.train.errors import TrainError
 
 
 @dataclass
@@ -32,6 +35,24 @@ class DistInfo:
             if wait_for_all:
                 tdist.barrier()
             tdist.destroy_process_group()
+
+
+def agree(dist: DistInfo, failure: Exception | None) -> None:
+    """Every rank reports whether its setup step worked; if any failed, every rank raises
+    (the failed one its own error, the others one line naming it) instead of the healthy
+    ranks waiting in the next collective until a timeout -- e.g. a store path that exists
+    on one node but not on another."""
+    if not dist.enabled:
+        if failure is not None:
+            raise failure
+        return
+    reports: list[Any] = [None] * dist.world_size
+    tdist.all_gather_object(reports, None if failure is None else str(failure))
+    if failure is not None:
+        raise failure
+    for rank, message in enumerate(reports):
+        if message is not None:
+            raise TrainError(f"rank {rank} (of {dist.world_size}) could not start: {message}")
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

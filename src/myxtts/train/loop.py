@@ -225,7 +225,8 @@ class _LoopContext:
             if step % t.log_every == 0 or step == t.max_steps:
                 self._log(step, timer, bar)
             if step % t.val_every == 0 or step == t.max_steps:
-                val = validation_loss(self.model, self.step_fn, self.data, self.device)
+                val = validation_loss(self.model, self.step_fn, self.data, self.device,
+                                      self.dist)
                 if val is not None:
                     self.logger.scalars(step, val, prefix="val/")
                     bar.note(f"step {step}: val loss {val['loss']:.4f}")

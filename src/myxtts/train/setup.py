@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from myxtts.config import Config, config_from_dict, resolve_device
+from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_data
-from myxtts.train.distributed import DistInfo, init_distributed, wrap_ddp
+from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
+from myxtts.train.errors import TrainError
 from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.step import TrainStep, resolve_compile, resolve_graphs, resolve_precision
@@ -84,7 +85,13 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     caps = resolve_caps(cfg, device, resolve_device(cfg.data.data_device, "data.data_device")
                         if on_the_fly else None)
     apply_caps(caps)  # before anything is allocated on a capped GPU
-    data = open_train_data(cfg, data_path, device, dist, state)
+    data, failure = None, None
+    try:
+        data = open_train_data(cfg, data_path, device, dist, state)
+    except (TrainError, ConfigError, OSError, ValueError) as e:  # e.g. a store missing on a node
+        failure = e
+    agree(dist, failure)
+    assert data is not None
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)

@@ -1,4 +1,5 @@
-"""Validation: teacher-forced loss over the val split, and free-running samples.
+"""Validation: teacher-forced loss over the val split (sharded across DDP ranks), and
+free-running samples.
 
 Both run under ``no_grad``/``inference_mode`` and read results back once at the end
 (one sync per validation, not per batch).
@@ -21,27 +22,44 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any,
-                    device: torch.device) -> dict[str, float] | None:
-    """Mean teacher-forced losses over the whole val split (same batches and crops each time)."""
-    val_loader = data.val_loader
-    if val_loader is None:
+def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: torch.device,
+                    dist: Any = None) -> dict[str, float] | None:
+    """Mean teacher-forced losses over the val split (same batches and crops each time).
+
+    Under DDP (``dist.enabled``) each rank validates its shard of the batches (the val
+    loader is built per rank) and the sums are all-reduced, so every rank returns the mean
+    over all batches: what one process computes on the whole split (batches weighted
+    equally; the sampler's padding repeats weigh 0, see ``real_batches``)."""
+    if data.val_loader is None:
         return None
-    data.val_sampler.set_epoch(0)
-    model.eval()
-    sums: dict[str, torch.Tensor] = {}
-    n = 0
-    for batch in DevicePrefetcher(val_loader, device, 2, to_model_dtypes):
-        losses = step_fn.loss(batch)
-        for k, v in losses.items():
-            v = v.detach().float()
-            sums[k] = sums[k] + v if k in sums else v.clone()
-        n += 1
-    if n == 0:
+    sums, count = validation_sums(model, step_fn, data, device)
+    if count is None:
         return None
     keys = sorted(sums)
-    values = torch.stack([sums[k] for k in keys]).cpu().tolist()
-    return {k: v / n for k, v in zip(keys, values)}
+    totals = torch.stack([*(sums[k] for k in keys), count])  # [keys + 1], one reduce
+    if dist is not None and dist.enabled:
+        torch.distributed.all_reduce(totals, op=torch.distributed.ReduceOp.SUM)
+    values = totals.cpu().tolist()  # the one host sync of a validation
+    return {k: v / values[-1] for k, v in zip(keys, values[:-1])}
+
+
+def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: torch.device
+                    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """This rank's summed per-batch losses over its val batches and how many batches count
+    (a float tensor; None when the rank has no batch at all)."""
+    data.val_sampler.set_epoch(0)
+    real = data.val_sampler.real_batches
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    count = None
+    for k, batch in enumerate(DevicePrefetcher(data.val_loader, device, 2, to_model_dtypes)):
+        weight = 1.0 if k < real else 0.0  # a padding repeat (DDP) counts for nothing
+        for name, v in step_fn.loss(batch).items():
+            v = v.detach().float() * weight
+            sums[name] = sums[name] + v if name in sums else v
+        one = torch.tensor(weight, device=device)
+        count = one if count is None else count + one
+    return sums, count
 
 
 def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: Any, step: int,

@@ -1,0 +1,90 @@
+"""Multi-node training with torchrun's c10d rendezvous, tested as two "nodes" on this
+machine (two launchers on localhost, gloo): they train, write each checkpoint once, resume;
+a changed world size, a store missing on one node and a node left alone at the rendezvous
+all end with a message instead of a hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from myxtts.train import checkpoint as ck
+from tests.helpers import MICRO_MODEL
+
+SETS = [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",
+        "train.log_every=2", "train.synth_every=0", "train.device=cpu", "train.val_every=4",
+        "train.ckpt_every=2"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def _train_args(store: Path | str, run: Path, steps: int) -> list[str]:
+    args = ["-m", "myxtts.cli.main", "train", str(store), "--quiet", "--output-dir", str(run),
+            "--max-steps", str(steps)]
+    for item in SETS:
+        args += ["--set", item]
+    return args
+
+
+def _launcher(port: int, run_id: str, join_timeout: int = 60) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node",
+            "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}", "--rdzv_id",
+            run_id, "--rdzv_conf", f"join_timeout={join_timeout}"]
+
+
+def _two_nodes(port: int, run_id: str, args_a: list[str], args_b: list[str]
+               ) -> list[subprocess.CompletedProcess]:
+    procs = [subprocess.Popen([*_launcher(port, run_id), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=ENV)
+             for args in (args_a, args_b)]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
+    return outs
+
+
+def test_two_nodes_train_checkpoint_once_and_resume(micro_store, tmp_path):
+    run = tmp_path / "run"
+    first = _two_nodes(29621, "mn-a", _train_args(micro_store, run, 4), _train_args(micro_store, run, 4))
+    for r in first:
+        assert r.returncode == 0, r.stdout[-3000:]
+    assert sum("last checkpoint" in r.stdout for r in first) == 1  # rank 0 alone writes
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt_*.pt")) == \
+        ["ckpt_00000002.pt", "ckpt_00000004.pt"]
+    state = ck.load(run / "checkpoints" / "ckpt_00000004.pt")
+    assert state[ck.PROGRESS]["data_plan"]["world_size"] == 2
+
+    again = _two_nodes(29622, "mn-b", _train_args(micro_store, run, 6), _train_args(micro_store, run, 6))
+    for r in again:
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert "ckpt_00000004.pt (step 4)" in r.stdout and "trained to step 6" in r.stdout
+    assert ck.load(run / "checkpoints" / "ckpt_00000006.pt")[ck.PROGRESS]["step"] == 6
+
+    # the same run on one process: refused in one line, naming the fix
+    alone = subprocess.run([sys.executable, *_train_args(micro_store, run, 8)],
+                           capture_output=True, text=True, timeout=120, env=ENV)
+    assert alone.returncode == 2
+    error = alone.stderr.strip().splitlines()[-1]
+    assert error.startswith("myxtts train: error: cannot continue the data order") and \
+        "world_size=2" in error and "same number of processes" in error, alone.stderr
+
+
+def test_a_store_missing_on_one_node_stops_every_node(micro_store, tmp_path):
+    run = tmp_path / "run"
+    outs = _two_nodes(29623, "mn-c", _train_args(micro_store, run, 2),
+                      _train_args(tmp_path / "not-mounted" / "store", run, 2))
+    text = "\n".join(r.stdout for r in outs)
+    assert all(r.returncode != 0 for r in outs), text[-3000:]
+    assert "not-mounted/store does not exist" in text
+    assert "could not start:" in text  # the healthy node names the rank that failed
+    assert not (run / "checkpoints").exists() or not list((run / "checkpoints").glob("*.pt"))
+
+
+def test_a_node_alone_at_the_rendezvous_times_out_with_a_message(micro_store, tmp_path):
+    r = subprocess.run([*_launcher(29624, "mn-d", join_timeout=3),
+                        *_train_args(micro_store, tmp_path / "run", 2)],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode != 0
+    assert "RendezvousTimeoutError" in r.stdout + r.stderr
