@@ -235,7 +235,8 @@ def test_a_faked_multi_gpu_machine_with_every_problem():
     assert status == {"python": "ok", "torch": "ok", "CUDA": "ok", "GPU 0": "ok", "GPU 1": "ok",
                       "bf16/TF32": "warn", "NCCL": "warn", "torch.compile": "ok",
                       "soundfile": "ok", "soxr": "fail", "tensorboard": "ok", "NVML": "warn",
-                      "CPUs": "warn", "/dev/shm": "fail"}
+                      "CPUs": "warn", "/dev/shm": "fail", "GPU roles": "ok"}
+    assert "torchrun --nproc_per_node=2" in next(c for c in checks if c.name == "GPU roles").found
     assert "x 2 ranks" in next(c for c in checks if c.name == "/dev/shm").found
     assert all(c.fix for c in checks if c.status in ("warn", "fail"))
     assert doctor.exit_code(checks) == 1
@@ -331,3 +332,25 @@ def test_an_unreadable_store_file_is_a_failed_check(micro_store, tmp_path, monke
     checks, _ = dd.check_data(load_config(), store)
     assert len(checks) == 1 and checks[0].status == "fail"
     assert "PermissionError" in checks[0].found and "prepare --verify" in checks[0].fix
+
+
+# ---------------------------------------------------------------- which multi-GPU mode
+
+
+@pytest.mark.parametrize("gpus, sets, status, words", [
+    (2, ["data.data_device=cpu"], "warn", ["myxtts prepare", "--data-device cuda:1"]),
+    (1, ["data.data_device=cpu"], "ok", ["--data-device cuda:0"]),
+    (2, ["data.data_device=cuda:1"], "ok", ["its own GPU", "3 slots"]),
+    (1, ["data.data_device=cuda:0"], "ok", ["a second stream of the training GPU"]),
+    (1, ["data.data_device=cuda:3"], "fail", ["1 GPU(s) are visible"]),
+    (1, ["data.data_device=cuda:0", "train.memory_fraction=0.8", "data.memory_fraction=0.3"],
+     "fail", ["1.1 > 1.0"]),
+])
+def test_the_doctor_says_which_gpu_mode_fits_raw_audio(gpus, sets, status, words):
+    from myxtts.diagnose.doctor_data import DataPlan, check_roles
+
+    checks = check_roles(load_config(overrides=sets), DataPlan(on_the_fly=True), gpus, "cuda:0")
+    assert [c.status for c in checks] == [status]
+    text = checks[0].found + " " + checks[0].fix
+    assert all(w in text for w in words), text
+    assert checks[0].fix or status == "ok"

@@ -330,6 +330,7 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
     ranks = len(facts.gpus) if device != "cpu" and len(facts.gpus) > 1 else 1
     out += dd.check_loader(cfg, plan, cpus, transfer=device != "cpu", ranks=ranks,
                            shm_free=(shm_probe or dd.shm_free_bytes)())
+    out += dd.check_roles(cfg, plan, len(facts.gpus), device)
     return out + data_checks
 
 

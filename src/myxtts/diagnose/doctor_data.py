@@ -267,3 +267,56 @@ def check_loader(cfg: Config, plan: DataPlan, cpus: int, *, transfer: bool, rank
         return [Check("loader", "skip", f"myxtts.data cannot load ({type(e).__name__}: {e})")]
     return [check_workers(workers, source, cpus, plan.on_the_fly),
             check_shm(per_batch, batches, how, workers, shm_free, ranks)]
+
+
+def check_roles(cfg: Config, plan: DataPlan, n_gpus: int, train_device: str) -> list[Check]:
+    """Which multi-GPU mode fits (``benchmarks/data_roles.py`` measures them), and whether
+    the data role's device and the memory caps can work here.
+
+    DDP (every GPU trains on its shard) is the default and usually the faster use of
+    several GPUs with a prepared store: the features cost nothing at training time. The
+    data/model split (``data.data_device`` on another GPU, or a second stream of the
+    training GPU) only helps on-the-fly training -- raw audio, heavy feature work, no time
+    to prepare -- where the loader workers would otherwise be the bottleneck."""
+    if train_device == "cpu":
+        return [Check("GPU roles", "skip", "training on the CPU")]
+    import torch
+
+    from myxtts.train.memory import resolve_caps
+
+    out = []
+    data_device = None
+    if plan.on_the_fly:
+        data_device = torch.device(cfg.data.data_device)
+        index = data_device.index or 0
+        if data_device.type == "cuda" and index >= n_gpus:
+            return [Check("GPU roles", "fail", f"data.data_device={cfg.data.data_device} but "
+                          f"{n_gpus} GPU(s) are visible", f"--data-device cuda:0..cuda:{n_gpus - 1} "
+                          f"or cpu")]
+    try:
+        resolve_caps(cfg, torch.device(train_device), data_device)
+    except ConfigError as e:
+        return [Check("memory caps", "fail", str(e), "see train.memory_fraction / "
+                      "data.memory_fraction in `myxtts config show`")]
+    if not plan.on_the_fly:
+        how = (f"{n_gpus} GPUs: with a prepared store, DDP (each GPU trains on its shard): "
+               f"torchrun --nproc_per_node={n_gpus} -m myxtts.cli.main train STORE" if n_gpus > 1
+               else "one GPU; with a prepared store there is no data role to place")
+        out.append(Check("GPU roles", "ok", how))
+    elif data_device.type == "cpu":
+        found = "raw audio: features in the CPU loader workers"
+        if n_gpus > 1:
+            out.append(Check("GPU roles", "warn", f"{found} while {n_gpus} GPUs are visible",
+                             "`myxtts prepare DATA --out STORE` once, then DDP on every GPU "
+                             "(usually fastest); or, without time to prepare, the data/model "
+                             "split: --data-device cuda:1 --device cuda:0"))
+        else:
+            out.append(Check("GPU roles", "ok", f"{found}; if `myxtts profile` says the input "
+                             f"is the bottleneck, --data-device cuda:0 makes them on the GPU "
+                             f"(a second stream), or prepare a store"))
+    else:
+        shared = torch.device(train_device) == torch.device("cuda", data_device.index or 0)
+        where = "a second stream of the training GPU" if shared else "its own GPU"
+        out.append(Check("GPU roles", "ok", f"raw audio: features on {cfg.data.data_device} "
+                         f"({where}), handed over through {cfg.data.ring_slots} slots"))
+    return out
