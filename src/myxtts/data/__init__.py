@@ -16,5 +16,7 @@ Map (by what each module owns)::
     collate.py      Collator: items -> one padded Batch
     loader.py       build_loader: store -> batches (workers, shared-memory slots, pinning)
     onthefly.py     the same batches from raw audio, features on data.data_device
+    features.py     Featurizer: a padded wav batch -> log-mels (loader workers or a data GPU)
+    ring.py         SlotRing: the data role's batches handed to the training device in slots
     prefetch.py     DevicePrefetcher: batches copied to the GPU on a side stream
 """
