@@ -410,7 +410,7 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
         "threads) + each live worker (/proc/PID/stat utime+stime); audio-s = source clips' "
         "header durations of the utterances batched (the same for every loader)",
         f"    on-the-fly log-mels computed in {runs['onthefly', 0][0]['mels_in']} with 0 workers, "
-        f"in {runs['onthefly', 2][0]['mels_in']} with 2 workers (one batched STFT per batch)",
+        f"in {runs['onthefly', 2][0]['mels_in']} with 2 workers (clip by clip at each clip's length)",
         "    work differs: on-the-fly also trims silence and computes a reference log-mel crop "
         "(data.ref_frames) per utterance; the per-item peer only the clip's own mel"]
     return rows, notes

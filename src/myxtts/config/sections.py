@@ -80,7 +80,7 @@ class DataConfig:
     num_workers: int = _f(-1, "loader worker processes; -1 picks from the CPU count")
     prefetch_batches: int = _f(2, "batches copied ahead to the training device on a side stream")
     data_device: str = _f("cpu", "on-the-fly mode only: device that computes mels: 'cpu' (in the "
-                          "loader workers, one batched STFT per batch) or 'cuda:N' (a thread and "
+                          "loader workers, clip by clip) or 'cuda:N' (a thread and "
                           "CUDA stream of its own; may be the training GPU)")
     ring_slots: int = _f(3, "on-the-fly mode: pre-allocated batch slots between the data role and "
                          "the training device (one filled, one in transfer, one trained on); >= 2")

@@ -1,4 +1,5 @@
-"""On-the-fly features: a padded wav batch -> the model's batch, in one batched STFT.
+"""On-the-fly features: a padded wav batch -> the model's batch (log-mels, stop targets,
+reference crops).
 
 One object, two places, so both data roles compute the same features the same way:
 
@@ -66,14 +67,14 @@ class Featurizer:
         ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B] host
         real_frames = int(mel_lengths.sum())
         dev = {k: v.to(device, non_blocking=True) for k, v in raw.items() if k != "n_frames"}
-        mel, _ = mel_fn(dev["wav"], dev["wav_lengths"])  # [B, F, n_mels], frames >= length zeroed
+        mel = self._mels(mel_fn, dev["wav"], dev["wav_lengths"])  # [B, F, n_mels], 0 past length
         if mel.shape[1] < n_frames:
             mel = torch.nn.functional.pad(mel, (0, 0, 0, n_frames - mel.shape[1]))
         else:  # only if a header lied about the length; keep the bucket's shape
             mel = mel[:, :n_frames]
         mel_lengths = mel_lengths.to(device, non_blocking=True)
         ref_lengths = ref_lengths.to(device, non_blocking=True)
-        ref_full, _ = mel_fn(dev["ref_wav"], dev["ref_wav_lengths"])  # [B, Fc, n_mels]
+        ref_full = self._mels(mel_fn, dev["ref_wav"], dev["ref_wav_lengths"])  # [B, Fc, n_mels]
         slot = torch.arange(self.ref_frames, device=device)  # [R]
         take = (dev["ref_first"][:, None] + slot[None, :]).clamp(max=ref_full.shape[1] - 1)  # [B, R]
         ref = ref_full.gather(1, take[..., None].expand(-1, -1, ref_full.shape[2]))  # [B, R, n_mels]
@@ -83,3 +84,20 @@ class Featurizer:
                 "ref_mel": ref, "ref_lengths": ref_lengths, "speaker_ids": dev["speaker_ids"],
                 "language_ids": dev["language_ids"], "indices": dev["indices"],
                 "real_frames": real_frames}
+
+    def _mels(self, mel_fn: torch.nn.Module, wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Log-mels of a padded wav batch, frames past each clip's length zero.
+
+        On a GPU one batched call. On the CPU clip by clip at each clip's own length: measured
+        on the 2-core machine (one thread, 16 clips of 8 s), a batched STFT cost 0.44 ms per
+        audio-second against 0.094 clip by clip (the batch's working set leaves the cache),
+        and the padding is not transformed at all. The values are the same either way (the
+        batched module reflects each clip at its own end)."""
+        if wav.device.type != "cpu":
+            return mel_fn(wav, lengths)[0]
+        n_frames = int(frames_of(lengths.max(), self.audio))
+        out = wav.new_zeros(wav.shape[0], n_frames, self.audio.n_mels)  # [B, F, n_mels]
+        for i, n in enumerate(lengths.tolist()):
+            one, frames = mel_fn(wav[i, :n])  # [F_i, n_mels]
+            out[i, :int(frames)] = one
+        return out

@@ -4,7 +4,7 @@ Split of the work, and why:
 
 * Loader workers (CPU processes) read, resample and trim the clips and the reference
   clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also compute
-  the batch's log-mels (``data.features.Featurizer``: one batched STFT per batch, one
+  the batch's log-mels (``data.features.Featurizer``: clip by clip at each clip's length, one
   thread per worker), so feature extraction runs in parallel and the main process only
   receives finished batches. With ``'cuda:N'`` the mels are computed on that GPU by the
   data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
@@ -211,13 +211,15 @@ class OnTheFlyLoader:
                 batch.pop("real_frames")  # the trainer's host-side count; not a batch field
                 yield batch
 
-    def pipeline(self, train_device: torch.device, hold: int = 1) -> SlotRing:
+    def pipeline(self, train_device: torch.device, hold: int = 1,
+                 copy_log: list | None = None) -> SlotRing:
         """The trainer's view: batches delivered on ``train_device`` through a ring of
         ``data.ring_slots`` slots, features made beside the training step (``data.ring``).
-        ``hold``: batches the trainer keeps at once (gradient accumulation)."""
+        ``hold``: batches the trainer keeps at once (gradient accumulation); ``copy_log``:
+        see ``SlotRing``."""
         transform = None if self.workers_featurize else self.featurizer
         return SlotRing(self.loader, train_device, slots=self.cfg.data.ring_slots, hold=hold,
-                        transform=transform, data_device=self.device)
+                        transform=transform, data_device=self.device, copy_log=copy_log)
 
     def largest_raw_batch(self) -> dict[str, torch.Tensor]:
         """A ``WavCollator`` batch of the bucket with the most audio, every clip at the

@@ -16,6 +16,9 @@ through queues. Copies are peer-to-peer between GPUs when the driver allows it, 
 through host memory otherwise (torch picks), host-to-device from pinned memory when the
 data role is the CPU, and plain memory copies when both roles are on the CPU.
 
+``copy_log``: a list that receives a (start, end) pair of timing events per batch around its
+copy into the slot (``myxtts profile`` reads them; training passes none).
+
 Slots grow to the largest batch seen (one allocation per key the first time a bigger bucket
 arrives, none afterwards); each handed-out batch is a contiguous view of its slot.
 
@@ -45,7 +48,8 @@ _END = object()  # end of one pass of the source
 class SlotRing:
     def __init__(self, source: Iterable[Any], device: torch.device, *, slots: int = 3,
                  hold: int = 1, transform: Callable[[Any, torch.device], dict] | None = None,
-                 data_device: torch.device | None = None) -> None:
+                 data_device: torch.device | None = None,
+                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
         if slots < 2:
             raise ValueError(f"a ring needs at least 2 slots (data.ring_slots), got {slots}")
         self.source, self.device = source, torch.device(device)
@@ -71,6 +75,7 @@ class SlotRing:
             self._copy = torch.cuda.Stream(self.device)
         self._data_stream = (torch.cuda.Stream(self.data_device)
                              if self.data_device.type == "cuda" else None)
+        self.copy_log = copy_log  # (start, end) timing events per copy (``myxtts profile``)
         self._ready_counts: list[int] = []
         self.produced = 0
 
@@ -163,7 +168,11 @@ class SlotRing:
             return slot, self._copy_into(slot, item), None
         if self._released[slot] is not None:
             self._copy.wait_event(self._released[slot])
+        timed = self.copy_log is not None
         with torch.cuda.stream(self._copy):
+            if timed:
+                start = torch.cuda.Event(enable_timing=True)
+                start.record(self._copy)
             if self._data_stream is not None and self._data_stream.device != self.device:
                 with torch.cuda.stream(self._data_stream):  # cross-GPU copies order on both
                     batch = self._copy_into(slot, item)
@@ -174,8 +183,10 @@ class SlotRing:
                         if isinstance(value, torch.Tensor) and value.device.type == "cuda":
                             value.record_stream(self._copy)
                 batch = self._copy_into(slot, item)
-            event = torch.cuda.Event()
+            event = torch.cuda.Event(enable_timing=timed)
             event.record(self._copy)
+        if timed:
+            self.copy_log.append((start, event))
         return slot, batch, event
 
     def _copy_into(self, slot: int, item: dict[str, Any]) -> dict[str, Any]:

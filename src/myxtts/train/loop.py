@@ -128,7 +128,8 @@ class BatchStream:
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
         pipeline = getattr(self.data.loader, "pipeline", None)
         if pipeline is not None:  # on-the-fly: features made beside the step, in slots
-            self.ring = pipeline(self.device, hold=self.cfg.train.grad_accum_steps)
+            self.ring = pipeline(self.device, hold=self.cfg.train.grad_accum_steps,
+                                 copy_log=self.copy_log)
         try:
             while True:  # each pass starts where the sampler stands: the record's position
                 for batch in self._one_pass():
