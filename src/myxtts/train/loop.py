@@ -206,46 +206,49 @@ class _LoopContext:
         stream = iter(self.stream)
         last: Path | None = None
         self.model.train()
-        while r.step < t.max_steps:
-            micro, frames = [], 0
-            for _ in range(t.grad_accum_steps):
-                timer.wait_begin()
-                batch, n_frames = next(stream)
-                timer.wait_end()
-                micro.append(batch)
-                frames += n_frames
-            try:
-                self.step_fn(micro)
-            except torch.cuda.OutOfMemoryError as e:
-                raise TrainError(oom_message(micro, self.cfg)) from e
-            r.step += 1
-            step = r.step
-            timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
-            if self.eff is not None:
-                self.eff.add([batch_key(b) for b in micro])
-            if step % t.log_every == 0 or step == t.max_steps:
-                self._log(step, timer, bar)
-            if step % t.val_every == 0 or step == t.max_steps:
-                val = validation_loss(self.model, self.step_fn, self.data, self.device,
-                                      self.dist)
-                if val is not None:
-                    self.logger.scalars(step, val, prefix="val/")
-                    bar.note(f"step {step}: val loss {val['loss']:.4f}")
-                    is_best = val["loss"] < r.best_val_loss
-                    r.best_val_loss = min(r.best_val_loss, val["loss"])
-                    last = self.save(val["loss"], is_best)
-                self.model.train()
-            if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
-                synthesize_samples(self.model, self.data, self.cfg, self.logger, step,
-                                   self.out / "samples", self.device, self.dist.rank)
-                self.model.train()
-            if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
-                last = self.save()
-            if self._should_stop(stop, step):
-                if self.saved_step != step:
+        try:
+            while r.step < t.max_steps:
+                micro, frames = [], 0
+                for _ in range(t.grad_accum_steps):
+                    timer.wait_begin()
+                    batch, n_frames = next(stream)
+                    timer.wait_end()
+                    micro.append(batch)
+                    frames += n_frames
+                try:
+                    self.step_fn(micro)
+                except torch.cuda.OutOfMemoryError as e:
+                    raise TrainError(oom_message(micro, self.cfg)) from e
+                r.step += 1
+                step = r.step
+                timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
+                if self.eff is not None:
+                    self.eff.add([batch_key(b) for b in micro])
+                if step % t.log_every == 0 or step == t.max_steps:
+                    self._log(step, timer, bar)
+                if step % t.val_every == 0 or step == t.max_steps:
+                    val = validation_loss(self.model, self.step_fn, self.data, self.device,
+                                          self.dist)
+                    if val is not None:
+                        self.logger.scalars(step, val, prefix="val/")
+                        bar.note(f"step {step}: val loss {val['loss']:.4f}")
+                        is_best = val["loss"] < r.best_val_loss
+                        r.best_val_loss = min(r.best_val_loss, val["loss"])
+                        last = self.save(val["loss"], is_best)
+                    self.model.train()
+                if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
+                    synthesize_samples(self.model, self.data, self.cfg, self.logger, step,
+                                       self.out / "samples", self.device, self.dist.rank)
+                    self.model.train()
+                if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
                     last = self.save()
-                bar.note(f"stopped by signal at step {step}; checkpoint {last}")
-                break
+                if self._should_stop(stop, step):
+                    if self.saved_step != step:
+                        last = self.save()
+                    bar.note(f"stopped by signal at step {step}; checkpoint {last}")
+                    break
+        finally:
+            stream.close()  # stops an on-the-fly data role's producer thread now
         bar.close()
         return last
 
