@@ -3,7 +3,7 @@
     python benchmarks/data_roles.py [--presets tiny] [--steps N] [--rounds R] [--data DIR]
         [--workers N] [--threads N] [--lead N] [--set section.key=value]
 
-One raw dataset (default ../shared/data/ljspeech-mini, else a generated demo corpus), one
+One raw dataset (default ../shared/data/ljspeech-mini, else a generated demo corpus); per
 preset, four ways to feed the trainer (columns), each through the trainer's own input path
 (``open_train_data`` -> the loop's ``BatchStream``) in the trainer's step mode:
 
@@ -14,31 +14,30 @@ preset, four ways to feed the trainer (columns), each through the trainer's own 
   decode, a producer thread makes the mels in a CUDA stream of its own (CUDA only);
 * gpu-role (second GPU): ``data.data_device=cuda:1``, training on cuda:0 (>= 2 GPUs).
 
-Per arm, as ``input_ratio.py`` does, loader windows alternate with windows of the same step
-fed pre-staged batches (already in device memory, one per shape, replayed in the shape order
-the loader delivers): RATIO = loader steps/s / pre-staged steps/s of paired windows, medians
-over rounds. ``1 - RATIO`` is the share of the step's speed of light the data role costs.
-An arm's RATIO is against ITS OWN pre-staged batches: on the fly, buckets are planned from
-header (untrimmed) lengths, so batches are padded longer and shaped differently from the
-store's. The "vs store" rows compare arms with each other: utterances/s is the fair measure
-of throughput across different batch plans; "pre-staged vs store" is what the on-the-fly
-shapes alone cost the step, whatever the data role.
+Per arm, as in ``input_ratio.py``, loader windows alternate with windows of the same step fed
+pre-staged batches (in device memory, one per shape, replayed in the loader's shape order):
+RATIO = loader steps/s / pre-staged steps/s of paired windows, medians over rounds; ``1 -
+RATIO`` is the share of the step's speed of light the data role costs. Each arm is compared
+with ITS OWN pre-staged batches: on the fly, buckets are planned from header (untrimmed)
+lengths, so batches pad longer and are shaped differently from the store's. Across arms
+("vs store" rows) utterances/s is the fair measure; "pre-staged vs store" is what the
+on-the-fly shapes alone cost the step.
 
-Every loader window starts after ``--lead`` untimed steps from the same stream: what a data
-role buffered while the other windows ran (ring slots, prefetched batches, worker queues)
-would otherwise be free batches. On a CPU the arms run side by side, interleaved round by
-round (a shared machine's load comes and goes); on CUDA one arm at a time, so each measures
-its batch sizes (``batch_frames=auto``) and compiles on an otherwise empty GPU, as a run does.
+Each loader window follows ``--lead`` untimed steps from its stream: what a data role buffered
+while other windows ran (ring slots, worker queues) would otherwise be free batches. On a CPU
+the arms run side by side, interleaved round by round (a shared machine's load comes and
+goes); on CUDA one at a time, each fitting its batch sizes (``batch_frames=auto``) and
+compiling on an otherwise empty GPU, as a run does.
 
-Reading it: RATIO ~1.00 means the data role keeps up; a GPU role that keeps RATIO near 1 where
-the cpu-role does not means too few CPU cores for feature extraction (the data/model split
-helps); a cpu-role at ~1.00 means the GPU role has nothing to win, and a prepared store
-(exact lengths, less padding: compare utterances/s) is the faster choice for repeated epochs.
-On a CPU the "device" is the cores that also load, so the ratio is the loader's CPU cost.
+Reading it: RATIO ~1.00 means the data role keeps up with the step. A gpu-role near 1.00
+where the cpu-role is well below means too few CPU cores for feature extraction: the
+data/model split helps. A cpu-role near 1.00 leaves a GPU role nothing to win. Compare
+utterances/s with the store to see what on-the-fly padding costs beside the data role. On a
+CPU the "device" is the cores that also load, so the ratio is the loader's CPU cost.
 
-CPU defaults: preset tiny at data.batch_frames 1500, one torch thread, 20 steps x 8 rounds,
-workers = every CPU but one (the on-the-fly default). CUDA defaults: tiny and base at the
-config's budget (auto), torch's threads, 40 steps x 3 rounds.
+CPU defaults: preset tiny at data.batch_frames 1500, one torch thread, 20 steps x 12 rounds,
+workers = every CPU but one (the on-the-fly default; the store keeps its own). CUDA defaults:
+tiny and base at the config's budget (auto), torch's threads, 40 steps x 3 rounds.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ import argparse
 import gc
 import shutil
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -191,8 +191,13 @@ def measure(preset: str, data: Path, store: Path, args: argparse.Namespace,
                 base = ["train.device=cuda:0"] if n_gpus else []
                 if path == data:  # on the fly
                     base.append(f"data.num_workers={args.workers}")
-                arms.append(Arm(name, path, preset, base + sets + args.set, args, bool(n_gpus)))
-            results.update(interleave(arms, preset, args.rounds))
+                try:  # one role failing (e.g. a GPU role) still reports the others
+                    arms.append(Arm(name, path, preset, base + sets + args.set, args, bool(n_gpus)))
+                except Exception as e:
+                    traceback.print_exc()
+                    results[name] = f"failed: {type(e).__name__}"
+            if arms:
+                results.update(interleave(arms, preset, args.rounds))
         finally:
             while arms:  # no reference may outlive the group (GPU memory, ring threads)
                 arms.pop().close()
@@ -216,18 +221,20 @@ def interleave(arms: list[Arm], preset: str, rounds: int) -> dict[str, Any]:
 
 
 def rows_for(preset: str, res: dict[str, Any], na: dict[str, str]) -> list[tuple[str, list[str]]]:
+    na = {**na, **{a: r for a, r in res.items() if isinstance(r, str)}}  # + arms that failed
+
     def cells(fn: Any) -> list[str]:
         return [na[a] if a in na else fn(res[a]) for a in ARMS]
 
-    store = res["store"]
+    def rel(r: dict, kind: str) -> str:
+        return "-" if "store" in na else " / ".join(
+            f"{r[kind][m] / res['store'][kind][m]:.3f}" for m in ("steps_per_s", "utt_per_s"))
 
-    def rel(r: dict, kind: str, metric: str) -> str:
-        return f"{r[kind][metric] / store[kind][metric]:.3f}"
-
-    first = res[next(a for a in ARMS if a not in na)]
+    first = next((res[a] for a in ARMS if a not in na), None)
     return [
-        (f"== {preset} ({first['params_m']:.1f} M parameters, {first['device']} "
-         f"{first['threads']}t {first['mode']} step)", cells(lambda r: r["data_device"])),
+        (f"== {preset}" + (f" ({first['params_m']:.1f} M parameters, {first['device']} "
+                           f"{first['threads']}t {first['mode']} step)" if first else ""),
+         cells(lambda r: r["data_device"])),
         ("data.batch_frames / shapes / batches per epoch",
          cells(lambda r: f"{r['batch_frames']} / {r['shapes']} / {r['batches']}")),
         ("padding efficiency (planned) / workers / lead",
@@ -239,11 +246,8 @@ def rows_for(preset: str, res: dict[str, Any], na: dict[str, str]) -> list[tuple
         ("data-wait share: loader / pre-staged",
          cells(lambda r: f"{r['loader']['wait_share']:.2%} / {r['pre-staged']['wait_share']:.2%}")),
         ("RATIO loader / own pre-staged, median [min-max]", cells(lambda r: common.spread(r["ratios"]))),
-        ("vs store: loader steps/s / utterances/s",
-         cells(lambda r: f"{rel(r, 'loader', 'steps_per_s')} / {rel(r, 'loader', 'utt_per_s')}")),
-        ("vs store: pre-staged steps/s / utterances/s",
-         cells(lambda r: f"{rel(r, 'pre-staged', 'steps_per_s')} / "
-                         f"{rel(r, 'pre-staged', 'utt_per_s')}")),
+        ("vs store: loader steps/s / utterances/s", cells(lambda r: rel(r, "loader"))),
+        ("vs store: pre-staged steps/s / utterances/s", cells(lambda r: rel(r, "pre-staged"))),
         ("shape-order mismatches loader vs plan", cells(lambda r: str(r["mismatches"]))),
     ]
 
@@ -253,15 +257,13 @@ def main() -> None:
     p.add_argument("--presets", help="comma-separated (default: tiny on CPU; tiny,base on CUDA)")
     p.add_argument("--data", type=Path, help="raw dataset folder (default: ../shared/data/ljspeech-mini)")
     p.add_argument("--steps", type=int, help="optimizer steps per window (default 20 on CPU, 40 on CUDA)")
-    p.add_argument("--rounds", type=int, help="windows per arm and kind (default 8 on CPU, 3 on CUDA)")
-    p.add_argument("--threads", type=int, help="torch threads; 0 = torch's default (default: 1 on "
-                   "CPU, 0 on CUDA)")
+    p.add_argument("--rounds", type=int, help="windows per arm and kind (default 12 on CPU, 3 on CUDA)")
+    p.add_argument("--threads", type=int, help="torch threads, 0 = torch's (default: CPU 1, CUDA 0)")
     p.add_argument("--workers", type=int, help="data.num_workers of the on-the-fly arms (default: "
                    "every CPU but one); the store keeps its own default")
     p.add_argument("--lead", type=int, help="untimed loader steps before each loader window "
                    "(default: the batches the arm's input path can hold)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed loader steps first, after the "
-                   "lead (default 2)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed loader steps first (default 2)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="config override for every arm and preset (repeatable)")
     args = p.parse_args()
@@ -273,7 +275,7 @@ def main() -> None:
     if n_gpus:
         torch.cuda.set_device(0)  # as train() does: events and streams default to cuda:0
     args.steps = args.steps or (40 if n_gpus else 20)
-    args.rounds = args.rounds or (3 if n_gpus else 8)
+    args.rounds = args.rounds or (3 if n_gpus else 12)
     args.threads = args.threads if args.threads is not None else (0 if n_gpus else 1)
     args.workers = args.workers if args.workers is not None else default_onthefly_workers()
     presets = (args.presets or ("tiny,base" if n_gpus else "tiny")).split(",")
@@ -296,10 +298,9 @@ def main() -> None:
         out += [line(label, cells) for label, cells in rows_for(preset, res, na)]
     print("\n".join(out))
     print("RATIO = loader steps/s / pre-staged steps/s of paired windows of the SAME arm (same shapes,\n"
-          "  same order): each arm against its own batches, since on the fly buckets come from header\n"
-          "  (untrimmed) lengths and pad longer than the store's. 1 - RATIO: the step's speed of light\n"
-          "  lost to that data role. vs store: ratios of medians to the store arm's; utterances/s is\n"
-          "  the fair cross-arm measure, pre-staged shows what the on-the-fly shapes alone cost.\n"
+          "  same order): on the fly, buckets come from header (untrimmed) lengths and pad longer than\n"
+          "  the store's, so each arm is compared with its own batches. vs store: ratios of medians;\n"
+          "  utterances/s is the fair cross-arm measure, pre-staged what on-the-fly shapes alone cost.\n"
           "data-wait share: StepTimer (time in next(loader); on CUDA only while the GPU queue was dry).")
 
 
