@@ -175,15 +175,17 @@ class CheckpointedBlock(nn.Module):
     """A transformer block that can trade compute for memory (activation checkpointing).
 
     Why: to compute a block's gradients autograd keeps what its forward made -- norm outputs,
-    the q/k/v projections, attention outputs and their log-sum-exp, the MLP's ff_mult x wider
-    hidden layer, dropout masks -- about 10-20x the block's [B, T, d] input, for every block,
-    from the forward until the backward reaches it. That, not the weights, is what bounds the
-    batch (or the preset) a GPU can train. With ``activation_checkpointing`` on, a block keeps
-    only its inputs and runs its forward once more in the backward pass, just before its
-    gradients are computed: activation memory per block shrinks to its inputs, at the price of
-    a second forward of every block (about a third more compute for the blocks; embeddings,
-    postnet and losses are not recomputed). Worth it when memory limits the batch; a waste of
-    compute when it does not (off by default).
+    the q/k/v projections, attention outputs (on the math path even the attention weights),
+    the MLP's hidden layer (ff_mult times the block's width), dropout masks -- many times the
+    block's [B, T, d] input, for every block, from the forward until the backward reaches
+    it. That, not the weights, bounds the batch (or the preset) a GPU can train. With
+    ``activation_checkpointing`` on, a block keeps only its inputs and runs its forward once
+    more in the backward pass, just before its gradients are computed: its activation
+    memory shrinks to its inputs, for one more forward of every block (about a third more
+    compute for the blocks; embeddings, postnet and losses are not recomputed). Measured with
+    the tiny preset on the CPU (``benchmarks/activation_checkpointing.py``): a quarter of the
+    bytes saved for the backward pass, for 1.2-1.4x the eager step's time. Worth it where memory
+    limits the batch; a waste of compute where it does not (off by default).
 
     Subclasses run their ``forward`` body through :meth:`checkpointed`. Recomputation happens
     only in training mode with gradients enabled: evaluation, ``no_grad``/``inference_mode``
@@ -192,11 +194,15 @@ class CheckpointedBlock(nn.Module):
 
     ``torch.utils.checkpoint`` non-reentrant (``use_reentrant=False``, torch's recommended
     mode): the random state is restored for the recomputation, so dropout draws the same masks
-    and the gradients are those of the plain block, bit for bit on the CPU; it works under DDP
-    and autocast. Under ``torch.compile`` (``train.compile``: each block compiled, the call
-    to ``checkpoint`` included) dynamo traces it as a checkpointed region of the block's graph,
-    whose backward graph recomputes the region; the flag is a guard of that graph (changing it
-    compiles the block again, once).
+    and the gradients are those of the plain block, bit for bit on the CPU; autocast is
+    replayed too. Under ``torch.compile`` (``train.compile`` compiles each block, this call
+    included) dynamo traces the checkpoint as a region of the block's graph, whose backward
+    graph recomputes it (random ops replayed from their saved RNG state); the flag is a
+    guard of that graph (changing it compiles the block again, once). CUDA graphs of the
+    step (``train.graphs``) capture either form: nothing here reads a device value on the
+    host, and eager blocks read and rewind the CUDA RNG offset, which capture allows since
+    torch 2.10 (on an older torch the capture of eager checkpointed blocks fails, and the
+    warm-up trains uncaptured with a warning).
     """
 
     activation_checkpointing: bool = False  # per instance, set by set_activation_checkpointing

@@ -1,0 +1,242 @@
+"""What does activation checkpointing (``train.activation_checkpointing``) save, and cost?
+
+    python benchmarks/activation_checkpointing.py [--preset tiny|small|base]
+        [--device auto|cpu|cuda] [--batch-frames N] [--shapes K] [--steps N] [--rounds R]
+        [--data DIR | --store DIR] [--threads N] [--set section.key=value]
+
+The trainer's own ``TrainStep`` (precision, ``train.compile`` and ``train.cuda_graphs`` as
+``myxtts train`` resolves them on the device), built twice from the same initial weights:
+without checkpointing (the baseline) and with it. Both run each measured bucket shape's
+worst-case batch (every utterance at the bucket's padded shape: what the warm-up and the
+auto batch budget run), the shapes planned from the data at ``data.batch_frames`` as the
+trainer plans them (default: the LJSpeech sample beside the repository, else a generated
+demo corpus; ``--shapes`` picks that many, from the longest to the shortest, 0 = all).
+Per shape:
+
+* saved for backward: bytes of the tensors autograd keeps from the forward to the backward
+  pass, counted with ``torch.autograd.graph.saved_tensors_hooks`` during one uncaptured step
+  (each storage once, parameters left out): what checkpointing removes, the same on any
+  device;
+* peak CUDA memory of that step above what stays allocated between steps (weights,
+  gradients, AdamW state): ``torch.cuda.max_memory_allocated`` (n/a on a CPU);
+* step time: median of ``--steps`` steps per round (each synchronised on CUDA), rounds
+  interleaved (A/B, B/A, ...) after a warm-up, and the per-round ratio to the baseline.
+
+Ratios are checkpointing / baseline: below 1 for memory is the saving, above 1 for time the
+price. Defaults: CPU the tiny preset at 1500 frames, 1 thread, 3 shapes, 4 rounds of 5
+steps (under a minute on 2 cores, eager); CUDA the config's plan (compiled, CUDA graphs),
+5 rounds of 10 steps. Both arms stay on the device together (interleaved rounds), so the
+CUDA peak is counted above each step's resident state rather than from zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import common
+
+ARMS = ("off", "on")  # checkpointing; "off" is the baseline
+MIB = 2**20
+
+
+class SavedBytes:
+    """Bytes autograd keeps for the backward pass of what runs inside the ``with``: each
+    storage once (views share one), the model's parameters left out (kept anyway). A
+    checkpointed block saves its inputs through these hooks and nothing of its inside."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._seen: set[int] = set()
+        self.nbytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: Any) -> Any:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self._params and key not in self._seen:
+            self._seen.add(key)
+            self.nbytes += storage.nbytes()
+        return t
+
+    def __enter__(self) -> SavedBytes:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._hooks.__exit__(kind, value, tb)
+
+
+def pick(shapes: list[Any], k: int) -> list[Any]:
+    """``k`` shapes spread from the longest to the shortest (all for k <= 0)."""
+    if k <= 0 or k >= len(shapes):
+        return shapes
+    if k == 1:
+        return shapes[:1]
+    return [shapes[round(i * (len(shapes) - 1) / (k - 1))] for i in range(k)]
+
+
+def build_arm(t: common.Trainer, checkpointing: bool, shapes: list[Any]) -> Any:
+    """The trainer's step with checkpointing on or off, warmed up (compiled, captured) on
+    ``shapes`` the way ``train()`` warms up its buckets."""
+    from myxtts.train.step import resolve_compile, resolve_graphs
+    from myxtts.train.warmup import warm_up
+
+    step = t.step(compiled=resolve_compile(t.cfg.train.compile, t.device))
+    step.model.set_activation_checkpointing(checkpointing)  # what train.setup does
+    graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
+    if step.compiled or t.cuda:
+        from myxtts.train.graphs import CudaCapture
+
+        warm_up(step, shapes, t.data.vocab_size, len(t.data.languages),
+                capture=CudaCapture(t.device) if graphs else None, echo=common.say)
+    return step
+
+
+def memory(t: common.Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
+    """(bytes saved for backward, CUDA peak above the resident state or None) of one
+    uncaptured step."""
+    import torch
+
+    peak = None
+    t.sync()
+    if t.cuda:
+        torch.cuda.reset_peak_memory_stats(t.device)
+        resident = torch.cuda.memory_allocated(t.device)
+    with SavedBytes(step.model) as saved:
+        step.run([batch])
+    t.sync()
+    if t.cuda:
+        peak = torch.cuda.max_memory_allocated(t.device) - resident
+    return saved.nbytes, peak
+
+
+def timed(t: common.Trainer, step: Any, batch: dict, n: int) -> list[float]:
+    """Seconds of each of ``n`` training steps (replayed as a CUDA graph where captured)."""
+    out = []
+    for _ in range(n):
+        t.sync()
+        start = time.perf_counter()
+        step([batch])
+        t.sync()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def measure(t: common.Trainer, shapes: list[Any], args: argparse.Namespace
+            ) -> tuple[list[dict], str]:
+    """Per shape: each arm's (saved bytes, CUDA peak) and step times, the per-round time
+    ratios; and how the steps ran (mode, precision)."""
+    from myxtts.train.step import resolve_compile
+    from myxtts.train.warmup import worst_case_batch
+
+    steps = {arm: build_arm(t, arm == "on", shapes) for arm in ARMS}
+    results = []
+    for shape in shapes:
+        batch = worst_case_batch(shape, t.data.vocab_size, len(t.data.languages), t.device)
+        r: dict[str, Any] = {"shape": shape, "times": {a: [] for a in ARMS}, "ratios": []}
+        for arm in ARMS:
+            timed(t, steps[arm], batch, args.warmup)
+            r[arm] = memory(t, steps[arm], batch)
+        for i in range(args.rounds):
+            medians = {}
+            for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):
+                times = timed(t, steps[arm], batch, args.steps)
+                r["times"][arm] += times
+                medians[arm] = statistics.median(times)
+            r["ratios"].append(medians["on"] / medians["off"])
+        common.say(f"B={shape.batch} T={shape.frames}: step ms " + ", ".join(
+            f"{a} {1e3 * common.median(r['times'][a]):.0f}" for a in ARMS)
+            + f"; saved MiB off {r['off'][0] / MIB:.1f}, on {r['on'][0] / MIB:.1f}")
+        results.append(r)
+    modes = {arm: f"{s.mode} step" for arm, s in steps.items()}
+    how = modes["off"] if modes["off"] == modes["on"] else f"{modes['off']} (off) / {modes['on']} (on)"
+    if any(s.compiled != resolve_compile(t.cfg.train.compile, t.device) for s in steps.values()):
+        how += " (compiling FAILED: see the log)"
+    return results, f"{how}, {str(steps['off'].dtype).split('.')[-1]}"
+
+
+def render(results: list[dict], head: list[str]) -> str:
+    cols = ["checkpointing", "saved MiB", "ratio", "peak CUDA MiB", "ratio", "step ms",
+            "ratio [min-max]"]
+    widths = [14, 12, 8, 15, 8, 10, 20]
+    first = 34
+
+    def line(label: str, cells: list[str]) -> str:
+        return f"{label:<{first}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+
+    out = [*head, "", line("shape: B x T mel (L text, R ref)", cols), "-" * (first + sum(widths))]
+    for r in results:
+        s = r["shape"]
+        label = f"{s.batch} x {s.frames} (L {s.text}, R {s.ref_frames})"
+        base_saved, base_peak = r["off"]
+        for arm in ARMS:
+            saved, peak = r[arm]
+            ms = 1e3 * common.median(r["times"][arm])
+            base_ms = 1e3 * common.median(r["times"]["off"])
+            cells = [arm, f"{saved / MIB:.2f}", f"{saved / base_saved:.3f}",
+                     "n/a" if peak is None else f"{peak / MIB:.0f}",
+                     "n/a" if peak is None else f"{peak / base_peak:.3f}",
+                     f"{ms:.1f}", "1.000" if arm == "off" else
+                     f"{ms / base_ms:.3f} [{min(r['ratios']):.2f}-{max(r['ratios']):.2f}]"]
+            out.append(line(label if arm == "off" else "", cells))
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
+    p.add_argument("--device", default="auto", help="train.device: auto (CUDA if present), cpu, "
+                   "cuda, cuda:N")
+    p.add_argument("--data", type=Path, help="dataset to prepare (default: ../shared/data/ljspeech-mini)")
+    p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
+    p.add_argument("--batch-frames", type=int, help="data.batch_frames (default: CPU "
+                   f"{common.CPU_BATCH_FRAMES}; CUDA the config's, auto planning at 12000)")
+    p.add_argument("--shapes", type=int, default=3, help="bucket shapes measured, spread from "
+                   "the longest to the shortest; 0 = all (default 3)")
+    p.add_argument("--steps", type=int, help="timed steps per round (default 5 CPU, 10 CUDA)")
+    p.add_argument("--rounds", type=int, help="rounds per arm, interleaved (default 4 CPU, 5 CUDA)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per arm and shape")
+    p.add_argument("--threads", type=int, help="torch threads; 0 = torch's default (default: 1 on "
+                   "CPU, 0 on CUDA)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="config override (repeatable)")
+    args = p.parse_args()
+
+    import torch
+
+    cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    args.steps = args.steps or (10 if cuda else 5)
+    args.rounds = args.rounds or (5 if cuda else 4)
+    threads = args.threads if args.threads is not None else (0 if cuda else 1)
+    batch_frames = args.batch_frames or (None if cuda else common.CPU_BATCH_FRAMES[args.preset])
+    tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-ckpt-"))
+    try:
+        data, store = common.prepare(args.data, args.store, tmp)
+        t = common.Trainer(store, args.preset, batch_frames,
+                           [f"train.device={args.device}", *args.set], threads)
+        shapes = pick(t.shapes(), args.shapes)
+        results, how = measure(t, shapes, args)
+        head = common.header(data, store, (
+            f"preset {args.preset} ({t.params_m:.1f} M parameters) on {t.device}, "
+            f"{how}, {torch.get_num_threads()} threads, data.batch_frames "
+            f"{t.cfg.data.batch_frames}; {args.rounds} rounds x {args.steps} steps per arm, "
+            f"interleaved" + (f"; overrides {args.set}" if args.set else "")))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(render(results, head))
+    print("ratio: checkpointing on / off (the baseline, measured in the same run); step time "
+          "ratio: median [min-max] of per-round ratios.")
+
+
+if __name__ == "__main__":
+    main()
