@@ -53,5 +53,5 @@ def test_training_on_raw_audio_logs_slot_occupancy(micro_store, tmp_path):
     assert train(micro_config(out, "train.max_steps=4"), raw, progress=False).step == 4
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     ready = [r["train/data_ready_slots"] for r in rows if "train/data_ready_slots" in r]
-    slots = micro_config(out).data.ring_slots
-    assert len(ready) == 2 and all(0.0 <= v <= slots - 1 for v in ready)
+    slots = micro_config(out).data.ring_slots  # at most the slots not held (all at the start)
+    assert len(ready) == 2 and all(0.0 <= v <= slots for v in ready)

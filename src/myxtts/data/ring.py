@@ -88,9 +88,9 @@ class SlotRing:
                                             daemon=True)
             self._thread.start()
         while True:
+            self._ready_counts.append(self._ready.qsize())  # before a slot is handed back
             if len(self._held) >= self.hold:
                 self._release(self._held.popleft())
-            self._ready_counts.append(self._ready.qsize())
             item = self._ready.get()
             if item is _END:
                 return
@@ -112,8 +112,8 @@ class SlotRing:
 
     def occupancy(self) -> float:
         """Mean number of filled slots waiting whenever the trainer asked for a batch, since
-        the last call (0: the trainer waited for data; ``slots - 1``: the data role is ahead
-        as far as it can be)."""
+        the last call (0: the trainer waited for data; ``data.ring_slots - 1``: the data
+        role is as far ahead as the slots the trainer does not hold allow)."""
         counts, self._ready_counts = self._ready_counts, []
         return sum(counts) / len(counts) if counts else 0.0
 
