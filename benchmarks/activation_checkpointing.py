@@ -37,43 +37,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import common
 
 ARMS = ("off", "on")  # checkpointing; "off" is the baseline
 MIB = 2**20
-
-
-class SavedBytes:
-    """Bytes autograd keeps for the backward pass of what runs inside the ``with``: each
-    storage once (views share one), the model's parameters left out (kept anyway). A
-    checkpointed block saves its inputs through these hooks and nothing of its inside."""
-
-    def __init__(self, model: Any) -> None:
-        import torch
-
-        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self._seen: set[int] = set()
-        self.nbytes = 0
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-
-    def _pack(self, t: Any) -> Any:
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in self._params and key not in self._seen:
-            self._seen.add(key)
-            self.nbytes += storage.nbytes()
-        return t
-
-    def __enter__(self) -> SavedBytes:
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._hooks.__exit__(kind, value, tb)
 
 
 def pick(shapes: list[Any], k: int) -> list[Any]:
@@ -106,6 +75,8 @@ def memory(t: common.Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
     """(bytes saved for backward, CUDA peak above the resident state or None) of one
     uncaptured step."""
     import torch
+
+    from myxtts.observe.meters import SavedBytes
 
     peak = None
     t.sync()

@@ -13,20 +13,19 @@ compiled and the graph-replayed steps are compared under tolerances, each saying
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import Any
 from unittest import mock
 
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 import myxtts.model.layers as layers
 from myxtts.config import config_from_dict
 from myxtts.model.dummy import random_batch, randomize_weights
 from myxtts.model.losses import compute_losses
 from myxtts.model.xtts import XTTS, build_model
+from myxtts.observe.meters import SavedBytes
 from myxtts.train.compile import BLOCK_TYPES, compile_blocks, compiled_graphs
 
 N_MELS, N_TOKENS = 16, 40
@@ -53,35 +52,6 @@ def make_model(checkpointing: bool) -> XTTS:
     randomize_weights(model, seed=0).train()
     model.set_activation_checkpointing(checkpointing)
     return model
-
-
-class SavedBytes(AbstractContextManager["SavedBytes"]):
-    """Bytes autograd keeps for the backward pass of what runs inside the ``with``
-    (``saved_tensors_hooks``): each storage once (views share one), the model's parameters
-    left out (they are kept anyway). A checkpointed block saves its inputs through these
-    hooks and nothing of its inside."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self._seen: set[int] = set()
-        self.nbytes = 0
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-
-    def _pack(self, t: Tensor) -> Tensor:
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in self._params and key not in self._seen:
-            self._seen.add(key)
-            self.nbytes += storage.nbytes()
-        return t
-
-    def __enter__(self) -> SavedBytes:
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._hooks.__exit__(kind, value, tb)
 
 
 def train_pass(model: XTTS, seed: int = 0, self_feed: bool = True

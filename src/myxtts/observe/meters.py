@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
 
 import torch
 
@@ -104,3 +106,32 @@ class StepTimer:
         self._steps = self._utts = 0
         self._audio_frames = 0.0
         return stats
+
+
+class SavedBytes:
+    """Bytes autograd keeps for the backward pass of what runs inside the ``with``
+    (``torch.autograd.graph.saved_tensors_hooks``): each storage once (views share one), the
+    model's parameters left out (they are kept anyway). Device independent: how activation
+    checkpointing is measured where no GPU reports a peak (a checkpointed block saves its
+    inputs through these hooks and nothing of its inside)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._seen: set[int] = set()
+        self.nbytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        key = t.untyped_storage().data_ptr()
+        if key not in self._params and key not in self._seen:
+            self._seen.add(key)
+            self.nbytes += t.untyped_storage().nbytes()
+        return t
+
+    def __enter__(self) -> SavedBytes:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._hooks.__exit__(kind, value, tb)
