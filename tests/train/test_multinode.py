@@ -88,3 +88,14 @@ def test_a_node_alone_at_the_rendezvous_times_out_with_a_message(micro_store, tm
                        capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode != 0
     assert "RendezvousTimeoutError" in r.stdout + r.stderr
+
+
+def test_one_data_gpu_for_every_rank_is_refused(micro_store, tmp_path):
+    raw = micro_store.parent / "data"  # on-the-fly: the dataset the micro store came from
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--master_port=29625", *_train_args(raw, tmp_path / "run", 2),
+           "--set", "data.data_device=cuda:0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode != 0
+    assert r.stderr.count("myxtts train: error: data.data_device=cuda:0 under torchrun would make "
+                          "every rank compute features on that one GPU") == 2, r.stderr[-2000:]

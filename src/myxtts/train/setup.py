@@ -82,6 +82,10 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
 
     seed_everything(cfg.train.seed + dist.rank)
     on_the_fly = Path(data_path).is_dir() and not is_store(Path(data_path))
+    if dist.enabled and on_the_fly and cfg.data.data_device.startswith("cuda:"):
+        raise ConfigError(f"data.data_device={cfg.data.data_device} under torchrun would make every "
+                          f"rank compute features on that one GPU; use data.data_device=cuda (each "
+                          f"rank on its own GPU, a second stream) or cpu")
     caps = resolve_caps(cfg, device, resolve_device(cfg.data.data_device, "data.data_device")
                         if on_the_fly else None)
     apply_caps(caps)  # before anything is allocated on a capped GPU
