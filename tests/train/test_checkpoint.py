@@ -39,6 +39,36 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
         ck.load(bad)
 
 
+def _damage(path, how: str) -> None:
+    if how == "empty":
+        path.write_bytes(b"")
+    else:  # truncated: a copy cut short, as a full disk or a killed copy leaves it
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("how, words", [("empty", "is empty (0 bytes"), ("truncated", "cannot be read (")])
+def test_damaged_checkpoints_are_skipped_by_auto_resume_and_named_when_explicit(
+        micro_store, tmp_path, caplog, how, words):
+    run = tmp_path / "run"
+    overrides = ("train.ckpt_every=2", "train.val_every=100")
+    train(micro_config(run, "train.max_steps=4", *overrides), micro_store, progress=False)
+    newest = run / "checkpoints" / "ckpt_00000004.pt"
+    _damage(newest, how)
+    with pytest.raises(TrainError) as err:  # named explicitly: one line, the file and the fix
+        ck.load(newest)
+    assert words in str(err.value) and str(newest) in str(err.value)
+    assert "\n" not in str(err.value) and str(err.value).endswith("resume from an older one")
+    with caplog.at_level("INFO"):  # auto-resume: skipped with a warning, the one before used
+        result = train(micro_config(run, "train.max_steps=6", *overrides), micro_store,
+                       progress=False)
+    assert result.step == 6 and "skipping a damaged checkpoint" in caplog.text
+    assert "resuming from " + str(run / "checkpoints" / "ckpt_00000002.pt") in caplog.text
+    _damage(newest, how)  # (the resumed run wrote a good step 4 again)
+    with pytest.raises(TrainError, match=words.replace("(", r"\(")):
+        train(micro_config(tmp_path / "other", "train.max_steps=6", *overrides), micro_store,
+              resume=newest, progress=False)
+
+
 def test_checkpoint_refuses_pickled_objects(tmp_path):
     class Evil:
         def __reduce__(self):

@@ -133,11 +133,16 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise TrainError(f"checkpoint {path} does not exist")
+    if path.stat().st_size == 0:
+        raise TrainError(f"checkpoint {path} is empty (0 bytes: a write that never finished); "
+                         f"delete it to resume from an older one")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # corrupt, truncated, or not a checkpoint
-        raise TrainError(f"checkpoint {path} cannot be read ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:160]}); delete it to resume from an older one") from e
+        why = (str(e).strip().splitlines() or [""])[0].rstrip(".")
+        raise TrainError(f"checkpoint {path} cannot be read ({type(e).__name__}"
+                         f"{': ' + why if why else ''}); delete it to resume from an older "
+                         f"one") from e
     if isinstance(state, dict) and state.get(FORMAT) == 1:
         return _upgrade_v1(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:
@@ -179,6 +184,22 @@ class CheckpointManager:
                 return p
         paths = self.step_paths()
         return paths[-1] if paths else None
+
+    def resumable(self) -> Path | None:
+        """The newest step checkpoint that loads (auto-resume): a damaged newest one (a
+        truncated copy, a 0-byte file from a full disk) is skipped with a warning naming it,
+        and the run continues from the one before; None when there is none."""
+        newest = self.latest()
+        candidates = [newest] if newest is not None else []
+        candidates += [p for p in reversed(self.step_paths()) if p != newest]
+        for path in candidates:
+            try:
+                load(path)
+            except TrainError as e:
+                log.warning("skipping a damaged checkpoint: %s", e)
+                continue
+            return path
+        return None
 
     def save(self, state: dict[str, Any], step: int, val_loss: float | None = None,
              is_best: bool = False) -> Path:

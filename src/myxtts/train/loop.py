@@ -77,7 +77,7 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
-    resume_path = Path(resume) if resume else manager.latest()
+    resume_path = Path(resume) if resume else manager.resumable()
     run = build_setup(cfg, data_path, resume_path)
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
                                                run.dist, run.record)

@@ -122,7 +122,7 @@ def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = Non
                   progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
-    resume_path = Path(resume) if resume else manager.latest()
+    resume_path = Path(resume) if resume else manager.resumable()
     run = _setup(cfg, data, resume_path, progress)
     out.mkdir(parents=True, exist_ok=True)
     save_config(run.cfg, out / "config.yaml")
