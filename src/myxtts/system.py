@@ -1,4 +1,5 @@
-"""What myxtts needs from the machine: files written atomically, the CPUs it may use.
+"""What myxtts needs from the machine: files written atomically, one writer per folder, the
+CPUs it may use.
 
 Why atomic writes everywhere: a run killed at any instant (SIGKILL, OOM killer, power
 loss) must leave either the old file or the new one, never half of one. One helper does
@@ -13,7 +14,17 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+LOCK_FILE = ".lock"
+
+
+class FolderError(RuntimeError):
+    """A folder myxtts must write cannot be used; the message names it and the fix."""
+
+
+class FolderBusy(FolderError):
+    """Another live process holds the folder's lock; the message names it."""
 
 
 @contextmanager
@@ -54,3 +65,42 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - macOS/Windows
         return max(1, os.cpu_count() or 1)
+
+
+@contextmanager
+def folder_lock(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold ``FOLDER/.lock`` while ``command`` writes the folder: a second writer (two
+    `myxtts train` into one --output-dir would interleave metrics and overwrite each other's
+    checkpoints) gets :class:`FolderBusy` naming the folder and the process that holds it.
+
+    ``flock``: the kernel drops the lock when its process dies, even by SIGKILL, so a stale
+    lock file left by a killed run is simply taken over. The file records the holder's pid
+    and command for the message. Without ``fcntl`` (Windows) nothing is locked."""
+    folder = Path(folder)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path = folder / LOCK_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fh: Any = open(path, "a+")  # noqa: SIM115 - stays open while the folder is written
+    except OSError as e:  # read-only file system, no permission, a file in the way
+        raise FolderError(f"cannot write {folder} ({e.strerror or e}); choose a folder you can "
+                          f"write") from None
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise FolderBusy(f"{folder} is being written by {holder} right now; wait for it to "
+                             f"finish (or stop it), or use another folder") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} (`{command}`)")
+        fh.flush()
+        yield
+    finally:
+        fh.close()  # releases the lock; the file stays (removing it could race a new writer)

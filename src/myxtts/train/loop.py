@@ -10,6 +10,7 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
+from myxtts.system import FolderError, folder_lock
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo
@@ -74,6 +76,19 @@ class StopFlag:
 
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
+          progress: bool = True) -> TrainResult:
+    """Train into ``cfg.train.output_dir``, which this process locks while it writes
+    (a second run into the same folder is a one-line error naming the running one)."""
+    if int(os.environ.get("RANK", "0")) != 0:  # DDP: rank 0 writes the folder and holds it
+        return _train(cfg, data_path, resume, progress)
+    try:
+        with folder_lock(cfg.train.output_dir, "myxtts train"):
+            return _train(cfg, data_path, resume, progress)
+    except FolderError as e:
+        raise TrainError(f"{e} (--output-dir)") from None
+
+
+def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)

@@ -31,6 +31,7 @@ from myxtts.model.vocos import VocosGenerator
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
+from myxtts.system import FolderError, folder_lock
 from myxtts.train import checkpoint as ck
 from myxtts.train import vocoder_checkpoint as vck
 from myxtts.train.errors import TrainError
@@ -119,6 +120,19 @@ def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -
 
 
 def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
+                  progress: bool = True) -> TrainResult:
+    """Train the vocoder into ``cfg.train.output_dir``, which this process locks while it writes
+    (a second run into the same folder is a one-line error naming the running one)."""
+    if int(os.environ.get("RANK", "0")) != 0:  # DDP: rank 0 writes the folder and holds it
+        return _train_vocoder(cfg, data, resume, progress)
+    try:
+        with folder_lock(cfg.train.output_dir, "myxtts train-vocoder"):
+            return _train_vocoder(cfg, data, resume, progress)
+    except FolderError as e:
+        raise TrainError(f"{e} (--output-dir)") from None
+
+
+def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
                   progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
