@@ -62,3 +62,13 @@ def test_cuda_graphs_resolve_per_device_and_explain_when_forced():
         assert not resolve_graphs("auto", *args)
         with pytest.raises(ConfigError, match=f"train.cuda_graphs=on but .*{why}"):
             resolve_graphs("on", *args)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.lr=nan", "train.lr"), ("audio.fmax=inf", "audio.fmax"),
+    ("train.grad_clip=-inf", "train.grad_clip"), ("data.memory_fraction=.nan", "data.memory_fraction"),
+    ("vocoder.mel_weight=.inf", "vocoder.mel_weight"),
+])
+def test_non_finite_numbers_are_refused_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=rf"^{key} must be a finite number, got"):
+        load_config(overrides=[override])

@@ -3,6 +3,8 @@ would be valid; and device settings resolved against the machine at hand."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError
@@ -11,6 +13,7 @@ from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError
 def validate(cfg: Config) -> None:
     """Reject impossible values, naming the key and what would be valid."""
     a, m, dt, t = cfg.audio, cfg.model, cfg.data, cfg.train
+    _finite(cfg)
 
     def positive(section: str, obj: Any, *keys: str, allow_zero: bool = False) -> None:
         for k in keys:
@@ -92,6 +95,19 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"vocoder.periods must be a non-empty list of periods >= 2, got {v.periods}")
     if not 0 <= v.beta1 < 1 or not 0 <= v.beta2 < 1:
         raise ConfigError(f"vocoder.beta1/beta2 must be in [0, 1), got {v.beta1}, {v.beta2}")
+
+
+def _finite(cfg: Config) -> None:
+    """NaN or infinity in any number (``train.lr=nan`` type-checks as a float, then makes
+    AdamW raise mid-run) is refused before anything runs; each range check below assumes
+    finite numbers (a NaN passes every comparison it is not equal to)."""
+    for section in dataclasses.fields(cfg):
+        for f in dataclasses.fields(getattr(cfg, section.name)):
+            value = getattr(getattr(cfg, section.name), f.name)
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{section.name}.{f.name} must be a finite number, got {v}")
 
 
 def resolve_device(name: str, key: str) -> Any:
