@@ -64,7 +64,33 @@ def test_user_errors_are_one_line(run, reference, tmp_path):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
     with pytest.raises(TrainError, match="language 'xx' is not known to this model"):
         synth.synthesize(SENTENCES, [reference], language="xx")
-    with pytest.raises(TrainError, match="empty after cleaning"):
+    with pytest.raises(TrainError, match="has nothing this model can speak"):
         synth.synthesize(["   "], [reference])
     with pytest.raises(TrainError, match="no checkpoint at"):
         resolve_checkpoint(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("text, unknown", [
+    ("...", ""), ("?! -- !?", "'!' (U+0021 EXCLAMATION MARK)"),
+    ("привет", "'п' (U+043F CYRILLIC SMALL LETTER PE)"),
+])
+def test_a_text_with_nothing_to_speak_is_an_error_not_seconds_of_noise(run, reference, text,
+                                                                       unknown):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    with pytest.raises(TrainError, match="has nothing this model can speak") as err:
+        synth.synthesize([text], [reference])
+    assert unknown in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_characters_are_reported_once_as_a_list(run, reference, caplog):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    synth.max_frames = 12  # the micro model does not learn to stop: keep the decode short
+    text = "lamo ж tesi. kunapo ж ж 🙂."  # sentence pieces are not checked again one by one
+    with caplog.at_level("WARNING"):
+        synth.synthesize([text, "miresu ж."], [reference])
+        synth.synthesize([text], [reference])
+    reports = [r.getMessage() for r in caplog.records if "did not train on" in r.getMessage()]
+    assert len(reports) == 1  # one list for the call, nothing again for the next
+    assert "'ж' (U+0436 CYRILLIC SMALL LETTER ZHE)" in reports[0] and "SLIGHTLY SMILING" in reports[0]
+    assert not any("is not in the vocabulary" in r.getMessage() for r in caplog.records)
+

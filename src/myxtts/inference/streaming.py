@@ -65,7 +65,7 @@ def _stream_sentence(synth: Synthesizer, text: str, latents: torch.Tensor, langu
                      seed: int | None, first_frames: int, chunk_frames: int
                      ) -> Iterator[np.ndarray]:
     model, dev, hop = synth.model, synth.device, synth.cfg.audio.hop_length
-    tokens, token_lengths = synth.encode([text], language)
+    tokens, token_lengths = synth.encode([text], language, check=False)  # checked whole
     if seed is not None:
         torch.manual_seed(seed)  # the same prenet noise as synthesize()
     lang = torch.full((1,), synth.tokenizer.language_id(language), device=dev)

@@ -44,6 +44,7 @@ class Synthesizer:
         self.neural = vocoder is not None
         self.vocoder = vocoder.to(device).eval() if vocoder is not None else GriffinLim(cfg.audio).to(device)
         self.max_frames = cfg.model.max_decoder_frames
+        self._reported: set[str] = set()  # unknown characters already reported
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto",
@@ -89,31 +90,54 @@ class Synthesizer:
         latents = [self.model.condition(*self.reference(p)) for p in audio_paths]
         return torch.stack(latents).mean(dim=0)
 
-    def encode(self, texts: Sequence[str], language: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, texts: Sequence[str], language: str, check: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids [B, L] and lengths [B] of ``texts``. ``check``: refuse a text with nothing
+        to speak (off for the sentence pieces of a text that was checked whole: a piece such
+        as "..." is then simply a short pause)."""
         if language not in self.tokenizer.languages:
             raise TrainError(f"language {language!r} is not known to this model "
                              f"(it knows {', '.join(self.tokenizer.languages)})")
-        ids = [self.tokenizer.encode(clean_text(t, language, self.cfg.text), language) for t in texts]
-        for t, i in zip(texts, ids):
-            if len(i) <= 3:
-                raise TrainError(f"text {t!r} is empty after cleaning; give a sentence to speak")
+        cleaned = [clean_text(t, language, self.cfg.text) for t in texts]
+        if check:
+            self._check_speakable(texts, cleaned, language)
+        ids = [self.tokenizer.encode(c, language, report=False) for c in cleaned]
         lengths = torch.tensor([len(i) for i in ids])
         tokens = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
         for b, i in enumerate(ids):
             tokens[b, : len(i)] = torch.tensor(i)
         return tokens.to(self.device), lengths.to(self.device)
 
+    def _check_speakable(self, texts: Sequence[str], cleaned: Sequence[str], language: str) -> None:
+        """A text with no letter or digit this model knows would decode into seconds of noise
+        until the frame guard: an error. Characters it does not know are spoken as <unk>:
+        reported once, as one list, the first time they appear."""
+        new: dict[str, int] = {}
+        for text, c in zip(texts, cleaned):
+            missing = [ch for ch in c if not ch.isspace() and not self.tokenizer.knows(ch)]
+            if not any(ch.isalnum() and self.tokenizer.knows(ch) for ch in c):
+                what = (f"; it does not know {_char_list(sorted(set(missing)))}" if missing else "")
+                raise TrainError(f"text {text!r} has nothing this model can speak (no letter or "
+                                 f"digit of its {language!r} vocabulary{what}); give words to say")
+            for ch in missing:
+                if ch not in self._reported:
+                    new[ch] = new.get(ch, 0) + 1
+        if new:
+            self._reported.update(new)
+            log.warning("characters this model did not train on are spoken as <unk>: %s",
+                        _char_list(sorted(new)))
+
     # ------------------------------------------------------------- synthesis
 
     @torch.inference_mode()
     def synthesize_mel(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
-                       language: str | None = None, seed: int | None = 0
+                       language: str | None = None, seed: int | None = 0, check: bool = True
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each text decoded as ONE utterance (no splitting), batched, one voice (clip paths
         or latents from ``voice``). Returns log-mels [B, F, n_mels] and lengths [B]."""
         latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
         language = language or self.cfg.text.default_language
-        tokens, token_lengths = self.encode(texts, language)
+        tokens, token_lengths = self.encode(texts, language, check)
         if seed is not None:
             torch.manual_seed(seed)  # prenet dropout stays on at inference: fix it for repeatability
         b = tokens.shape[0]
@@ -131,10 +155,10 @@ class Synthesizer:
         the others and joined with short pauses (``inference.longform``)."""
         language = language or self.cfg.text.default_language
         latents = self.voice(reference)
-        self.encode(texts, language)  # user errors (language, empty text) before any decoding
+        self.encode(texts, language)  # user errors (language, nothing to say) before decoding
         pieces = longform.plan_pieces(texts, language)
         decoded = longform.decode_pieces(
-            pieces, lambda batch: self.synthesize_mel(batch, latents, language, seed),
+            pieces, lambda batch: self.synthesize_mel(batch, latents, language, seed, check=False),
             self.max_frames, language, self.cfg.audio.frames_per_second)
         mels = [m for _, m in decoded]
         lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
@@ -165,3 +189,9 @@ class Synthesizer:
             save_wav(Path(out), wav, self.cfg.audio.sample_rate)
             paths.append(Path(out))
         return paths
+
+
+def _char_list(chars: Sequence[str]) -> str:
+    import unicodedata
+
+    return ", ".join(f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, '?')})" for ch in chars)

@@ -121,12 +121,17 @@ class Tokenizer:
 
     # ------------------------------------------------------------ encode / decode
 
-    def encode(self, cleaned_text: str, language: str) -> list[int]:
-        """``[BOS, <language>, char ids..., EOS]``; unknown characters become UNK."""
+    def knows(self, ch: str) -> bool:
+        """Whether the character has its own token (else it encodes as UNK)."""
+        return ch in self._char_to_id
+
+    def encode(self, cleaned_text: str, language: str, report: bool = True) -> list[int]:
+        """``[BOS, <language>, char ids..., EOS]``; unknown characters become UNK (each
+        logged once per tokenizer unless ``report`` is off: the caller reported them)."""
         lang_id = self.language_token_id(language)
         lookup = self._char_to_id
         ids = [lookup.get(ch, UNK) for ch in cleaned_text]
-        if UNK in ids:
+        if UNK in ids and report:
             self._report_unknown(cleaned_text)
         return [BOS, lang_id, *ids, EOS]
 
