@@ -182,3 +182,51 @@ def test_verify_detects_inconsistent_index(store_copy):
     (store_copy / "manifest.json").write_text(json.dumps(manifest))
     problems = verify_store(store_copy)
     assert len(problems) == 1 and "another speaker" in problems[0]
+
+
+def _rehash(store, rel: str) -> None:
+    """Update the manifest's size/sha256 of ``rel`` (a store wrong in a way checksums miss)."""
+    import hashlib
+
+    blob = (store / rel).read_bytes()
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["files"][rel] = {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    (store / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_verify_recomputes_the_feature_hash(store_copy):
+    manifest = json.loads((store_copy / "manifest.json").read_text())
+    manifest["feature_hash"] = "0123456789abcdef"  # edited to pass as another config's store
+    (store_copy / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify_store(store_copy)
+    assert len(problems) == 1 and "is not the hash of its audio/text sections" in problems[0]
+
+
+def test_nan_features_are_found_by_verify_and_refused_by_train(store_copy, tmp_path):
+    from myxtts.train.data import open_train_data
+    from myxtts.train.distributed import DistInfo
+    from myxtts.train.errors import TrainError
+    from tests.helpers import micro_config
+
+    store = FeatureStore.open(store_copy)
+    mel = np.memmap(store_copy / "train" / "mel.f16", dtype=np.float16, mode="r+",
+                    shape=(store.total_frames, store.n_mels))
+    start = int(store.mel_offsets[3])
+    mel[start + 2, 5] = np.nan  # a writer bug: checksums recorded after the damage
+    mel.flush()
+    del mel
+    _rehash(store_copy, "train/mel.f16")
+    problems = verify_store(store_copy)
+    assert problems == [f"{store_copy / 'train'}: 1 mel frames hold NaN or infinity (first in "
+                        f"utterance 3, {store.ids[3]})"]
+    with pytest.raises(TrainError, match=r"1 mel frames of the train split hold NaN .* utterance 3"):
+        open_train_data(micro_config(tmp_path), store_copy, "cpu", DistInfo(), None)
+
+
+def test_nan_statistics_are_refused(store_copy):
+    manifest = json.loads((store_copy / "manifest.json").read_text())
+    manifest["mel_stats"]["std"][0] = float("nan")
+    (store_copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="mel statistics in manifest.json are not finite"):
+        FeatureStore.open(store_copy).check_statistics()
+    assert any("not finite" in p for p in verify_store(store_copy))

@@ -110,6 +110,12 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
     from myxtts.data.loader import build_loader
 
     train_store = FeatureStore.open(path, "train", cfg)
+    train_store.check_statistics()
+    bad, first = train_store.nonfinite()  # one pass: a NaN store would train a NaN model
+    if bad:
+        raise TrainError(f"{path}: {bad} mel frames of the train split hold NaN or infinity (first "
+                         f"in utterance {first}, {train_store.ids[first]}); run `myxtts prepare "
+                         f"--verify {path}` and rebuild the store with --force")
 
     def rebuild(sizes: list[int] | None) -> tuple[Any, Any]:
         return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,

@@ -2,8 +2,8 @@
 
 Why beyond checksums: a store can be byte-for-byte what its manifest says and still be
 wrong for training (an index that overlaps, a reference to another speaker, a token
-outside the vocabulary) if a writer bug slipped through; the index checks catch those
-before a run trains on them.
+outside the vocabulary, NaN features, a manifest whose feature hash was edited) if a
+writer bug or a hand slipped through; these checks catch those before a run trains on them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from myxtts.data.store.audio import check_audio, stores_audio
 from myxtts.data.store.format import (
     AUDIO_FILES,
     INDEX_FILE,
+    MANIFEST,
     REFS_FILE,
     SPLIT_FILES,
     SPLITS,
@@ -66,6 +67,7 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
         if not with_audio:
             problems += [f"{path / split / name}: listed in the manifest, but its store_audio is "
                          f"not true" for name in AUDIO_FILES if f"{split}/{name}" in files]
+    problems += _check_feature_hash(path, manifest)
     if problems:
         return problems  # index checks on damaged files would only repeat the cause
     vocab_size = None
@@ -80,9 +82,33 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             problems.append(str(e))
             continue
         problems += _check_index(store, vocab_size)
+        bad, first = store.nonfinite()
+        if bad:
+            problems.append(f"{path / split}: {bad} mel frames hold NaN or infinity (first in "
+                            f"utterance {first}, {store.ids[first]})")
+        if split == "train":
+            try:
+                store.check_statistics()
+            except StoreError as e:
+                problems.append(str(e))
         if store.has_audio:
             problems += check_audio(store)
     return problems
+
+
+def _check_feature_hash(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """The recorded feature hash must be the hash of the recorded audio/text sections: an
+    edited hash (or section) would let a store pass as prepared with other features."""
+    from myxtts.config import ConfigError, config_from_dict
+
+    try:
+        cfg = config_from_dict({"audio": manifest.get("audio", {}), "text": manifest.get("text", {})})
+    except (ConfigError, TypeError, ValueError) as e:
+        return [f"{path / MANIFEST}: its audio/text sections are not a valid config ({e})"]
+    if cfg.feature_hash() != manifest.get("feature_hash"):
+        return [f"{path / MANIFEST}: feature_hash {manifest.get('feature_hash')!r} is not the hash "
+                f"of its audio/text sections ({cfg.feature_hash()!r}): the manifest was edited"]
+    return []
 
 
 def _check_index(store: FeatureStore, vocab_size: int | None) -> list[str]:
