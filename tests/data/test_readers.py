@@ -19,6 +19,7 @@ from myxtts.data.records import (
     MISSING_AUDIO,
     MISSING_TRANSCRIPT,
     NOT_UTF8,
+    OUTSIDE_LANGUAGE,
     UNKNOWN_LANGUAGE,
     DataReport,
     DatasetError,
@@ -104,7 +105,11 @@ def test_ljspeech_language_column(tmp_path):
     assert [p.utterance_id for p in only_en.report.by_reason(UNKNOWN_LANGUAGE)] == ["f1", "x1"]
     fa_default = read_dataset(root, _cfg("data.val_fraction=0", "text.languages=[en, fa]",
                                          "text.default_language=fa"))
-    assert {u.id: u.language for u in fa_default.train}["d1"] == "fa"
+    # d1 and s1 (no language column) become fa, and their Latin text is outside the language
+    assert sorted(u.id for u in fa_default.train) == ["e1", "f1"]
+    outside = fa_default.report.by_reason(OUTSIDE_LANGUAGE)
+    assert [(p.line, p.utterance_id) for p in outside] == [(3, "d1"), (5, "s1")]
+    assert "'fa' text holds 'a' (U+0061 LATIN SMALL LETTER A)" in outside[0].detail
 
 
 def test_ljspeech_metadata_file_path_and_forced_format(tmp_path):
@@ -253,7 +258,7 @@ def test_manifest_csv_tsv_jsonl(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "m.tsv").write_text('text\taudio\n"Quoted" text\t../clips/c3.wav\n')
     (tmp_path / "m.jsonl").write_text(
-        json.dumps({"audio": str(tmp_path / "clips" / "c3.wav"), "text": "Absolute path",
+        json.dumps({"audio": str(tmp_path / "clips" / "c3.wav"), "text": "مسیر کامل",
                     "language": "fa", "speaker": "bo"}) + "\n")
     cfg = _cfg("data.val_fraction=0", "text.languages=[en,fa]")
     csv_s = read_dataset(tmp_path / "m.csv", cfg)

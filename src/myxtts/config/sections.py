@@ -51,6 +51,10 @@ class TextConfig:
     default_language: str = _f("en", "language of utterances whose dataset names none")
     lowercase: bool = _f(True, "lowercase text after cleaning (halves the Latin vocabulary)")
     expand_numbers: bool = _f(True, "spell out numbers, ordinals and currency (English)")
+    unknown_chars: Literal["reject", "drop", "keep"] = _f(
+        "reject", "a transcript with characters outside its language's scripts (Persian or "
+        "emoji in an 'en' row): reject the row, drop the characters, or keep them (they "
+        "become vocabulary); reported by file and line either way")
 
 
 @dataclass
@@ -249,8 +253,10 @@ class Config:
 
     def feature_hash(self) -> str:
         """Hash of everything that changes prepared features (audio + text sections)."""
-        blob = json.dumps({"audio": dataclasses.asdict(self.audio),
-                           "text": dataclasses.asdict(self.text)}, sort_keys=True)
+        text = dataclasses.asdict(self.text)
+        if text.get("unknown_chars") == "reject":  # the default leaves the hash of stores
+            del text["unknown_chars"]  # prepared before the key existed as it was
+        blob = json.dumps({"audio": dataclasses.asdict(self.audio), "text": text}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

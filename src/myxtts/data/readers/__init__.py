@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row
+from myxtts.data.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
 from myxtts.data.readers.ljspeech import is_ljspeech_csv, read_ljspeech
 from myxtts.data.readers.manifest import manifests_in, read_manifest
 from myxtts.data.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
@@ -86,6 +86,8 @@ def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
         if val_path is not None:
             _, val_rows = _read_part(val_path, fmt, cfg, report, default_speaker)
         train_rows, val_rows = _dedupe(rows, val_rows, report)
+        train_rows = check_transcripts(train_rows, cfg.text, report)
+        val_rows = check_transcripts(val_rows, cfg.text, report)
         train = [r[0] for r in train_rows]
         val = [r[0] for r in val_rows]
         if not train:
@@ -98,6 +100,7 @@ def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
 
     fmt, rows = _read_part(path, forced, cfg, report, default_speaker)
     rows, _ = _dedupe(rows, [], report)
+    rows = check_transcripts(rows, cfg.text, report)
     utts = [r[0] for r in rows]
     if not utts:
         _raise_empty(path, report)

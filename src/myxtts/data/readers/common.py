@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from myxtts.data.records import NOT_UTF8, DataReport, Utterance
+from myxtts.data.records import (
+    NOT_UTF8,
+    NOTHING_TO_SAY,
+    OUTSIDE_LANGUAGE,
+    DataReport,
+    Utterance,
+)
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 MANIFEST_EXTS = (".csv", ".tsv", ".jsonl")
@@ -15,6 +23,8 @@ LAYOUTS_HINT = (
     "(SPEAKER/*.wav with ID.txt transcripts or a metadata.csv per speaker, or VCTK's txt/ + wav48*/), "
     "or a .csv/.tsv/.jsonl manifest with audio and text columns"
 )
+
+log = logging.getLogger(__name__)
 
 # (utterance, source file, 1-based line or None) — the location is kept until the
 # cross-file checks (duplicate ids) have run, so those problems can name both places.
@@ -111,3 +121,47 @@ def read_transcript(path: Path, report: DataReport, uid: str) -> str | None:
 
 def prefixed_id(speaker: str, stem: str) -> str:
     return stem if stem.startswith(speaker) else f"{speaker}_{stem}"
+
+
+def check_transcripts(rows: list[Row], text_cfg: Any, report: DataReport) -> list[Row]:
+    """Rows whose transcripts are fit to train on (``text.scripts``): a row with nothing to
+    say after cleaning (punctuation only) is reported and left out; characters outside the
+    row's language are reported by file and line with the characters found, then the row is
+    left out, loses those characters, or keeps them, as ``text.unknown_chars`` says. The
+    cleaned text is checked (what the tokenizer will see); the row keeps its raw text."""
+    import dataclasses
+
+    from myxtts.text import clean_text
+    from myxtts.text.scripts import describe, drop_outside, outside_language, speakable
+
+    policy, kept = text_cfg.unknown_chars, []
+    for utt, source, line in rows:
+        if utt.language not in text_cfg.languages:
+            kept.append((utt, source, line))  # plan_texts reports the unknown language
+            continue
+        cleaned = clean_text(utt.text, utt.language, text_cfg)
+        if cleaned and not speakable(cleaned):
+            report.add(source, line, utt.id, NOTHING_TO_SAY, "write the words spoken in the "
+                       "clip, or delete the row", f"transcript {utt.text!r} has no letter or digit")
+            continue
+        bad = outside_language(cleaned, utt.language)
+        if bad:
+            chars = describe(bad)
+            if policy == "reject":
+                report.add(source, line, utt.id, OUTSIDE_LANGUAGE,
+                           "correct the row's text or its language, or set text.unknown_chars="
+                           "drop|keep", f"{utt.language!r} text holds {chars}")
+                continue
+            if policy == "drop":
+                cleaned = drop_outside(cleaned, bad)
+                if not speakable(cleaned):
+                    report.add(source, line, utt.id, NOTHING_TO_SAY, "write the words spoken in "
+                               "the clip in its language, or delete the row",
+                               f"nothing is left once {chars} are dropped")
+                    continue
+                utt = dataclasses.replace(utt, text=cleaned)
+            log.warning("%s%s: %s text holds %s (%s by text.unknown_chars=%s)", source,
+                        f":{line}" if line is not None else "", repr(utt.language), chars,
+                        "dropped" if policy == "drop" else "kept", policy)
+        kept.append((utt, source, line))
+    return kept
