@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,22 @@ def read_text_file(name: str) -> str:
     return text
 
 
+def _check_writable(path: Path) -> None:
+    """The output's folder exists (or can be made) and takes files; ``-`` is stdout."""
+    if str(path) == "-":
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CLIError(f"cannot write {path}: {path.parent} cannot be made ({e.strerror or e}); "
+                       f"choose another --out") from None
+    if path.is_dir():
+        raise CLIError(f"--out {path} is a folder; give a .wav file name (or a folder for several "
+                       f"texts)")
+    if not os.access(path.parent, os.W_OK):
+        raise CLIError(f"cannot write {path}: no permission in {path.parent}; choose another --out")
+
+
 def run(args: argparse.Namespace) -> int:
     texts = [t for t in args.text]
     if args.text_file:
@@ -78,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         if out.suffix:
             raise CLIError(f"{len(texts)} texts need an output folder, not the file {out}")
         outputs = [out / f"{i:03d}.wav" for i in range(len(texts))]
+    for target in outputs:  # before minutes of decoding, not after
+        _check_writable(target)
     from myxtts.inference.synthesizer import Synthesizer
 
     synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder)

@@ -37,7 +37,7 @@ import numpy as np
 from myxtts.config import Config
 from myxtts.data import chunks
 from myxtts.data.plan import Planned, choose_refs, mel_mean_std, plan_texts
-from myxtts.data.records import SPLITS
+from myxtts.data.records import SPLITS, first_per_reason
 from myxtts.data.store.audio import format_size
 from myxtts.data.store.format import (
     AUDIO_FILE,
@@ -360,7 +360,8 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
     result = PrepareResult(out, kept={s: split_stats[s]["utterances"] for s in SPLITS},
                            rejected=rejected_counts,
                            hours={s: split_stats[s]["hours"] for s in SPLITS})
-    result.summary = _summary(out, split_stats, rejected_counts, dataset_report, speakers)
+    result.summary = _summary(out, split_stats, rejected_counts, dataset_report, speakers,
+                              rejections)
     if cfg.data.store_audio:
         n_bytes = sum(writer.files[f"{s}/{AUDIO_FILE}"]["size"] for s in SPLITS)
         result.summary += f"\n  audio: {format_size(n_bytes)} int16 kept for vocoder training"
@@ -377,14 +378,18 @@ def _write_audio(writer: StoreWriter, split: str,
 
 
 def _summary(out: Path, split_stats: dict[str, Any], rejected: dict[str, int],
-             dataset_report: Any, speakers: list[str], max_speakers: int = 20) -> str:
+             dataset_report: Any, speakers: list[str], rejections: list[dict[str, str]],
+             max_speakers: int = 20) -> str:
     kept = sum(split_stats[s]["utterances"] for s in SPLITS)
     n_rej = sum(rejected.values())
     lines = [f"prepared {out}: kept {kept} of {kept + n_rej} utterances, rejected {n_rej}"
              + (f" ({_format_counts(rejected)})" if n_rej else "")]
+    lines += [f"    {r['reason']}: {r['audio_path']} [{r['id']}] {r.get('detail', '')}".rstrip()
+              for r in first_per_reason(rejections)]
     if len(dataset_report):
         lines.append(f"  dataset rows skipped by the reader: {len(dataset_report)} "
                      f"({_format_counts(dataset_report.counts_by_reason())})")
+        lines += [f"    {p.format()}" for p in first_per_reason(dataset_report.problems)]
     for s in SPLITS:
         st = split_stats[s]
         lines.append(f"  {s:<5} {st['utterances']:>7} utterances  {st['hours']:8.3f} h  "

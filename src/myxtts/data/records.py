@@ -132,3 +132,16 @@ class DataReport:
         return json.dumps({"counts": self.counts_by_reason(),
                            "problems": [asdict(p) for p in self.problems]},
                           indent=1, ensure_ascii=False)
+
+
+def first_per_reason(items: list, n: int = 3) -> list:
+    """The first ``n`` rejections (dicts) or problems of each reason: the summary names
+    files and lines; report.json has them all."""
+    seen: dict[str, int] = {}
+    out = []
+    for it in items:
+        reason = it["reason"] if isinstance(it, dict) else it.reason
+        seen[reason] = seen.get(reason, 0) + 1
+        if seen[reason] <= n:
+            out.append(it)
+    return out
