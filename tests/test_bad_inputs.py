@@ -27,6 +27,7 @@ from myxtts.cli.main import main
 from tests.helpers import MICRO_MODEL
 
 SR = 22050
+READ_ONLY = Path("/sys/myxtts-test")  # sysfs refuses new files, even to root
 TRAIN = ["--quiet", "--max-steps", "2", *[a for item in [*MICRO_MODEL, "train.device=cpu",
          "data.num_workers=0", "train.tensorboard=false", "train.synth_every=0",
          "data.batch_frames=1200"] for a in ("--set", item)]]
@@ -41,6 +42,7 @@ class Case:
     keep: str | None = None  # fixture path that must be unchanged afterwards
     rc: int | None = None  # exit code when not the outcome's (a check that found problems: 1)
     cuda_free_only: bool = False  # the case is "no CUDA here": skipped on a CUDA machine
+    read_only: bool = False  # needs a read-only file system (sysfs): skipped where there is none
 
 
 def _wav(path: Path, seconds: float = 0.6, value: float | None = None, sr: int = SR) -> Path:
@@ -250,6 +252,23 @@ CASES = [
          cuda_free_only=True),
     Case("output into a file's place", _synth("-o", "{root}/a_file/out.wav"), "error",
          ("a_file",)),
+    # ---- outputs on a read-only file system (sysfs: read-only even for root)
+    Case("store on a read-only file system", lambda p: ["prepare", str(p["raw"]), "--out",
+                                                        f"{READ_ONLY}/store", "--quiet"],
+         "error", ("cannot write", "--out"), read_only=True),
+    Case("demo data on a read-only file system",
+         lambda p: ["make-demo-data", f"{READ_ONLY}/data", "--utterances", "2"], "error",
+         ("cannot write",), read_only=True),
+    Case("run folder on a read-only file system",
+         lambda p: ["train", str(p["store"]), *TRAIN, "--output-dir", f"{READ_ONLY}/run"],
+         "error", ("cannot write", "--output-dir"), read_only=True),
+    Case("demo on a read-only file system", lambda p: ["demo", "--out", f"{READ_ONLY}/demo"],
+         "error", ("cannot write",), read_only=True),
+    Case("wav on a read-only file system", _synth("-o", f"{READ_ONLY}/o/out.wav"), "error",
+         ("cannot write",), read_only=True),
+    Case("inspect report on a read-only file system",
+         lambda p: ["inspect-data", str(p["raw"]), "--json", f"{READ_ONLY}/r/problems.json"],
+         "error", ("cannot write", "--json"), read_only=True),
     # ---- handled: the right thing happens anyway
     Case("resume skips a damaged newest checkpoint", lambda p: _damaged_resume(p), "handled",
          ("skipping a damaged checkpoint",)),
@@ -275,6 +294,8 @@ def _digest(path: Path) -> dict[str, str]:
 def test_bad_input(case: Case, paths: dict, capsys, caplog) -> None:
     if case.cuda_free_only and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
+    if case.read_only and not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here (not Linux)")
     p = dict(paths)
     p["corrupt_wav"], p["short_wav"] = p["root"] / "corrupt.wav", p["root"] / "short.wav"
     p["dir_ref"] = p["root"] / "dir_ref"
@@ -299,4 +320,4 @@ def test_bad_input(case: Case, paths: dict, capsys, caplog) -> None:
 
 def test_the_catalogue_covers_every_outcome():
     kinds = {c.outcome for c in CASES}
-    assert kinds == {"error", "reported", "handled"} and len(CASES) >= 50
+    assert kinds == {"error", "reported", "handled"} and len(CASES) >= 55

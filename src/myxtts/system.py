@@ -104,3 +104,23 @@ def folder_lock(folder: str | Path, command: str) -> Iterator[None]:
         yield
     finally:
         fh.close()  # releases the lock; the file stays (removing it could race a new writer)
+
+
+def writable_folder(folder: str | Path, what: str = "") -> Path:
+    """``folder``, created if need be, checked to take new files before any work starts
+    (``what`` names the flag for the message, e.g. ``--out``); :class:`FolderError` if not:
+    a read-only file system, no permission, or a file where the folder should be."""
+    folder = Path(folder)
+    hint = f" {what}" if what else ""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FolderError(f"cannot write {folder} ({e.strerror or e}); choose another{hint or ' folder'}"
+                          ) from None
+    try:  # the one test that also holds for root on a read-only file system: write a file
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise FolderError(f"cannot write {folder} ({e.strerror or e}); choose another"
+                          f"{hint or ' folder'}") from None
+    return folder

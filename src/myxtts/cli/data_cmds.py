@@ -71,9 +71,11 @@ def _make_demo(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from myxtts.data.inspect import format_inspection, inspect_dataset
     from myxtts.data.records import DatasetError
-    from myxtts.system import atomic_write
+    from myxtts.system import atomic_write, writable_folder
 
     cfg = config_from_args(args)
+    if args.json:
+        writable_folder(Path(args.json).parent, "--json file")
     try:
         ins = inspect_dataset(args.path, cfg)
     except DatasetError as e:

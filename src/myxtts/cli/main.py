@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from myxtts.cli.common import CLIError
     from myxtts.config import ConfigError
+    from myxtts.system import FolderError
 
-    errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError]
+    errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError, FolderError]
     for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.records", "DatasetError"),
                       ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
                       ("myxtts.text.tokenizer", "TokenizerError")]:

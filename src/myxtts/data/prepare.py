@@ -54,7 +54,7 @@ from myxtts.data.store.format import (
     store_state,
 )
 from myxtts.data.store.writer import SplitRows, StoreWriter
-from myxtts.system import atomic_write, available_cpus
+from myxtts.system import FolderError, atomic_write, available_cpus, writable_folder
 
 PREPARE_DATA_KEYS = ("format", "val_fraction", "min_val_utterances", "split_seed",
                      "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance",
@@ -119,6 +119,11 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
                          f"(default: {available_cpus()}, the CPUs available)")
     # Absolute data path: audio paths in the plan then do not depend on the working directory.
     data, out = Path(data).expanduser().resolve(), Path(out).expanduser()
+    if not out.is_file():  # a file there is refused below, by store_state
+        try:
+            writable_folder(out, "--out")
+        except FolderError as e:
+            raise StoreError(str(e)) from None
     key = prepare_key(data, cfg)
     wipe = False  # decided here, done only after the dataset was read successfully
     state = store_state(out)

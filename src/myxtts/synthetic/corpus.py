@@ -42,7 +42,7 @@ from myxtts.synthetic.voices import (
     render,
     voice_tables,
 )
-from myxtts.system import atomic_write
+from myxtts.system import atomic_write, writable_folder
 
 VOWELS = "aeiou"
 CONSONANTS = "mnlrsftkp"
@@ -150,7 +150,7 @@ def make_demo_data(out_dir: str | Path, speakers: int = 4, utterances: int = 300
     multilingual = len(languages) > 1
     if sample_rate < 16000:
         raise ValueError(f"sample_rate must be >= 16000 Hz (the 's' band reaches 8 kHz), got {sample_rate}")
-    out = Path(out_dir)
+    out = writable_folder(out_dir, "output folder")
     wav_dir = out / "wavs"
     wav_dir.mkdir(parents=True, exist_ok=True)
     rows: list[str] = []
