@@ -236,7 +236,7 @@ CASES = [
                                             "a", "-r", str(p["ref"]), "-o",
                                             str(p["root"] / "o.wav")], "error", ("junk.pt",)),
     Case("reference missing", _synth(ref="/nonexistent/voice.wav"), "error", ("voice.wav",)),
-    Case("reference is a folder", _synth(ref="dir_ref"), "error", ("dir_ref",)),
+    Case("reference is a folder", _synth(ref="dir_ref"), "error", ("dir_ref is a folder",)),
     Case("reference corrupt", _synth(ref="corrupt_wav"), "error", ("corrupt.wav",)),
     Case("reference too short", _synth(ref="short_wav"), "error", ("short.wav",)),
     Case("text only punctuation", _synth(text="?! ..."), "error", ("nothing this model can speak",)),

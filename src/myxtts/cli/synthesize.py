@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if not texts or not any(t.strip() for t in texts):
         raise CLIError("nothing to say: give --text \"...\" or --text-file FILE")
     for r in args.reference:
+        if Path(r).is_dir():
+            raise CLIError(f"reference audio {r} is a folder; give audio files (-r a.wav -r b.wav)")
         if not Path(r).is_file():
             raise CLIError(f"reference audio {r} does not exist")
     if args.vocoder and not Path(args.vocoder).exists():
