@@ -89,7 +89,7 @@ def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
 
 
 def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-          progress: bool = True) -> TrainResult:
+           progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
@@ -126,7 +126,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
 
 class BatchStream:
     """The trainer's endless stream of (device batch, real frames), exactly as training sees
-    it (loader -> side-stream prefetch). It advances the run's data position in ``record``
+    it (store loader -> side-stream prefetch; on-the-fly data -> the data role's slot ring). It advances the run's data position in ``record``
     (``epoch``, ``batches_consumed``) as batches are handed out, so a checkpoint taken
     between steps resumes at the next batch. Public so benchmarks measure the real input path.
 
@@ -137,7 +137,6 @@ class BatchStream:
                  record: ck.TrainingProgress, copy_log: list | None = None) -> None:
         self.cfg, self.data, self.device, self.record = cfg, data, device, record
         self.copy_log = copy_log  # (start, end) CUDA events per copied batch (profile)
-
         self.ring: Any = None  # on-the-fly data: the data role's slot ring (data.ring)
 
     def __iter__(self) -> Iterator[tuple[Batch, int]]:

@@ -133,7 +133,7 @@ def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = Non
 
 
 def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
-                  progress: bool = True) -> TrainResult:
+                   progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
