@@ -77,13 +77,20 @@ class StopFlag:
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
-    """Train into ``cfg.train.output_dir``, which this process locks while it writes
-    (a second run into the same folder is a one-line error naming the running one)."""
-    if int(os.environ.get("RANK", "0")) != 0:  # DDP: rank 0 writes the folder and holds it
-        return _train(cfg, data_path, resume, progress)
+    """Train into ``cfg.train.output_dir``, which this process locks while it writes."""
+    return locked_run(cfg.train.output_dir, "myxtts train", _train, cfg, data_path, resume,
+                      progress)
+
+
+def locked_run(output_dir: str | Path, command: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` while this process holds the run folder's lock (``system.folder_lock``):
+    a second run into the same folder is a one-line error naming the running one. Under
+    DDP rank 0 alone writes the folder, so it alone holds the lock."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return fn(*args)
     try:
-        with folder_lock(cfg.train.output_dir, "myxtts train"):
-            return _train(cfg, data_path, resume, progress)
+        with folder_lock(output_dir, command):
+            return fn(*args)
     except FolderError as e:
         raise TrainError(f"{e} (--output-dir)") from None
 

@@ -31,11 +31,10 @@ from myxtts.model.vocos import VocosGenerator
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
-from myxtts.system import FolderError, folder_lock
 from myxtts.train import checkpoint as ck
 from myxtts.train import vocoder_checkpoint as vck
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import StopFlag, TrainResult
+from myxtts.train.loop import StopFlag, TrainResult, locked_run
 from myxtts.train.setup import seed_everything
 from myxtts.train.vocoder_data import SegmentBatches
 from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
@@ -121,15 +120,9 @@ def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -
 
 def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
                   progress: bool = True) -> TrainResult:
-    """Train the vocoder into ``cfg.train.output_dir``, which this process locks while it writes
-    (a second run into the same folder is a one-line error naming the running one)."""
-    if int(os.environ.get("RANK", "0")) != 0:  # DDP: rank 0 writes the folder and holds it
-        return _train_vocoder(cfg, data, resume, progress)
-    try:
-        with folder_lock(cfg.train.output_dir, "myxtts train-vocoder"):
-            return _train_vocoder(cfg, data, resume, progress)
-    except FolderError as e:
-        raise TrainError(f"{e} (--output-dir)") from None
+    """Train the vocoder into ``cfg.train.output_dir``, locked while it writes (``locked_run``)."""
+    return locked_run(cfg.train.output_dir, "myxtts train-vocoder", _train_vocoder, cfg, data,
+                      resume, progress)
 
 
 def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
