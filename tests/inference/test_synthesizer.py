@@ -60,6 +60,20 @@ def test_a_reference_is_cropped_to_what_the_encoder_trained_on(run, reference):
     assert ref.shape == (1, int(n), synth.cfg.audio.n_mels) and int(n) <= synth.cfg.data.ref_frames
 
 
+def test_a_reference_far_shorter_than_the_training_crops_warns(run, tmp_path, caplog):
+    import soundfile as sf
+
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    sr, r = synth.cfg.audio.sample_rate, synth.cfg.data.ref_frames
+    t = np.arange(int(0.8 * sr)) / sr  # 0.8 s: above the 0.5 s minimum, under half the crop
+    sf.write(tmp_path / "short.wav", (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), sr)
+    assert r / synth.cfg.audio.frames_per_second / 2 > 0.8
+    with caplog.at_level("WARNING"):
+        ref, n = synth.reference(tmp_path / "short.wav")
+    assert int(n) < r // 2 and "short.wav has 0.80 s of speech" in caplog.text
+    assert f"data.ref_frames={r}" in caplog.text
+
+
 def test_user_errors_are_one_line(run, reference, tmp_path):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
     with pytest.raises(TrainError, match="language 'xx' is not known to this model"):

@@ -78,6 +78,12 @@ class Synthesizer:
                              f"clone best)")
         mel, n = self.mel(torch.from_numpy(wav).to(self.device))
         n_frames, r = int(n), self.cfg.data.ref_frames
+        if n_frames < r // 2:  # usable, but far shorter than what the conditioning trained on
+            crop_s = r / self.cfg.audio.frames_per_second
+            log.warning("reference %s has %.2f s of speech after trimming, under half the %.2f s "
+                        "crops the conditioning encoder trained on (data.ref_frames=%d): the clone "
+                        "may sound less like it; give a clip of at least %.1f s", path, seconds,
+                        crop_s, r, crop_s / 2)
         start = max(0, (n_frames - r) // 2)
         crop = mel[start:start + r]
         return crop[None], torch.tensor([crop.shape[0]], device=self.device)
