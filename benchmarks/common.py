@@ -180,22 +180,24 @@ class Trainer:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
-    def stage(self) -> dict[tuple, tuple[dict, int]]:
+    def stage(self, loader: Any = None, sampler: Any = None) -> dict[tuple, tuple[dict, int]]:
         """One device batch per bucket shape, from a loader of its own (the trainer's
-        sampler and stream stay untouched): shape key -> (batch, real frames)."""
+        sampler and stream stay untouched): shape key -> (batch, real frames). ``loader`` /
+        ``sampler``: another source of the same plan (default: the store's)."""
         from myxtts.data.batch import to_model_dtypes
         from myxtts.data.loader import build_loader
         from myxtts.observe.flops import batch_key
 
-        loader, sampler = build_loader(self.data.loader.dataset.store, self.cfg,
-                                       device=self.device, num_workers=0,
-                                       batch_sizes=self.batch_sizes)
+        if loader is None:
+            loader, sampler = build_loader(self.data.loader.dataset.store, self.cfg,
+                                           device=self.device, num_workers=0,
+                                           batch_sizes=self.batch_sizes)
         wanted, staged = set(self.data.sampler.shapes()), {}
         for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
             sampler.set_epoch(epoch)
             for batch in loader:
                 key = batch_key(batch)
-                if key not in staged:
+                if key in wanted and key not in staged:
                     staged[key] = (to_model_dtypes({k: v.to(self.device) for k, v in batch.items()}),
                                    int(batch["mel_lengths"].sum()))
             if len(staged) == len(wanted):

@@ -58,29 +58,13 @@ ARMS = ("store", "cpu-role", "gpu-role (same GPU)", "gpu-role (second GPU)")
 def stage_onthefly(t: common.Trainer) -> dict[tuple, tuple[dict, int]]:
     """``Trainer.stage`` for a raw folder: one device batch per bucket shape, features made
     on the arm's data device by a loader of its own (the trainer's sampler stays untouched)."""
-    from myxtts.data.batch import to_model_dtypes
     from myxtts.data.onthefly import build_onthefly_loader
-    from myxtts.observe.flops import batch_key
 
     src = t.data.loader
-    loader, sampler = build_onthefly_loader(
+    return t.stage(*build_onthefly_loader(
         t.data.source, t.cfg, tokenizer=src.tokenizer, mel_stats=(src.mel_mean, src.mel_std),
         raw_splits=({"train": src.raw}, src.tokenizer, src.speakers), num_workers=0,
-        batch_sizes=t.batch_sizes)
-    wanted, staged = set(t.data.sampler.shapes()), {}
-    for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
-        sampler.set_epoch(epoch)
-        for batch in loader:
-            key = batch_key(batch)
-            if key in wanted and key not in staged:
-                staged[key] = (to_model_dtypes({k: v.to(t.device) for k, v in batch.items()}),
-                               int(batch["mel_lengths"].sum()))
-        if len(staged) == len(wanted):
-            break
-    if set(staged) != wanted:
-        raise RuntimeError(f"no batch of shape(s) {sorted(wanted - set(staged))} in 4 epochs")
-    t.sync()
-    return staged
+        batch_sizes=t.batch_sizes))
 
 
 class Arm:

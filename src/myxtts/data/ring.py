@@ -19,6 +19,10 @@ data role is the CPU, and plain memory copies when both roles are on the CPU.
 ``copy_log``: a list that receives a (start, end) pair of timing events per batch around its
 copy into the slot (``myxtts profile`` reads them; training passes none).
 
+Both roles on the CPU use slots too (a memory copy per batch, ~1.5 % of a tiny CPU step in
+``benchmarks/data_roles.py``): the slot bookkeeping the GPU path relies on -- release only
+after the steps that read a slot, hold for gradient accumulation -- is then what CI tests.
+
 Slots grow to the largest batch seen (one allocation per key the first time a bigger bucket
 arrives, none afterwards); each handed-out batch is a contiguous view of its slot.
 
@@ -77,7 +81,6 @@ class SlotRing:
                              if self.data_device.type == "cuda" else None)
         self.copy_log = copy_log  # (start, end) timing events per copy (``myxtts profile``)
         self._ready_counts: list[int] = []
-        self.produced = 0
 
     # ------------------------------------------------------------------ consumer side
 
@@ -149,7 +152,6 @@ class SlotRing:
                         return
                     self._ready.put(self._fill(slot, item))
                     produced_any = True
-                    self.produced += 1
                 if not produced_any:
                     raise RuntimeError("a whole pass over the training data gave no batch (every "
                                        "clip of it failed to load: see the warnings above)")

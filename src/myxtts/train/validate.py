@@ -29,14 +29,15 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     Under DDP (``dist.enabled``) each rank validates its shard of the batches (the val
     loader is built per rank) and the sums are all-reduced, so every rank returns the mean
     over all batches: what one process computes on the whole split (batches weighted
-    equally; the sampler's padding repeats weigh 0, see ``real_batches``)."""
+    equally; the sampler's padding repeats are left out, see ``real_batches``)."""
     if data.val_loader is None:
         return None
     sums, count = validation_sums(model, step_fn, data, device)
-    if count is None:
+    if not sums:
         return None
     keys = sorted(sums)
-    totals = torch.stack([*(sums[k] for k in keys), count])  # [keys + 1], one reduce
+    count_t = torch.tensor([float(count)], device=device)
+    totals = torch.cat([torch.stack([sums[k] for k in keys]), count_t])  # [keys + 1], one reduce
     if dist is not None and dist.enabled:
         torch.distributed.all_reduce(totals, op=torch.distributed.ReduceOp.SUM)
     values = totals.cpu().tolist()  # the one host sync of a validation
@@ -44,22 +45,24 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
 
 
 def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: torch.device
-                    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-    """This rank's summed per-batch losses over its val batches and how many batches count
-    (a float tensor; None when the rank has no batch at all)."""
+                    ) -> tuple[dict[str, torch.Tensor], int]:
+    """This rank's summed per-batch losses over its real val batches, and how many there
+    were. The sampler's padding repeats (DDP: at the end of a rank's list) are not run; a
+    rank with no real batch runs one only to return zero sums of the same keys, so every
+    rank takes part in the all-reduce with the same tensor."""
     data.val_sampler.set_epoch(0)
     real = data.val_sampler.real_batches
     model.eval()
     sums: dict[str, torch.Tensor] = {}
-    count = None
     for k, batch in enumerate(DevicePrefetcher(data.val_loader, device, 2, to_model_dtypes)):
-        weight = 1.0 if k < real else 0.0  # a padding repeat (DDP) counts for nothing
-        for name, v in step_fn.loss(batch).items():
-            v = v.detach().float() * weight
+        losses = {name: v.detach().float() for name, v in step_fn.loss(batch).items()}
+        if k >= real:  # only reached when this rank has no real batch at all
+            return {name: torch.zeros_like(v) for name, v in losses.items()}, 0
+        for name, v in losses.items():
             sums[name] = sums[name] + v if name in sums else v
-        one = torch.tensor(weight, device=device)
-        count = one if count is None else count + one
-    return sums, count
+        if k + 1 == real:
+            break
+    return sums, real if sums else 0
 
 
 def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: Any, step: int,
