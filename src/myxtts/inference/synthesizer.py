@@ -28,6 +28,7 @@ from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
 from myxtts.model.vocoder import GriffinLim
 from myxtts.text import Tokenizer, clean_text
+from myxtts.text.scripts import describe
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 
@@ -122,7 +123,7 @@ class Synthesizer:
         for text, c in zip(texts, cleaned):
             missing = [ch for ch in c if not ch.isspace() and not self.tokenizer.knows(ch)]
             if not any(ch.isalnum() and self.tokenizer.knows(ch) for ch in c):
-                what = (f"; it does not know {_char_list(sorted(set(missing)))}" if missing else "")
+                what = (f"; it does not know {describe(sorted(set(missing)))}" if missing else "")
                 raise TrainError(f"text {text!r} has nothing this model can speak (no letter or "
                                  f"digit of its {language!r} vocabulary{what}); give words to say")
             for ch in missing:
@@ -131,7 +132,7 @@ class Synthesizer:
         if new:
             self._reported.update(new)
             log.warning("characters this model did not train on are spoken as <unk>: %s",
-                        _char_list(sorted(new)))
+                        describe(sorted(new)))
 
     # ------------------------------------------------------------- synthesis
 
@@ -196,8 +197,3 @@ class Synthesizer:
             paths.append(Path(out))
         return paths
 
-
-def _char_list(chars: Sequence[str]) -> str:
-    import unicodedata
-
-    return ", ".join(f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, '?')})" for ch in chars)
