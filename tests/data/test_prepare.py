@@ -248,8 +248,10 @@ def test_a_second_concurrent_prepare_is_refused(data, tmp_path):
     out = tmp_path / "s"
     out.mkdir()
     with open(out / ".lock", "a+") as held:  # what a running prepare holds
+        held.write("pid 4242 (`myxtts prepare`)")
+        held.flush()
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(StoreError, match="another `myxtts prepare` is writing"):
+        with pytest.raises(StoreError, match=r"is being written by pid 4242 \(`myxtts prepare`\)"):
             prepare_store(data, out, Config(), workers=1, **QUIET)
     prepare_store(data, out, Config(), workers=1, **QUIET)  # lock released: fine
     assert not (out / ".lock").exists() and verify_store(out) == []

@@ -54,7 +54,7 @@ from myxtts.data.store.format import (
     store_state,
 )
 from myxtts.data.store.writer import SplitRows, StoreWriter
-from myxtts.system import FolderError, atomic_write, available_cpus, writable_folder
+from myxtts.system import FolderError, atomic_write, available_cpus, folder_lock, writable_folder
 
 PREPARE_DATA_KEYS = ("format", "val_fraction", "min_val_utterances", "split_seed",
                      "min_duration_s", "max_duration_s", "max_text_tokens", "refs_per_utterance",
@@ -206,20 +206,15 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
 
 
 def _lock(out: Path) -> Any:
-    """Exclusive lock (``STORE/.lock``, removed on success): two prepares writing one store
-    would interleave chunks. The kernel drops it when the process dies, even by SIGKILL."""
+    """Exclusive lock (``system.folder_lock`` on ``STORE/.lock``, removed on success): two
+    prepares writing one store would interleave chunks. Held until the returned object is
+    dropped (when ``prepare_store`` returns) or the process dies, even by SIGKILL."""
+    hold = folder_lock(out, "myxtts prepare")
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no lock
-        return None
-    fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - must stay open while we work
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise StoreError(f"{out}: another `myxtts prepare` is writing this store right "
-                         f"now; wait for it to finish (or stop it) and re-run") from None
-    return fh
+        hold.__enter__()
+    except FolderError as e:
+        raise StoreError(str(e)) from None
+    return hold
 
 
 def _remove_store(out: Path) -> None:

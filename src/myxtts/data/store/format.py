@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from myxtts.data.records import SPLITS as SPLITS
+from myxtts.system import LOCK_FILE as LOCK_FILE  # prepare holds it (system.folder_lock)
 
 if TYPE_CHECKING:
     from myxtts.config import Config
@@ -68,7 +69,6 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 PARTIAL_MARKER = ".partial"
 WORK_DIR = ".work"
-LOCK_FILE = ".lock"
 VOCAB = "vocab.json"
 REPORT = "report.json"
 MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE = (
