@@ -227,7 +227,7 @@ def part_padding(args: argparse.Namespace) -> dict:
     big_mel = np.maximum(store.mel_lengths[pick] + jitter, 1)
     big_tok = store.token_lengths[pick]
     for name, cfg in (("default", Config()),
-                      ("16 buckets", load_config(overrides=["data.num_buckets=16"]))):
+                      ("8 buckets", load_config(overrides=["data.num_buckets=8"]))):
         small = build_sampler(store.mel_lengths, store.token_lengths, cfg)
         big = build_sampler(big_mel, big_tok, cfg)
         rows[name] = {"small": [small.padding_efficiency(), len(small.shapes()), len(store)],
