@@ -1,11 +1,12 @@
 """The vocoder learns: trained on generated demo voices for a CI-sized budget, its
 re-synthesis of held-out clips from their ground-truth mels is closer to the recording
-than Griffin-Lim's (multi-resolution STFT distance) and nearly as close in mel L1.
+than Griffin-Lim's, in multi-resolution STFT distance and in mel L1.
 
-Thresholds from honest runs of exactly this setup (2-core CPU, torch 2.13, ~35 s): after
-1000 steps mel L1 0.154 vs Griffin-Lim 0.145 (1.07x; 1500 steps: 1.02x), STFT distance 1.11
-vs 2.75 (0.40x); at initialisation mel L1 1.4 (10x Griffin-Lim). Lower mel L1 than
-Griffin-Lim is NOT reached in this budget (see benchmarks/vocoder.py for longer runs).
+Thresholds from honest runs of exactly this setup (2-core CPU, torch 2.13, ~40 s): after
+1000 steps with one consistency projection (the default) mel L1 0.140 vs Griffin-Lim 0.145
+(0.97x; seed 7: 0.95x; 1500 steps: 0.93-0.96x over three seeds), STFT distance 1.07 vs 2.75
+(0.39x); at initialisation mel L1 1.4 (10x Griffin-Lim). Without the projection the same
+budget gave 1.07x (seed 1234) and 1.24x (seed 7) Griffin-Lim's mel L1.
 """
 
 from __future__ import annotations
@@ -42,4 +43,4 @@ def test_the_vocoder_beats_griffin_lim_on_held_out_clips(audio_store, tmp_path):
     ours = resynthesis_quality(gen, val, ids, cfg.audio, device)
     gl = resynthesis_quality(GriffinLim(cfg.audio), val, ids, cfg.audio, device)
     assert ours["stft_distance"] < 0.6 * gl["stft_distance"], (ours, gl)
-    assert ours["mel_l1"] < 1.15 * gl["mel_l1"], (ours, gl)
+    assert ours["mel_l1"] < gl["mel_l1"], (ours, gl)

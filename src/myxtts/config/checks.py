@@ -88,7 +88,7 @@ def validate(cfg: Config) -> None:
     positive("vocoder", v, "dim", "ff_mult", "layers", "kernel", "disc_channels",
              "segment_frames", "batch_size", "lr")
     positive("vocoder", v, "mel_weight", "stft_weight", "fm_weight", "adv_weight", "disc_start",
-             allow_zero=True)
+             "projections", allow_zero=True)
     if v.kernel % 2 == 0:
         raise ConfigError(f"vocoder.kernel must be odd (a centred window of frames), got {v.kernel}")
     if not v.periods or any(p < 2 for p in v.periods):

@@ -209,6 +209,8 @@ class VocoderConfig:
     layers: int = _f(4, "ConvNeXt blocks of the generator")
     kernel: int = _f(7, "depthwise kernel (frames) of every ConvNeXt block")
     disc_channels: int = _f(8, "width of the first discriminator layers (doubles with depth)")
+    projections: int = _f(1, "consistency projections after the iSTFT head (Griffin-Lim steps "
+                          "with the predicted magnitude, trained through); 0 = the plain head")
     periods: list[int] = _f([2, 3, 5, 7, 11], "periods of the multi-period discriminator")
     segment_frames: int = _f(32, "mel frames per training segment (one fixed shape: no recompiles)")
     batch_size: int = _f(8, "segments per batch")

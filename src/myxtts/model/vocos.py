@@ -17,6 +17,16 @@ Why this design (Siuzdak 2023, "Vocos"):
   reach ``receptive_field_frames`` frames either side. A streaming synthesizer vocodes
   windows padded by that many frames on each side and keeps their centres, which then
   equal the full-utterance output (tests/model/test_vocos.py checks this).
+- Consistency projections (``vocoder.projections``, default 1): the head's output goes
+  through the iSTFT, is analysed again with the same STFT, and its phase is kept while its
+  magnitude is replaced by the predicted one -- one Griffin-Lim step, trained through.
+  Why: a local, shift-equivariant network cannot make a steady harmonic's phase advance by
+  ``2 pi f hop / sr`` from frame to frame (identical input frames give identical output
+  frames), so overlapping frames partly cancel and loud harmonics come out too quiet. One
+  projection makes neighbouring frames agree. Measured on the demo voices (1000 steps,
+  tests/train/test_vocoder_learns.py's setup): held-out mel L1 0.155 / 0.179 (seeds 1234 / 7)
+  without, 0.140 / 0.138 with one, 0.140 with two; about 10 % more time per CPU step. Each
+  projection widens ``receptive_field_frames``; streaming stays exact.
 - The input is the RAW log-mel; the per-band mean/std used to normalise it are persistent
   buffers, so a checkpoint carries its own normalisation and callers never pre-scale.
 - The magnitude is ``exp`` of a clamped log-magnitude: always positive, multiplicative
@@ -114,6 +124,7 @@ class VocosGenerator(nn.Module):
                                     for _ in range(cfg.layers))
         self.final_norm = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, 2 * self.n_freqs)  # [log-magnitude | phase angle]
+        self.projections = cfg.projections
         self._conv_context = _EMBED_KERNEL // 2 + cfg.layers * (cfg.kernel // 2)
         self.apply(_init_weights)
 
@@ -136,11 +147,14 @@ class VocosGenerator(nn.Module):
         block ``kernel // 2`` more, and the iSTFT overlap-adds STFT frames whose windows
         (n_fft samples, centred at ``j * hop``) cover the sample, i.e.
         ``ceil((n_fft / 2) / hop)`` frames either side (an upper bound; tight for the right
-        side). Vocoding mel frames ``[a - R, b + R)`` and keeping output frames ``[a, b)``
+        side). Each consistency projection adds ``2 * that - 1``: an analysis frame reads
+        the samples of the frames its window covers, and the iSTFT spreads it back over as
+        many. Vocoding mel frames ``[a - R, b + R)`` and keeping output frames ``[a, b)``
         therefore reproduces the full-utterance output of those frames exactly (up to
         float rounding); zero padding at window edges never reaches the kept centre.
         """
-        return self._conv_context + math.ceil((self.n_fft / 2) / self.hop_length)
+        half = math.ceil((self.n_fft / 2) / self.hop_length)  # window half-width in frames
+        return self._conv_context + half + self.projections * (2 * half - 1)
 
     def forward(self, log_mel: Tensor, lengths: Tensor | None = None) -> Tensor:
         single = log_mel.dim() == 2
@@ -164,6 +178,8 @@ class VocosGenerator(nn.Module):
         log_mag, phase = frames.float().chunk(2, dim=-1)  # [B, F, n_freqs] each
         log_mag = log_mag + self.magnitude_prior(log_mel.float())
         wav = self._istft(torch.cat([log_mag, phase], dim=-1))  # [B, F * hop]
+        for _ in range(self.projections):
+            wav = self._project(wav, log_mag)  # [B, F * hop]
         if lengths is not None:
             sample = torch.arange(wav.shape[1], device=wav.device)  # [F * hop]
             wav = wav * (sample[None, :] < (lengths * self.hop_length)[:, None])
@@ -198,6 +214,23 @@ class VocosGenerator(nn.Module):
             spec = torch.complex(mag * torch.cos(phase), mag * torch.sin(phase))  # [B, n_freqs, F]
             return torch.istft(spec, self.n_fft, self.hop_length, self.win_length, self.window,
                                center=True, length=n_frames * self.hop_length)  # [B, F * hop]
+
+    def _project(self, wav: Tensor, log_mag: Tensor) -> Tensor:
+        """One consistency projection: wav ``[B, F * hop]`` -> the STFT's phase with the
+        predicted magnitude (``log_mag [B, F, n_freqs]``) -> wav, in float32. The unit
+        phasor is ``X / |X|`` with a tiny floor, so silent bins stay finite (and silent)."""
+        n_frames = log_mag.shape[1]
+        with torch.autocast(device_type=wav.device.type, enabled=False):
+            pad_mode = "reflect" if wav.shape[-1] > self.n_fft // 2 else "constant"
+            spec = torch.stft(wav.float(), self.n_fft, self.hop_length, self.win_length,
+                              self.window, center=True, pad_mode=pad_mode,
+                              return_complex=True)[..., :n_frames]  # [B, n_freqs, F]
+            re, im = spec.real, spec.imag
+            mag = log_mag.float().transpose(1, 2).clamp(max=_MAX_LOG_MAGNITUDE).exp()
+            scale = mag * (re.square() + im.square() + 1e-12).rsqrt()  # [B, n_freqs, F]
+            return torch.istft(torch.complex(re * scale, im * scale), self.n_fft,
+                               self.hop_length, self.win_length, self.window, center=True,
+                               length=n_frames * self.hop_length)  # [B, F * hop]
 
     @torch.no_grad()
     def waveforms(self, log_mel: Tensor, lengths: Tensor) -> list[np.ndarray]:

@@ -72,6 +72,8 @@ def load_vocoder(path: str | Path, audio: AudioConfig, device: torch.device) -> 
     ``audio``'s mel definition."""
     file, state = load_vocoder_state(path)
     cfg = config_from_dict(state[ck.CONFIG])
+    if "projections" not in state[ck.CONFIG].get("vocoder", {}):
+        cfg.vocoder.projections = 0  # saved before the key existed: trained without them
     check_mel_definition(state[ck.CONFIG]["audio"], audio, str(file))
     gen = VocosGenerator(cfg.audio, cfg.vocoder)
     gen.load_state_dict(state[GENERATOR])
