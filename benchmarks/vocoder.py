@@ -2,6 +2,7 @@
 baseline, measured in the same run), and streaming latency / real-time factor.
 
     python benchmarks/vocoder.py [--data DIR] [--steps N] [--gan-steps M] [--preset tiny|base]
+                                 [--listen DIR]
 
 1. Prepares DATA (default ../shared/data/ljspeech-mini, else a generated demo corpus) with
    audio, then trains the vocoder exactly as ``myxtts train-vocoder`` does: ``--steps``
@@ -10,6 +11,8 @@ baseline, measured in the same run), and streaming latency / real-time factor.
 2. Quality on held-out utterances (the val split): mel L1 and multi-resolution STFT distance
    of the re-synthesis from ground-truth mels, Griffin-Lim vs the vocoder (lower = closer;
    ratio = vocoder / Griffin-Lim), PESQ (wide-band, 16 kHz) where the ``pesq`` package imports.
+   ``--listen DIR`` also writes 4 of them as recording / Griffin-Lim / vocoder wavs with a
+   spectrogram sheet each (the material for a listening note).
 3. Streaming: a tiny TTS model (random weights: decoding speed does not depend on what was
    learned; every utterance runs to ``--frames`` frames) speaks one sentence; time to first
    audio and real-time factor (compute time / audio time) of ``Synthesizer.stream`` against
@@ -79,6 +82,59 @@ def pesq_score(store, indices, vocode, device) -> float | None:
     return float(np.mean(scores))
 
 
+def spectrogram_image(wav: np.ndarray, sample_rate: int, label: str, top_hz: float = 4000.0):
+    """Grey-scale |STFT| in dB (70 dB range, 2048-point window, 128 hop) from 0 to
+    ``top_hz``, low frequencies at the bottom, with ``label`` above it. Linear frequency and
+    a long window, not the mel: harmonics and what lies between them (where Griffin-Lim's
+    phase errors and a vocoder's buzz show) are resolved."""
+    from PIL import Image, ImageDraw
+
+    x = torch.from_numpy(np.asarray(wav, np.float32))
+    spec = torch.stft(x, 2048, 128, window=torch.hann_window(2048), center=True,
+                      return_complex=True).abs()  # [1025, frames]
+    rows = int(top_hz / (sample_rate / 2048))
+    db = 20 * torch.log10(spec[:rows] + 1e-6)
+    level = ((db - db.max() + 70.0) / 70.0).clamp(0.0, 1.0).flip(0).numpy()  # [rows, frames]
+    img = Image.fromarray((255 * level).astype(np.uint8)).resize((level.shape[1] * 2, rows))
+    canvas = Image.new("L", (img.width, img.height + 14), 255)
+    canvas.paste(img, (0, 14))
+    ImageDraw.Draw(canvas).text((2, 1), label, fill=0)
+    return canvas
+
+
+def write_listening_set(folder: Path, store, indices, vocoders: dict, audio, device: torch.device
+                        ) -> list[str]:
+    """For each utterance: the recording and every vocoder's re-synthesis as wavs, and one
+    PNG with their spectrograms stacked (recording on top; where pillow imports). Why: the
+    numbers say how close, the files let a person hear and see how it differs."""
+    from myxtts.audio.io import save_wav
+    from myxtts.train.vocoder_data import INT16_SCALE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        from PIL import Image
+    except ImportError:
+        Image = None
+    written = []
+    for n, i in enumerate(indices):
+        mel = torch.from_numpy(np.asarray(store.mel(i), np.float32))[None].to(device)
+        samples = mel.shape[1] * audio.hop_length
+        clips = {"recording": store.audio(i)[:samples].astype(np.float32) * INT16_SCALE}
+        with torch.no_grad():
+            for name, vocode in vocoders.items():
+                clips[name] = vocode(mel)[0, :samples].float().cpu().numpy()
+        for name, wav in clips.items():
+            save_wav(folder / f"{n:02d}_{name.replace(' ', '_')}.wav", wav, audio.sample_rate)
+        written.append(f"{n:02d}_*.wav ({store.ids[i]})")
+        if Image is not None:
+            rows = [spectrogram_image(wav, audio.sample_rate, name) for name, wav in clips.items()]
+            sheet = Image.new("L", (max(r.width for r in rows), sum(r.height for r in rows)), 255)
+            for k, r in enumerate(rows):
+                sheet.paste(r, (0, sum(q.height for q in rows[:k])))
+            sheet.save(folder / f"{n:02d}_spectrograms.png")
+    return written
+
+
 def streaming_rows(store_path: Path, vocoder_run: Path, frames: int, device: torch.device
                    ) -> list[str]:
     from myxtts.config import load_config
@@ -134,6 +190,8 @@ def main() -> None:
     p.add_argument("--gan-steps", type=int, default=100, help="steps with the discriminators after")
     p.add_argument("--frames", type=int, default=258, help="frames per streamed utterance (~3 s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    p.add_argument("--listen", type=Path, help="also write the val clips' recordings, "
+                   "Griffin-Lim and vocoder re-syntheses (wav) and their log-mels (PNG) here")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -176,6 +234,11 @@ def main() -> None:
         minutes = (time.perf_counter() - t0) / 60
         recon = phase_speed(run, 25, args.steps)
         gan = phase_speed(run, args.steps + 25, total)
+        if args.listen:
+            gen = load_vocoder(run, cfg.audio, device)
+            names = write_listening_set(args.listen, val, ids[:4], {"griffin lim": gl, "vocoder": gen},
+                                        cfg.audio, device)
+            say(f"listening set in {args.listen}: {', '.join(names)}")
         say("measuring streaming")
         stream = streaming_rows(store_path, run, args.frames, device)
     dev = torch.cuda.get_device_name(0) if cuda else f"CPU, {torch.get_num_threads()} threads"
@@ -184,7 +247,8 @@ def main() -> None:
              f"in {minutes:.1f} min (validation included)", "",
              f"{'training':<{LABEL}} {'steps/s':>9} {'segments/s':>11}",
              f"{'  reconstruction (mel L1 + MR-STFT)':<{LABEL}} {recon[0]:9.1f} {recon[1]:11.1f}",
-             f"{'  GAN (+ MPD/MRD, feature matching)':<{LABEL}} {gan[0]:9.1f} {gan[1]:11.1f}", "",
+             *([f"{'  GAN (+ MPD/MRD, feature matching)':<{LABEL}} {gan[0]:9.1f} {gan[1]:11.1f}"]
+               if args.gan_steps else []), "",
              f"{'re-synthesis of ' + str(len(ids)) + ' val utterances':<{LABEL}} "
              f"{'mel L1':>9} {'ratio':>6} {'MR-STFT':>9} {'ratio':>6} {'PESQ wb':>8}"]
     fmt = lambda p: "n/a" if p is None else f"{p:.3f}"  # noqa: E731
