@@ -25,7 +25,8 @@ Why this design (Siuzdak 2023, "Vocos"):
   frames), so overlapping frames partly cancel and loud harmonics come out too quiet. One
   projection makes neighbouring frames agree. Measured on the demo voices (1000 steps,
   tests/train/test_vocoder_learns.py's setup): held-out mel L1 0.155 / 0.179 (seeds 1234 / 7)
-  without, 0.140 / 0.138 with one, 0.140 with two; about 10 % more time per CPU step. Each
+  without, 0.138-0.143 with one (several runs; Griffin-Lim: 0.145), 0.140 with two; about
+  10 % more time per CPU step. Each
   projection widens ``receptive_field_frames``; streaming stays exact.
 - The input is the RAW log-mel; the per-band mean/std used to normalise it are persistent
   buffers, so a checkpoint carries its own normalisation and callers never pre-scale.
