@@ -77,6 +77,11 @@ def test_training_resumes_exactly(audio_store, tmp_path, monkeypatch):
     # the run is loadable for synthesis, in eval mode, speaking this mel definition
     gen = load_vocoder(tmp_path / "a", load_config().audio, torch.device("cpu"))
     assert not gen.training and gen(torch.zeros(1, 10, 80)).shape == (1, 10 * 256)
+    # a checkpoint saved before vocoder.projections existed was trained without them
+    assert gen.projections == 1
+    del a["config"]["vocoder"]["projections"]
+    ck.save(tmp_path / "old.pt", a)
+    assert load_vocoder(tmp_path / "old.pt", load_config().audio, torch.device("cpu")).projections == 0
 
 
 def test_a_store_without_audio_says_how_to_add_it(micro_store, tmp_path):
