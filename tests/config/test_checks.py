@@ -21,6 +21,25 @@ def test_devices_resolve():
         resolve_device("gpu0", "train.device")
 
 
+def test_a_cuda_device_always_carries_its_index(monkeypatch):
+    """``torch.cuda.set_device`` (training setup) rejects an index-less ``cuda``: auto and
+    ``cuda`` resolve to the current GPU. Simulated, so it runs without a GPU as well."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("auto", "train.device") == torch.device("cuda", 1)
+    assert resolve_device("cuda", "train.device") == torch.device("cuda", 1)
+    assert resolve_device("cuda:0", "train.device") == torch.device("cuda", 0)
+    assert resolve_device("cpu", "train.device") == torch.device("cpu")
+
+
+@pytest.mark.gpu
+def test_the_resolved_gpu_is_accepted_by_set_device():
+    device = resolve_device("auto", "train.device")
+    torch.cuda.set_device(device)  # raised "Expected a torch.device with a specified index" before
+    assert device.index == torch.cuda.current_device()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
 def test_cuda_without_cuda_names_the_key_and_the_fix():
     with pytest.raises(ConfigError, match=r"data.data_device='cuda:0' but no CUDA GPU.*--set data.data_device=cpu"):

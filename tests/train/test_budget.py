@@ -37,7 +37,7 @@ def test_the_search_finds_the_largest_fitting_size_in_few_tries(largest, start):
 class FakeMemory:
     """A GPU's memory as the probe sees it: a name, a size, a peak within the limit."""
 
-    name, total, released = "Fake GPU 24GB", 24 * 2**30, 0
+    name, total, available, released = "Fake GPU 24GB", 24 * 2**30, 24 * 2**30, 0
 
     def reset_peak(self) -> None:
         pass
@@ -53,7 +53,9 @@ class FakeGpu(FakeMemory):
     """A device with ``budget`` mel frames of room: larger worst cases run out of memory
     partway through the step (after the forward), as on a GPU."""
 
-    def __init__(self, step, budget: int, name: str = "Fake GPU 24GB") -> None:
+    def __init__(self, step, budget: int, name: str = "Fake GPU 24GB",
+                 error=lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to "
+                                                           "allocate 2 GiB")) -> None:
         self.name, self.budget = name, budget
         self.runs: list[int] = []
         self.released = 0
@@ -64,7 +66,7 @@ class FakeGpu(FakeMemory):
             self.runs.append(frames)
             if frames > self.budget:
                 step.loss(batch)  # some work done, then the allocation fails
-                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+                raise error()
             real(batch, n_micro, last)
 
         step.micro = micro
@@ -96,8 +98,51 @@ def test_sizes_fit_the_memory_and_training_state_is_untouched(tmp_path, one_thre
         assert torch.equal(v, before[k]), f"{k} changed by the probe"
     assert all(p.grad is None or not p.grad.any() for p in step.model.parameters())
     table = "\n".join(lines)
-    assert "measuring each bucket's worst case on 85% of Fake GPU 24GB" in table
+    assert "measuring each bucket's worst case on 20.4 GiB (85% of Fake GPU 24GB" in table
     assert f"{'2':>6} {96:>6} {32:>6} {sizes[2]:>6}" in table  # per-bucket row
+    progress = [s for s in lines if s.startswith("auto batch sizes ") and "/3: bucket" in s]
+    assert [s.split(":")[1].split("(")[0].strip() for s in progress] == [
+        "bucket 2", "bucket 1", "bucket 0"]  # one line per bucket as it is measured
+    assert f"bucket 2 (96 frames) fits {sizes[2]} utterances (tried 4, " in progress[0]
+
+
+@pytest.mark.parametrize("message", [
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+])
+def test_a_library_allocation_failure_counts_as_out_of_memory(tmp_path, one_thread, message):
+    """Near the limit cuBLAS and cuDNN fail to allocate their workspace with a plain
+    RuntimeError, not torch's OutOfMemoryError: the probe lowers the size all the same."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
+    step = _step(cfg)
+    sizes, _ = _probe(tmp_path, step, FakeGpu(step, budget=1000, error=lambda: RuntimeError(message)))
+    assert all(b * s.frames <= 1000 and b >= 1 for s, b in zip(SHAPES, sizes))
+
+
+def test_any_other_error_while_probing_is_not_taken_for_a_full_gpu(tmp_path, one_thread):
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    step = _step(cfg)
+    with pytest.raises(RuntimeError, match="an unrelated bug"):
+        _probe(tmp_path, step, FakeGpu(step, budget=1000,
+                                       error=lambda: RuntimeError("an unrelated bug")))
+
+
+class SharedGpu(FakeMemory):
+    """12 of the 24 GiB are held by another process; every size peaks at 11 GiB."""
+
+    available = 12 * 2**30
+
+    def peak(self) -> int:
+        return 11 * 2**30
+
+
+def test_memory_other_processes_hold_is_not_planned_for(tmp_path, one_thread):
+    """85 % of 24 GiB would admit an 11 GiB peak; 85 % of the 12 GiB left does not."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    with pytest.raises(TrainError, match=r"fits in 10.2 GiB \(85% of Fake GPU 24GB, 24.0 GiB; "
+                                         r"12.0 GiB held by other processes\)"):
+        _probe(tmp_path, _step(cfg), SharedGpu())
+    assert all(b >= 1 for b in _probe(tmp_path, _step(cfg), FakeMemory())[0])
 
 
 def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_thread):
@@ -116,6 +161,16 @@ def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_
                            FakeGpu(other_step, budget=1400, name="Fake GPU 48GB"))
     assert "was measured with gpu = \"Fake GPU 24GB\", this run has \"Fake GPU 48GB\"" in lines[0]
     assert all(b >= a for a, b in zip(sizes, bigger)) and bigger != sizes
+    # settings that change a step's memory measure again too
+    settings = []
+    for setting, key in (("train.activation_checkpointing=true", "activation_checkpointing"),
+                         ("train.self_feed=0.5", "self_feed")):
+        settings.append(setting)  # one more change each time
+        changed = micro_config(tmp_path, f"audio.n_mels={N_MELS}", *settings)
+        changed_step = _step(changed)
+        _, lines = _probe(tmp_path, changed_step, FakeGpu(changed_step, budget=1400,
+                                                           name="Fake GPU 48GB"))
+        assert f"was measured with {key} = " in lines[0], lines[0]
 
 
 def test_a_gpu_too_small_for_one_utterance_is_a_clear_error(tmp_path, one_thread):

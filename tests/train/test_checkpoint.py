@@ -117,6 +117,34 @@ def test_capture_then_restore_gives_the_same_state(tmp_path):
     assert torch.equal(torch.rand(3), expected_draw)
 
 
+def test_the_random_streams_of_only_the_training_device_are_saved(monkeypatch):
+    """A CPU run on a GPU machine records no GPU stream (and touches no CUDA): a checkpoint
+    saved with every visible GPU's stream could not be restored where fewer are visible."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("a CPU run read a GPU's random stream")
+
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", no_cuda)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", no_cuda)
+    assert set(ck.rng_state(torch.device("cpu"))) == {"torch", "python"}
+    assert set(ck.rng_state()) == {"torch", "python"}
+    ck.set_rng_state({**ck.rng_state(), "cuda": [torch.zeros(8, dtype=torch.uint8)] * 8},
+                     torch.device("cpu"))  # an old checkpoint's streams: a CPU run skips them
+
+
+@pytest.mark.gpu
+def test_a_gpu_stream_goes_back_to_the_training_gpu():
+    device = torch.device("cuda", torch.cuda.current_device())
+    state = ck.rng_state(device)
+    expected = torch.rand(4, device=device)
+    ck.set_rng_state(state, device)
+    assert torch.equal(torch.rand(4, device=device), expected)
+    old_format = {**state, "cuda": [state["cuda"]]}  # one stream per visible GPU, as before
+    ck.set_rng_state(old_format, device)
+    assert torch.equal(torch.rand(4, device=device), expected)
+
+
 def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
     path = tmp_path / "ckpt_00000001.pt"
     ck.save(path, {"weights": torch.arange(4)})

@@ -1,21 +1,27 @@
 """Regional compilation over an epoch: one graph per block type, whatever the number of
-bucket shapes, and none after the first epoch nor for validation."""
+bucket shapes, and none after the first epoch nor for validation or sample synthesis; a
+compile failure falls back to eager with one warning naming the cause."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import torch
 
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.model.xtts import build_model
+from myxtts.observe.loggers import NullLogger
 from myxtts.train.checkpoint import TrainingProgress
 from myxtts.train.compile import BLOCK_TYPES
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.step import TrainStep
-from myxtts.train.validate import validation_loss
+from myxtts.train.validate import synthesize_samples, validation_loss
 from tests.helpers import micro_config
+from tests.train.test_graphs import N_MELS, N_TOKENS, _batches
 
 
 def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, one_thread):
@@ -54,6 +60,84 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
         assert len(graphs) == after_first_epoch  # the second epoch compiled nothing
         validation_loss(model, step, data, device)
         assert len(graphs) == after_first_epoch  # eval mode: eager blocks
+        assert data.synth_batch  # free-running generation and alignment: eager blocks too
+        wavs = synthesize_samples(model, step, data, cfg, NullLogger(), 1, tmp_path / "samples",
+                                  device, 0)
+        assert wavs and len(graphs) == after_first_epoch
         assert step.compiled  # never fell back to eager
     finally:
         torch._dynamo.reset()
+
+
+def _forward_fails(gm, example_inputs):
+    raise RuntimeError("boom in the forward compiler")
+
+
+def _empty_assertion(gm, example_inputs):
+    raise AssertionError()  # dynamo and inductor raise these bare
+
+
+def _backward_fails():
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fails(gm, example_inputs):
+        raise RuntimeError("boom in the backward compiler")
+
+    return aot_autograd(fw_compiler=lambda gm, ex: gm.forward, bw_compiler=fails)
+
+
+def _step_pair(tmp_path, backend):
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0",
+                       "model.prenet_dropout=0")
+    steps = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = build_model(cfg, N_TOKENS, 1, None, None)
+        opt, fused = build_optimizer(model, cfg.train)
+        steps.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg,
+                               torch.device("cpu"), fused, compile_model=compiled,
+                               compile_backend=backend if compiled else None))
+    return steps
+
+
+@pytest.mark.parametrize("backend, cause", [
+    (_forward_fails, "RuntimeError: boom in the forward compiler"),
+    (_empty_assertion, "AssertionError: (no message)"),
+    (_backward_fails(), "RuntimeError: boom in the backward compiler"),
+])
+def test_a_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, one_thread, caplog,
+                                                                backend, cause):
+    """Forward or backward (AOTAutograd compiles the backward at its first call): the step
+    goes on eagerly, with one warning naming the root cause, and trains exactly as the eager
+    step does (a half-accumulated backward is redone)."""
+    torch._dynamo.reset()
+    eager, fallback = _step_pair(tmp_path, backend)
+    try:
+        with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+            for i in range(3):
+                eager(_batches(i, 1))
+                fallback(_batches(i, 1))
+    finally:
+        torch._dynamo.reset()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "myxtts.train.step"]
+    assert len(warnings) == 1 and cause in warnings[0], warnings
+    assert fallback.mode == "eager"
+    assert fallback.read()["loss"] == pytest.approx(eager.read()["loss"], rel=1e-6)
+    for (name, a), b in zip(eager.model.state_dict().items(), fallback.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=f"{name} differs")
+
+
+def test_running_out_of_memory_is_not_taken_for_a_compile_failure(tmp_path, one_thread):
+    """cuBLAS failing to allocate while compiling (autotuning) is memory, for the caller to
+    handle (the auto budget lowers the batch): the step stays compiled."""
+    def no_memory(gm, example_inputs):
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate")
+
+    torch._dynamo.reset()
+    (_, step) = _step_pair(tmp_path, no_memory)
+    try:
+        with pytest.raises(Exception, match="CUBLAS_STATUS_ALLOC_FAILED"):
+            step(_batches(0, 1))
+    finally:
+        torch._dynamo.reset()
+    assert step.compiled

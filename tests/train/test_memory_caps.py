@@ -72,8 +72,9 @@ def test_the_auto_budget_plans_within_the_training_share(tmp_path, one_thread):
                              N_TOKENS, 1, DistInfo(), memory=BigPeak(), echo=lambda s: None)
     assert all(s >= 1 for s in sizes)
     capped = micro_config(tmp_path / "b", f"audio.n_mels={N_MELS}", "train.memory_fraction=0.5")
-    with pytest.raises(TrainError, match=r"not even one utterance fits in 42% of Fake GPU 24GB "
-                                         r"\(24.0 GiB, capped at train.memory_fraction=0.5\)"):
+    with pytest.raises(TrainError, match=r"not even one utterance fits in 10.2 GiB \(42% of Fake "
+                                         r"GPU 24GB, 24.0 GiB, capped at "
+                                         r"train.memory_fraction=0.5\)"):
         auto_batch_sizes(_step(capped), SHAPES, [4, 4, 4], capped, tmp_path / "b", N_TOKENS, 1,
                          DistInfo(), memory=BigPeak(), echo=lambda s: None)
 

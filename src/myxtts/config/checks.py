@@ -112,12 +112,14 @@ def _finite(cfg: Config) -> None:
 
 def resolve_device(name: str, key: str) -> Any:
     """The ``torch.device`` a device setting names (``key``, e.g. ``train.device``): ``auto``
-    is the first CUDA GPU when one is visible, else the CPU. A CUDA device on a machine
-    without CUDA, or one that does not exist, is a ConfigError naming the key and the fix."""
+    is the current CUDA GPU when one is visible, else the CPU. A CUDA device on a machine
+    without CUDA, or one that does not exist, is a ConfigError naming the key and the fix.
+    A CUDA device always comes back with its index (``cuda`` -> ``cuda:N``, N the current
+    GPU): ``torch.cuda.set_device`` and per-device state reject an index-less device."""
     import torch
 
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     use_cpu = f"--set {key}=cpu" if "." in key else f"{key} cpu"  # a config key or a CLI flag
     try:
         device = torch.device(name)
@@ -130,4 +132,6 @@ def resolve_device(name: str, key: str) -> Any:
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"{key}={name!r} but only {torch.cuda.device_count()} CUDA GPU(s) "
                               f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return device

@@ -32,7 +32,7 @@ from myxtts.system import available_cpus
 from myxtts.train.compile import compiled_graphs
 from myxtts.train.data import bucket_shapes, is_store
 from myxtts.train.efficiency import meta_step_counter, resolve_peak
-from myxtts.train.errors import TrainError
+from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.loop import BatchStream, oom_message
 from myxtts.train.setup import TrainSetup, build_setup
 from myxtts.train.step import native_bf16, resolve_graphs
@@ -68,8 +68,10 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     def step(micro: list[tuple[dict, int]]) -> None:
         try:
             step_fn([b for b, _ in micro])
-        except torch.cuda.OutOfMemoryError as e:
-            raise TrainError(oom_message([b for b, _ in micro], cfg)) from e
+        except Exception as e:
+            if is_out_of_memory(e):
+                raise TrainError(oom_message([b for b, _ in micro], cfg)) from e
+            raise
 
     echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured"
          + (f" (at least {MIN_GPU_WINDOW_S:g} s)" if cuda else ""))

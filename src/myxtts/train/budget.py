@@ -11,15 +11,17 @@ every utterance at the padded shape) runs a full step -- forward, backward, clip
 the run's precision and compile mode -- at batch sizes found by doubling, then bisection
 (:func:`largest_fitting`). A size fits when the step does not run out of memory and its
 peak allocation stays within ``data.auto_memory_fraction`` of the device's memory (of its
-``train.memory_fraction`` share when one is set: ``train.memory``); an
-out-of-memory error is caught and the size lowered. Sizes are capped by
+``train.memory_fraction`` share when one is set: ``train.memory``; of what other processes
+leave free, when they hold some); an out-of-memory error (also cuBLAS/cuDNN failing to
+allocate) is caught and the size lowered. Sizes are capped by
 ``data.max_batch_size``. The steps run on the real model inside a ``StateSnapshot``, so
 training starts untouched. Under DDP each rank measures without DDP's hooks (ranks may need
-different numbers of tries) and all take the smallest size per bucket.
+different numbers of tries) and all take the smallest size per bucket; a rank that cannot
+fit a bucket stops every rank with its error (none waits in a collective).
 
 The answer is cached in the run folder (``auto_batch.json``), keyed by everything it depends
-on (GPU model and memory, model config, precision, compile and graph modes, torch version,
-the bucket shapes, the memory shares, the cap): a restart reuses it; anything else measures
+on (GPU model and memory, model config, precision, compile and graph modes, activation
+checkpointing and self-feed, torch version, the bucket shapes, the memory shares, the cap): a restart reuses it; anything else measures
 again, with one line naming what changed.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +40,8 @@ import torch
 
 from myxtts.data.batch import BatchShape
 from myxtts.system import atomic_write
-from myxtts.train.errors import TrainError
+from myxtts.train.distributed import agree
+from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.warmup import StateSnapshot, drop_half_made_state, worst_case_batch
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,11 @@ class CudaMemory:
         self.device = device
         props = torch.cuda.get_device_properties(device)
         self.name, self.total = props.name, int(props.total_memory)
+        # What this process can have: the free memory plus what its allocator already holds.
+        # The rest belongs to other processes (another run, a notebook), and a budget that
+        # counted it would climb to the real out-of-memory edge.
+        free, _ = torch.cuda.mem_get_info(device)
+        self.available = min(self.total, int(free) + int(torch.cuda.memory_reserved(device)))
 
     def reset_peak(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -117,7 +126,9 @@ class Probe:
             batch = worst_case_batch(shape, self.n_tokens, self.n_languages, self.step.device)
             self.step.run([batch])
             self.peaks[shape] = self.memory.peak()
-        except torch.cuda.OutOfMemoryError:
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
             failed = True  # handled outside the except block: its traceback holds tensors
         batch = None
         if failed:
@@ -135,6 +146,8 @@ def cache_key(step: Any, memory: Any, shapes: list[BatchShape], cfg: Any, distri
             "model": _plain(cfg.model), "precision": str(step.dtype).replace("torch.", ""),
             "step": "compiled" if step.compiled else "eager",
             "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
+            "activation_checkpointing": cfg.train.activation_checkpointing,
+            "self_feed": cfg.train.self_feed > 0,  # a second decoder pass
             "memory_fraction": cfg.data.auto_memory_fraction,
             "train_memory_fraction": cfg.train.memory_fraction,
             "max_batch_size": cfg.data.max_batch_size,
@@ -188,17 +201,27 @@ def format_table(shapes: list[BatchShape], sizes: list[int], peaks: list[int | N
 
 
 def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap: int,
-            describe: str) -> tuple[list[int], list[int | None]]:
-    """Per bucket (longest first) the largest fitting batch size and its peak bytes. The
-    next shorter bucket starts its search at the frames the longer one fitted."""
+            describe: str, echo: Callable[[str], None] = log.info
+            ) -> tuple[list[int], list[int | None]]:
+    """Per bucket (longest first) the largest fitting batch size and its peak bytes, with a
+    progress line per bucket (the first steps compile, which takes a while). The next
+    shorter bucket starts its search at the frames the longer one fitted."""
     sizes: list[int] = [0] * len(shapes)
     peaks: list[int | None] = [None] * len(shapes)
     frames_fitted = None
+    order = sorted(range(len(shapes)), key=lambda i: shapes[i].frames, reverse=True)
     with StateSnapshot(probe.step):
-        for k in sorted(range(len(shapes)), key=lambda i: shapes[i].frames, reverse=True):
+        for done, k in enumerate(order, 1):
             s = shapes[k]
             start = start_sizes[k] if frames_fitted is None else max(1, frames_fitted // s.frames)
-            b = largest_fitting(lambda n, s=s: probe.fits(replace(s, batch=n)), start, cap)
+            tried: list[int] = []
+            t0 = time.perf_counter()
+
+            def fits(n: int, s: BatchShape = s, tried: list[int] = tried) -> bool:
+                tried.append(n)
+                return probe.fits(replace(s, batch=n))
+
+            b = largest_fitting(fits, start, cap)
             if b == 0:
                 raise TrainError(
                     f"bucket {k} ({s.frames} mel frames, {s.text} text tokens): not even one "
@@ -207,6 +230,9 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
                     f"data.auto_memory_fraction / train.memory_fraction ({describe})")
             sizes[k], peaks[k] = b, probe.peaks.get(replace(s, batch=b))
             frames_fitted = b * s.frames
+            echo(f"auto batch sizes {done}/{len(order)}: bucket {k} ({s.frames} frames) fits "
+                 f"{b} utterances (tried {', '.join(map(str, tried))}; "
+                 f"{time.perf_counter() - t0:.1f} s)")
     probe.memory.release()
     return sizes, peaks
 
@@ -221,11 +247,14 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
     memory = memory or CudaMemory(step.device)
     cap = cfg.data.max_batch_size or UNCAPPED
     share = cfg.data.auto_memory_fraction * (cfg.train.memory_fraction or 1.0)
-    limit = int(share * memory.total)
+    limit = int(min(share * memory.total, cfg.data.auto_memory_fraction * memory.available))
     capped = f", capped at train.memory_fraction={cfg.train.memory_fraction}" \
         if cfg.train.memory_fraction else ""
-    describe = (f"{share:.0%} of {memory.name} ({memory.total / GIB:.1f} GiB{capped}) with the "
-                f"{cfg.model.preset} preset in "
+    others = memory.total - memory.available
+    if others > 0.02 * memory.total:
+        capped += f"; {others / GIB:.1f} GiB held by other processes"
+    describe = (f"{limit / GIB:.1f} GiB ({share:.0%} of {memory.name}, {memory.total / GIB:.1f} "
+                f"GiB{capped}) with the {cfg.model.preset} preset in "
                 f"{str(step.dtype).replace('torch.', '')}")
     key = cache_key(step, memory, shapes, cfg, dist.enabled)
     path = run_dir / CACHE_NAME
@@ -244,10 +273,15 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
         probe = Probe(step, memory, limit, n_tokens, n_languages)
         runner = step.runner
         step.runner = step.model  # without DDP's all-reduce: ranks try different sizes
+        failure = None
         try:
-            sizes, peaks = measure(probe, shapes, start_sizes, cap, describe)
+            sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
+        except TrainError as e:  # e.g. a bucket that does not fit: every rank stops with it
+            failure = e
         finally:
             step.runner = runner
+        agree(dist, failure)
+        key = cache_key(step, memory, shapes, cfg, dist.enabled)  # a compile failure: eager
     if dist.enabled:
         agreed = torch.tensor(sizes, dtype=torch.int64, device=step.device)
         torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN)

@@ -90,37 +90,53 @@ class TrainingProgress:
 
 
 def capture(progress: TrainingProgress, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-            scheduler: Any, scaler: torch.amp.GradScaler, extra: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint dict: the training state (these objects, RNGs, ``progress``) plus
-    ``extra`` (what inference needs: config, vocabulary, mel statistics)."""
+            scheduler: Any, scaler: torch.amp.GradScaler, extra: dict[str, Any],
+            device: torch.device | None = None) -> dict[str, Any]:
+    """The checkpoint dict: the training state (these objects, RNGs -- the training
+    ``device``'s too --, ``progress``) plus ``extra`` (what inference needs: config,
+    vocabulary, mel statistics)."""
     return {MODEL: model.state_dict(), OPTIMIZER: optimizer.state_dict(),
-            SCHEDULER: scheduler.state_dict(), SCALER: scaler.state_dict(), RNG: rng_state(),
-            PROGRESS: progress.state_dict(), **extra}
+            SCHEDULER: scheduler.state_dict(), SCALER: scaler.state_dict(),
+            RNG: rng_state(device), PROGRESS: progress.state_dict(), **extra}
 
 
 def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-            scheduler: Any, scaler: torch.amp.GradScaler) -> None:
+            scheduler: Any, scaler: torch.amp.GradScaler, device: torch.device | None = None
+            ) -> None:
     """Load what :func:`capture` saved into these objects and the RNGs (the progress record
     is read on its own, first: the data side needs it before the model exists)."""
     model.load_state_dict(state[MODEL])
     optimizer.load_state_dict(state[OPTIMIZER])
     scheduler.load_state_dict(state[SCHEDULER])
     scaler.load_state_dict(state[SCALER])
-    set_rng_state(state[RNG])
+    set_rng_state(state[RNG], device)
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """The random streams a resumed run continues: the CPU's, Python's and, when training on
+    a GPU, that GPU's alone -- not every visible GPU's, which a machine with fewer GPUs could
+    not restore (and which made a CPU run on a GPU machine initialise CUDA)."""
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Put back :func:`rng_state`'s streams; the saved GPU stream goes to ``device`` (a run
+    may resume on another GPU). Checkpoints from before one GPU's stream was saved hold a
+    list, one per GPU then visible: the first is the training GPU's (``cuda:0`` unless
+    ``CUDA_VISIBLE_DEVICES`` chose another)."""
     torch.set_rng_state(state["torch"])
     random.setstate((3, tuple(state["python"]), None))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is None or device is None or device.type != "cuda":
+        return
+    if isinstance(cuda, (list, tuple)):
+        if not cuda:
+            return
+        cuda = cuda[0]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 def save(path: Path, state: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from myxtts.train import checkpoint as ck
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo
 from myxtts.train.efficiency import IntervalEfficiency
-from myxtts.train.errors import TrainError
+from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.setup import build_setup
 from myxtts.train.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
@@ -193,7 +193,7 @@ class _LoopContext:
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
         state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
-                           self.step_fn.scaler, extra)
+                           self.step_fn.scaler, extra, self.device)
         return self.manager.save(state, r.step, val_loss, is_best)
 
     def _efficiency(self) -> IntervalEfficiency | None:
@@ -238,8 +238,10 @@ class _LoopContext:
                     frames += n_frames
                 try:
                     self.step_fn(micro)
-                except torch.cuda.OutOfMemoryError as e:
-                    raise TrainError(oom_message(micro, self.cfg)) from e
+                except Exception as e:
+                    if is_out_of_memory(e):
+                        raise TrainError(oom_message(micro, self.cfg)) from e
+                    raise
                 r.step += 1
                 step = r.step
                 timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
@@ -258,8 +260,8 @@ class _LoopContext:
                         last = self.save(val["loss"], is_best)
                     self.model.train()
                 if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
-                    synthesize_samples(self.model, self.data, self.cfg, self.logger, step,
-                                       self.out / "samples", self.device, self.dist.rank)
+                    synthesize_samples(self.model, self.step_fn, self.data, self.cfg, self.logger,
+                                       step, self.out / "samples", self.device, self.dist.rank)
                     self.model.train()
                 if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
                     last = self.save()

@@ -108,7 +108,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
                         compile_model=resolve_compile(cfg.train.compile, device),
                         ddp_model=wrap_ddp(model, dist))
     if state is not None:
-        ck.restore(state, model, opt, sched, step_fn.scaler)
+        ck.restore(state, model, opt, sched, step_fn.scaler, device)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     _fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
     data.continue_from(state, record)
@@ -138,14 +138,25 @@ def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
              graphs: bool) -> None:
     """Every bucket shape before step 1: compile and capture now, with a progress line per
     shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
-    fits (``train.warmup``)."""
+    fits (``train.warmup``). Under DDP the ranks warm up without DDP's gradient hooks, like
+    the auto budget's probe: a rank that runs out of memory must not leave the others
+    waiting in an all-reduce; every rank then stops with its error (``agree``)."""
     from myxtts.train.graphs import CudaCapture
     from myxtts.train.warmup import warm_up
 
     shapes = sorted(set(bucket_shapes(data.sampler, cfg)), key=lambda s: s.frames)
     echo = log.info if dist.rank == 0 else (lambda _: None)
-    report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
-                     capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
+    runner, step_fn.runner = step_fn.runner, step_fn.model
+    report, failure = None, None
+    try:
+        report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
+                         capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
+    except TrainError as e:
+        failure = e
+    finally:
+        step_fn.runner = runner
+    agree(dist, failure)
+    assert report is not None
     echo(f"warm-up: {len(shapes)} bucket shapes in {report.seconds:.1f} s "
          f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
          f"as CUDA graphs); {step_fn.mode} step")

@@ -25,6 +25,7 @@ import torch
 from myxtts.config import Config, ConfigError
 from myxtts.model.losses import compute_losses
 from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
+from myxtts.train.errors import error_summary, is_out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class TrainStep:
             try:
                 self._blocks = compile_blocks(model, compile_backend)
             except Exception as e:  # pragma: no cover - depends on the platform
-                log.warning("torch.compile unavailable (%s); training eagerly", e)
+                log.warning("torch.compile unavailable (%s); training eagerly", error_summary(e))
         self.graphs: Any = None  # train.graphs.StepGraphs once shapes are captured
         # marker(phase) at the end of each phase ("forward", "backward", "optimizer"; a graph
         # replay: "forward+backward"): how `myxtts profile` times the phases. None in training.
@@ -149,9 +150,23 @@ class TrainStep:
             uncompile_blocks(self._blocks)
             self._blocks = []
 
+    def eager(self) -> contextlib.AbstractContextManager:
+        """Inside the ``with``, compiled blocks run eagerly: validation and sample synthesis
+        (eval mode, other shapes, ``generate``'s one-frame steps) would otherwise compile
+        graphs of their own in the middle of the run."""
+        return eager_blocks(self._blocks) if self._blocks else contextlib.nullcontext()
+
+    def _compile_failed(self, e: Exception) -> bool:
+        """``e`` is the compiled blocks' failure, to fall back from: not out of memory (the
+        caller's business), not an error inside a CUDA graph capture (the warm-up falls back
+        to the uncaptured step for those)."""
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        return self.compiled and not capturing and not is_out_of_memory(e)
+
     def loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The loss dict of one batch under the run's precision (validation calls it too, in
-        eval mode, where the blocks run eagerly: see ``train.compile.eager_blocks``)."""
+        eval mode, where the blocks run eagerly: see :meth:`eager`). A compile failure
+        falls back to eager blocks with one warning naming the cause."""
         ctx = contextlib.ExitStack()
         if self.dtype != torch.float32:
             # The weight-cast cache stays off, in every mode: compiled blocks guard on the
@@ -160,21 +175,18 @@ class TrainStep:
             # cast once per forward anyway, twice with self-feed).
             ctx.enter_context(torch.autocast(self.device.type, dtype=self.dtype,
                                              cache_enabled=False))
-        if self._blocks and not self.model.training:
-            ctx.enter_context(eager_blocks(self._blocks))
+        if not self.model.training:
+            ctx.enter_context(self.eager())
         with ctx:
+            failed = None
             try:
                 return self._forward_loss(batch)
-            except torch.cuda.OutOfMemoryError:
-                raise
             except Exception as e:
-                # inside a CUDA graph capture the error is the capture's (the warm-up falls
-                # back to the uncaptured step), not the compiler's
-                capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-                if not self.compiled or capturing:
+                if not self._compile_failed(e):
                     raise
-                self.disable_compile(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                return self._forward_loss(batch)
+                failed = error_summary(e)  # handled outside: the traceback holds tensors
+            self.disable_compile(failed)
+            return self._forward_loss(batch)
 
     # ------------------------------------------------------------------ the step
     def __call__(self, batches: list[dict[str, torch.Tensor]]) -> None:
@@ -203,7 +215,22 @@ class TrainStep:
         with sync_ctx:
             losses = self.loss(batch)
             self.mark("forward")
-            self.scaler.scale(losses["loss"] / n_micro).backward()
+            failed = None
+            try:
+                self.scaler.scale(losses["loss"] / n_micro).backward()
+            except Exception as e:  # the compiler builds the backward at its first call
+                if not self._compile_failed(e):
+                    raise
+                failed = error_summary(e)
+            if failed is not None:
+                # The failed backward may have accumulated part of its gradients: this
+                # micro-batch runs again, eagerly, from zeroed gradients. (Compiling happens
+                # in the warm-up, whose snapshot restores all state afterwards, so no
+                # gradient of a real step is lost.)
+                self.disable_compile(failed)
+                self.opt.zero_grad(set_to_none=False)
+                losses = self.loss(batch)
+                self.scaler.scale(losses["loss"] / n_micro).backward()
             self.mark("backward")
         for k, v in losses.items():
             v = v.detach().float()

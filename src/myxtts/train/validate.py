@@ -65,9 +65,11 @@ def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     return sums, real if sums else 0
 
 
-def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: Any, step: int,
-                       out_dir: Path, device: torch.device, rank: int) -> list[Path]:
-    """Free-running synthesis of fixed validation sentences with their own reference speakers."""
+def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Config, logger: Any,
+                       step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
+    """Free-running synthesis of fixed validation sentences with their own reference speakers.
+    Compiled blocks run eagerly here (``step_fn.eager()``): generation's one-frame steps would
+    otherwise compile graphs of their own in the middle of the run."""
     if rank != 0 or not data.synth_batch:
         return []
     from myxtts.audio.io import save_wav
@@ -79,11 +81,11 @@ def synthesize_samples(model: torch.nn.Module, data: Any, cfg: Config, logger: A
     # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
     # and one resumed from a checkpoint see the same random stream afterwards.
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with step_fn.eager(), torch.random.fork_rng(devices=devices):
         torch.manual_seed(step)
         mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
                                        batch["language_ids"], batch["ref_mel"], batch["ref_lengths"])
-    with torch.no_grad():
+    with step_fn.eager(), torch.no_grad():
         align = model.alignment(batch)
     if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
         from myxtts.train.vocoder_checkpoint import load_vocoder

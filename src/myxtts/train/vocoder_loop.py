@@ -33,7 +33,7 @@ from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train import checkpoint as ck
 from myxtts.train import vocoder_checkpoint as vck
-from myxtts.train.errors import TrainError
+from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.loop import StopFlag, TrainResult, locked_run
 from myxtts.train.setup import seed_everything
 from myxtts.train.vocoder_data import SegmentBatches
@@ -112,7 +112,7 @@ def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -
         gen.load_state_dict(saved[vck.GENERATOR])
         disc.load_state_dict(saved[vck.DISCRIMINATORS])
         step_fn.load_state_dict(saved[vck.OPTIMIZERS])
-        ck.set_rng_state(saved[ck.RNG])
+        ck.set_rng_state(saved[ck.RNG], device)
         record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
         log.info("resumed from %s at step %d", resume, record.step)
     return _Run(cfg, device, gen, disc, step_fn, train_store, val_store, record)
@@ -191,7 +191,7 @@ class _Loop:
         self.saved_step = r.record.step
         state = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
                  vck.GENERATOR: r.gen.state_dict(), vck.DISCRIMINATORS: r.disc.state_dict(),
-                 vck.OPTIMIZERS: r.step_fn.state_dict(), ck.RNG: ck.rng_state(),
+                 vck.OPTIMIZERS: r.step_fn.state_dict(), ck.RNG: ck.rng_state(r.device),
                  ck.PROGRESS: r.record.state_dict(), ck.CONFIG: self.cfg.to_dict()}
         return self.manager.save(state, r.record.step, val_loss, is_best)
 
@@ -220,7 +220,9 @@ class _Loop:
             timer.wait_end()
             try:
                 r.step_fn(batch, r.record.step)
-            except torch.cuda.OutOfMemoryError as e:
+            except Exception as e:
+                if not is_out_of_memory(e):
+                    raise
                 raise TrainError(f"out of GPU memory with {v.batch_size} segments of "
                                  f"{v.segment_frames} frames; try --set vocoder.batch_size="
                                  f"{max(1, v.batch_size // 2)}") from e

@@ -27,7 +27,7 @@ import torch
 from myxtts.data.batch import Batch, BatchShape
 from myxtts.model.dummy import random_batch
 from myxtts.train.compile import compiled_graphs
-from myxtts.train.errors import TrainError
+from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
 from myxtts.train.graphs import Capture, StepGraphs
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,8 @@ class StateSnapshot:
 
     Saved: parameters and buffers, AdamW state (a parameter without state gets it zeroed,
     which is what AdamW's first step initialises), the step's sums, counters and self-feed
-    probability, the grad scaler, the CPU and CUDA random streams, train/eval mode.
-    Gradients are zeroed (a snapshot is taken between steps, where they are zero).
+    probability, the grad scaler, the CPU random stream and the training GPU's, train/eval
+    mode. Gradients are zeroed (a snapshot is taken between steps, where they are zero).
     """
 
     def __init__(self, step: Any) -> None:
@@ -81,7 +81,8 @@ class StateSnapshot:
         self._n = step._n
         self._scaler = step.scaler.state_dict() if step.scaler.is_enabled() else None
         self._rng = torch.get_rng_state()
-        self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        cuda = step.device.type == "cuda"  # that GPU's stream alone (a CPU run starts no CUDA)
+        self._cuda_rng = torch.cuda.get_rng_state(step.device) if cuda else None
         self._training = model.training
 
     def __enter__(self) -> StateSnapshot:
@@ -113,7 +114,7 @@ class StateSnapshot:
             step.scaler.load_state_dict(self._scaler)
         torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self._cuda_rng)
+            torch.cuda.set_rng_state(self._cuda_rng, self.step.device)
         step.model.train(self._training)
 
 
@@ -162,7 +163,7 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
             try:
                 step.graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
             except Exception as e:  # any capture problem: train uncaptured, say why
-                report.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                report.capture_error = error_summary(e)
                 log.warning("CUDA graph capture failed for a batch of %s (%s); training with "
                             "the %s step", _describe(shape), report.capture_error,
                             "compiled" if step.compiled else "eager")
@@ -184,7 +185,9 @@ def _run_worst_case(step: Any, shape: BatchShape, n_tokens: int, n_languages: in
     batch = worst_case_batch(shape, n_tokens, n_languages, step.device)
     try:
         step.run([batch] * step.cfg.train.grad_accum_steps)
-    except torch.cuda.OutOfMemoryError as e:
+    except Exception as e:
+        if not is_out_of_memory(e):
+            raise
         data = step.cfg.data
         fix = (f"lower --set data.auto_memory_fraction (now {data.auto_memory_fraction})"
                if data.batch_frames == "auto" else "lower --batch-frames, or use --set "
