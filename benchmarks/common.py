@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--presets", help="comma-separated (default: tiny,small on CPU; tiny,small,base on CUDA)")
     p.add_argument("--data", type=Path, help="dataset to prepare (default: ../shared/data/ljspeech-mini)")
     p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
-    p.add_argument("--steps", type=int, help="optimizer steps per window (default 8 on CPU, 40 on CUDA)")
+    p.add_argument("--steps", type=int, help="optimizer steps per window (default 8 on CPU; on CUDA "
+                   "30 in train_step.py, 40 in input_ratio.py)")
     p.add_argument("--rounds", type=int, help="windows per arm, interleaved (default 6 on CPU, "
                    "3 on CUDA)")
     p.add_argument("--batch-frames", type=int, help="data.batch_frames (default: CPU 1500 tiny, "

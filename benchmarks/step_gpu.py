@@ -82,8 +82,9 @@ def warmup_in_new_process(store: Path, preset: str, args: argparse.Namespace, ru
     if args.threads is not None:  # CPU kernels are compiled for a thread count
         cmd += ["--threads", str(args.threads)]
     started = time.perf_counter()
+    left = getattr(args, "deadline", time.monotonic() + 420) - time.monotonic()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=420,
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, min(420.0, left)),
                            env=dict(os.environ, **_cache_env(cache)))
         if r.returncode != 0:
             raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1][:200])
@@ -109,6 +110,7 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     from myxtts.observe.gpu import GpuUtilSampler
     from myxtts.train.compile import reset_compiled
     from myxtts.train.efficiency import meta_step_counter
+    from myxtts.train.step import resolve_compile
 
     cache = args.inductor_cache or args.tmp / f"inductor-{preset}"
     run_dir = args.tmp / f"run-{preset}"
@@ -124,10 +126,12 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     accum = t.cfg.train.grad_accum_steps
     flops = staged = by_frequency = None
     gpu = GpuUtilSampler(t.device)
+    if t.auto:  # the trainer's sizes, from the run folder's cache: a step of the kind that
+        # measured them (compiled; an eager step's key differs and would measure again)
+        t.fit_auto(t.step(compiled=resolve_compile(t.cfg.train.compile, t.device)), run_dir)
+        _release()
     for mode in MODES:  # eager first: it counts the FLOPs
         step = t.step(compiled=mode != "eager")
-        if t.auto and t.batch_sizes is None:
-            t.fit_auto(step, run_dir)  # from the run folder's cache: nothing is measured
         if staged is None:
             staged = t.stage()
             by_frequency = [k for k, _ in

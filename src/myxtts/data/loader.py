@@ -6,16 +6,18 @@ DataLoader (worker processes, pinned memory). Copying to the GPU ahead of use is
 ``DevicePrefetcher``'s job (the training loop wraps the loader in it).
 
 Worker count (``data.num_workers = -1``, :func:`default_num_workers`): a store batch of
-~20 LJSpeech utterances costs ~1.5 ms of CPU (memmap slices, float16 -> float32, one
-padded buffer per batch), and a worker hands it over through a reused shared-memory
-slot for ~0.5 ms of main-process time (see SlotCollator). Measured on a 2-core VM with
-the LJSpeech sample (benchmarks/data_pipeline.py, other jobs running): 0 workers ~11k
-utterances/s, 1 or 2 workers ~7k/s (the workers compete with the main process for two
-cores). So with up to 2 CPUs the main process loads (no extra process to schedule; a
-CUDA step is asynchronous, so the GPU keeps computing while the next batch is built).
-With more CPUs, 2 workers (1 with 3 CPUs) take that work off the training thread: each
-sustains hundreds of batches/s, more than any training step consumes, and more workers
-would only compete with the trainer for cores.
+~20 LJSpeech utterances costs ~1.5 ms of CPU (memmap slices, one padded buffer per batch;
+float16 mels are widened to float32 for a CPU run and stay float16 for a GPU, which casts
+them itself), and a worker hands it over through a reused shared-memory slot for ~0.5 ms
+of main-process time (see SlotCollator). Measured on a 2-core VM with the LJSpeech sample
+(benchmarks/data_pipeline.py, other jobs running): 0 workers ~11k utterances/s, 1 or 2
+workers ~7k/s (the workers compete with the main process for two cores). So with up to 2
+CPUs the main process loads (no extra process to schedule; a CUDA step is asynchronous, so
+the GPU keeps computing while the next batch is built). With more CPUs, 2 workers (1 with
+3 CPUs) take that work off the training thread: each sustains hundreds of batches/s, more
+than any training step consumes, and more workers would only compete with the trainer for
+cores. That choice rests on the 2-core figures: on a many-core GPU machine it has not been
+measured (``benchmarks/input_ratio.py --set data.num_workers=N`` does).
 """
 
 from __future__ import annotations
