@@ -5,6 +5,8 @@ plays the GPU: a step over ``budget`` frames raises CUDA's out-of-memory error."
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -232,3 +234,55 @@ def _batches_for(shape: BatchShape) -> dict[str, torch.Tensor]:
     from myxtts.train.warmup import worst_case_batch
 
     return worst_case_batch(shape, N_TOKENS, 1, "cpu")
+
+
+def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[list[int]],
+                 results: Any) -> None:
+    """One DDP rank (gloo, CPU) probing with its own stand-in GPU: ``budgets[k][rank]`` for
+    the k-th probe. Puts ``(k, rank, sizes or error text)`` on ``results``."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                         world_size=world)
+    dist = DistInfo(True, rank, world, rank, torch.device("cpu"))
+    try:
+        for k, budget in enumerate(budgets):
+            cfg = micro_config(Path(out), f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
+            step = _step(cfg)
+            try:
+                sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], cfg, Path(out) / f"run{k}",
+                                         N_TOKENS, 1, dist, memory=FakeGpu(step, budget[rank]),
+                                         echo=lambda s: None)
+                results.put((k, rank, sizes))
+            except TrainError as e:
+                results.put((k, rank, str(e)))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(tmp_path):
+    """Two gloo ranks whose GPUs fit 700 and 1400 frames both train at the 700-frame sizes;
+    when one rank cannot fit a bucket at all, both stop with an error naming it (neither
+    waits in a collective)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    budgets = [[700, 1400], [1000, 50]]
+    procs = [ctx.Process(target=_ranks_probe, args=(r, 2, str(tmp_path / "init"),
+                                                    str(tmp_path), budgets, results))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    got = {}
+    for _ in range(4):
+        k, rank, value = results.get(timeout=240)
+        got[k, rank] = value
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    alone = micro_config(tmp_path / "alone", f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
+    step = _step(alone)
+    expected, _ = _probe(tmp_path / "alone", step, FakeGpu(step, budget=700))
+    assert got[0, 0] == got[0, 1] == expected
+    assert "not even one utterance fits" in got[1, 1]
+    assert got[1, 0].startswith("rank 1 (of 2) could not start: bucket 2")

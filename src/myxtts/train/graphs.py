@@ -14,7 +14,11 @@ What is captured, following the step's own structure (``TrainStep.run``):
   gradients, the counters.
 
 A step copies each batch into its shape's buffers (device to device) and replays the micro
-graph(s) and the update graph: about a dozen launches whatever the model's depth.
+graph(s) and the update graph: about a dozen launches whatever the model's depth. Why a
+copy, not the prefetcher writing into the static buffers: the prefetcher keeps two batches
+in flight on its side stream, which would need two buffer sets per shape and a graph per
+set; a device-to-device copy of a batch (a few MB at the GPU's memory bandwidth) costs
+microseconds and keeps the prefetcher unaware of graphs.
 
 What makes a replay correct -- ``TrainStep`` keeps these rules, and
 ``tests/train/test_graphs.py`` replays a recorded step on the CPU the way a graph does and
