@@ -173,14 +173,21 @@ def test_module_buffers_precision_and_grad_free():
 
 
 @pytest.mark.gpu
-def test_cpu_and_cuda_agree():
+@pytest.mark.parametrize("tf32", [False, True])
+def test_cpu_and_cuda_agree(tf32):
+    """Also with TF32 matrix products allowed, as training allows them process-wide."""
     cfg = AudioConfig()
     module = MelSpectrogram(cfg)
     lengths = torch.tensor([20000, 7000, 300])
     batch = torch.randn(3, 20000) * 0.2
-    with torch.no_grad():
-        cpu, n_cpu = module(batch, lengths)
-        gpu, n_gpu = module.to("cuda")(batch.cuda(), lengths.cuda())
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        with torch.no_grad():
+            cpu, n_cpu = module(batch, lengths)
+            gpu, n_gpu = module.to("cuda")(batch.cuda(), lengths.cuda())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
     assert gpu.device.type == "cuda" and torch.equal(n_cpu, n_gpu.cpu())
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-4)
 

@@ -145,6 +145,20 @@ def test_a_gpu_stream_goes_back_to_the_training_gpu():
     assert torch.equal(torch.rand(4, device=device), expected)
 
 
+def test_a_bf16_or_fp32_checkpoint_resumes_with_loss_scaling(tmp_path):
+    """A run without loss scaling saves an empty scaler state; resumed in fp16 (a GPU
+    without bf16) its scaler starts fresh instead of refusing the empty state."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    off = torch.amp.GradScaler("cpu", enabled=False)
+    state = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, off, {})
+    assert state[ck.SCALER] == {}
+    on = torch.amp.GradScaler("cpu", enabled=True, init_scale=1024.0)
+    ck.restore(state, model, opt, sched, on)
+    assert on.get_scale() == 1024.0
+
+
 def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
     path = tmp_path / "ckpt_00000001.pt"
     ck.save(path, {"weights": torch.arange(4)})

@@ -190,9 +190,14 @@ class MelSpectrogram(nn.Module):
 
     def _filterbank(self, mag: torch.Tensor) -> torch.Tensor:
         """mag [B, F, n_used] -> mel [B, F, n_mels]. Banded on CPU (fewer flops); one dense
-        product elsewhere (on a GPU the extra kernel launches would cost more than the zeros)."""
+        product elsewhere (on a GPU the extra kernel launches would cost more than the zeros).
+        Where float32 matrix products may run in TF32 (training turns it on for its own
+        speed; the flag is process-wide), the product runs in float64: TF32's 10-bit mantissa
+        would move GPU features ~1e-3 away from the store's and inference's."""
         basis = self.mel_basis[: self.n_used_freqs]  # [n_used, n_mels]
         if mag.device.type != "cpu":
+            if mag.device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
+                return (mag.double() @ basis.double()).float()
             return mag @ basis
         return torch.cat([mag[..., f_lo:f_hi] @ basis[f_lo:f_hi, lo:hi]
                           for lo, hi, f_lo, f_hi in self.band_blocks], dim=-1)

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speakers", type=int, default=8,
                    help="demo speakers (>= 2); many voices teach the model to clone unseen ones")
     p.add_argument("--utterances", type=int, default=125, help="utterances per speaker")
-    p.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, cuda:N")
+    p.add_argument("--device", default="auto", help="training and synthesis device: auto, cpu, "
+                   "cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_config_args(p)
     p.set_defaults(func=run)
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
     print("[4/4] speaking a sentence of each language in two voices")
-    synth = Synthesizer.from_checkpoint(result.output_dir / "checkpoints")
+    synth = Synthesizer.from_checkpoint(result.output_dir / "checkpoints", device=args.device)
     spoken = speaker_languages(args.speakers, DEMO_LANGUAGES)
     voices = [0, args.speakers - 1]  # the lowest voice (speaks en only), the highest (fa only)
     outputs = []

@@ -372,10 +372,13 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
         extra = dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
     # The CPU data role computes features in the workers; a GPU data role in its own thread.
     featurizer = Featurizer(cfg.audio, cfg.data.ref_frames) if device.type == "cpu" else None
+    # pinned host memory for an asynchronous copy to a GPU (features or training); a CPU run
+    # on a GPU machine starts no CUDA
+    pin = torch.cuda.is_available() and (device.type == "cuda" or cfg.train.device != "cpu")
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
                         batch_sampler=EpochBatches(sampler),
                         collate_fn=WavCollator(sampler.shape_table(), raw.est_frames,
                                                featurizer),
-                        num_workers=workers, pin_memory=torch.cuda.is_available(),
+                        num_workers=workers, pin_memory=pin,
                         generator=torch.Generator().manual_seed(seed), **extra)
     return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats), sampler

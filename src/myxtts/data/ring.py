@@ -139,6 +139,8 @@ class SlotRing:
     # ------------------------------------------------------------------ producer side
 
     def _produce(self) -> None:
+        if self._cuda:  # the current GPU is per thread: without this, the DataLoader's pinning
+            torch.cuda.set_device(self.device)  # and any stray call would open a context on GPU 0
         try:
             while not self._stop.is_set():
                 produced_any = False
@@ -211,7 +213,12 @@ class SlotRing:
     def _allocate(self, like: torch.Tensor) -> torch.Tensor:
         if not self._cuda:
             return torch.empty(like.numel(), dtype=like.dtype)
-        with torch.cuda.stream(self._compute):  # owned by the trainer's stream ...
+        # Allocated on the copy stream, which writes it first: the caching allocator hands a
+        # stream only blocks freed on that same stream, whose earlier work is ordered before
+        # the copy. (From the trainer's stream it could get a block a queued step still
+        # reads -- the copy stream is not ordered after that step.) The trainer reads the
+        # slot too: record_stream keeps the block from reuse until that reading is done.
+        with torch.cuda.stream(self._copy):
             buf = torch.empty(like.numel(), dtype=like.dtype, device=self.device)
-        buf.record_stream(self._copy)  # ... and not reused while a copy into it is queued
+        buf.record_stream(self._compute)
         return buf

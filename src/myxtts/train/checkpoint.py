@@ -108,7 +108,8 @@ def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
     model.load_state_dict(state[MODEL])
     optimizer.load_state_dict(state[OPTIMIZER])
     scheduler.load_state_dict(state[SCHEDULER])
-    scaler.load_state_dict(state[SCALER])
+    if state[SCALER]:  # empty from a run without loss scaling (fp32, bf16): a run resumed
+        scaler.load_state_dict(state[SCALER])  # in fp16 (another GPU) starts a fresh scale
     set_rng_state(state[RNG], device)
 
 

@@ -93,6 +93,8 @@ def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -
         wanted["vocoder"] = {**wanted["vocoder"], **arch}
     cfg = config_from_dict({**wanted, "audio": manifest["audio"]})
     device = resolve_device(cfg.train.device, "train.device")
+    if device.type == "cuda":  # events and streams default to the current GPU (cuda:0 else)
+        torch.cuda.set_device(device)
     train_store = FeatureStore.open(store, "train")
     train_store.require_audio()
     val_store = FeatureStore.open(store, "val")
