@@ -21,8 +21,8 @@ fit a bucket stops every rank with its error (none waits in a collective).
 
 The answer is cached in the run folder (``auto_batch.json``), keyed by everything it depends
 on (GPU model and memory, model config, precision, compile and graph modes, activation
-checkpointing and self-feed, torch version, the bucket shapes, the memory shares, the cap): a restart reuses it; anything else measures
-again, with one line naming what changed.
+checkpointing and self-feed, torch version, the bucket shapes, the memory shares, the cap):
+a restart reuses it; anything else measures again, with one line naming what changed.
 """
 
 from __future__ import annotations
