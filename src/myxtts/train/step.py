@@ -154,7 +154,7 @@ class TrainStep:
         """Inside the ``with``, compiled blocks run eagerly: validation and sample synthesis
         (eval mode, other shapes, ``generate``'s one-frame steps) would otherwise compile
         graphs of their own in the middle of the run."""
-        return eager_blocks(self._blocks) if self._blocks else contextlib.nullcontext()
+        return eager_blocks(self._blocks)  # (no blocks: nothing to switch)
 
     def _compile_failed(self, e: Exception) -> bool:
         """``e`` is the compiled blocks' failure, to fall back from: not out of memory (the
