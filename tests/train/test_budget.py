@@ -255,8 +255,9 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
                 results.put((k, rank, sizes))
             except TrainError as e:
                 results.put((k, rank, str(e)))
+        dist.close(wait_for_all=True)  # as the trainer does: a peer tearing down early aborts
     finally:
-        torch.distributed.destroy_process_group()
+        dist.close()
 
 
 def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(tmp_path):
@@ -279,6 +280,8 @@ def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(t
         got[k, rank] = value
     for p in procs:
         p.join(timeout=60)
+        if p.exitcode is None:
+            p.kill()
         assert p.exitcode == 0
     alone = micro_config(tmp_path / "alone", f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
     step = _step(alone)
