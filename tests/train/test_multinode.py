@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
+
+from torch.distributed import TCPStore
 
 from myxtts.train import checkpoint as ck
 from tests.helpers import MICRO_MODEL
@@ -27,21 +30,34 @@ def _train_args(store: Path | str, run: Path, steps: int) -> list[str]:
     return args
 
 
-def _launcher(port: int, run_id: str, join_timeout: int = 60) -> list[str]:
+def _launcher(port: int, run_id: str, join_timeout: int = 60, conf: str = "") -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node",
             "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}", "--rdzv_id",
-            run_id, "--rdzv_conf", f"join_timeout={join_timeout}"]
+            run_id, "--rdzv_conf", f"join_timeout={join_timeout}{conf}"]
 
 
 def _two_nodes(port: int, run_id: str, args_a: list[str], args_b: list[str]
                ) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen([*_launcher(port, run_id), *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=ENV)
+    """Both launchers join a rendezvous store this process hosts (``is_host=false``). Hosted
+    by a launcher, the store closes when that launcher exits, and the other launcher, still
+    polling it while its worker shuts down, fails the run after training succeeded (torchrun's
+    agent, seen in CI on a loaded machine); the README's recipe says so."""
+    store = TCPStore("localhost", port, is_master=True, multi_tenant=True,
+                     wait_for_workers=False, timeout=timedelta(seconds=120))
+    procs = [subprocess.Popen([*_launcher(port, run_id, conf=",is_host=false"), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=ENV)
              for args in (args_a, args_b)]
     outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=300)
-        outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        del store
     return outs
 
 
