@@ -36,6 +36,7 @@ from myxtts.data import chunks, prepare
 from myxtts.data.store import writer
 
 _extract, _write_split = chunks.extract_chunk, writer.StoreWriter.write_split
+_finish = writer.StoreWriter.finish
 
 def slow_extract(task):
     out = _extract(task)
@@ -47,8 +48,13 @@ def slow_write_split(self, *args):
     time.sleep(0.3)
     return out
 
+def slow_finish(self, *args):  # the kill lands before the manifest, however loaded the host
+    time.sleep(60)
+    return _finish(self, *args)
+
 chunks.extract_chunk = slow_extract
 writer.StoreWriter.write_split = slow_write_split
+writer.StoreWriter.finish = slow_finish
 prepare.prepare_store(sys.argv[1], sys.argv[2], load_config(overrides=sys.argv[3:]), workers=2,
                       chunk_size=2, progress=False)
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ def test_without_a_gpu_every_reading_is_none():
 
 
 def test_samples_are_averaged_over_the_window():
-    readings = iter([10.0, 30.0, 50.0] + [50.0] * 1000)
+    readings = itertools.chain([10.0, 30.0, 50.0], itertools.repeat(50.0))  # never runs dry
     fake_nvml = SimpleNamespace(
         nvmlDeviceGetUtilizationRates=lambda handle: SimpleNamespace(gpu=next(readings)))
     sampler = GpuUtilSampler("cpu", period_s=0.001)

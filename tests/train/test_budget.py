@@ -5,6 +5,7 @@ plays the GPU: a step over ``budget`` frames raises CUDA's out-of-memory error."
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +243,7 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
     the k-th probe. Puts ``(k, rank, sizes or error text)`` on ``results``."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                                         world_size=world)
+                                         world_size=world, timeout=timedelta(seconds=120))
     dist = DistInfo(True, rank, world, rank, torch.device("cpu"))
     try:
         for k, budget in enumerate(budgets):
@@ -275,14 +276,18 @@ def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(t
     for p in procs:
         p.start()
     got = {}
-    for _ in range(4):
-        k, rank, value = results.get(timeout=240)
-        got[k, rank] = value
-    for p in procs:
-        p.join(timeout=60)
-        if p.exitcode is None:
-            p.kill()
-        assert p.exitcode == 0
+    try:
+        for _ in range(4):
+            k, rank, value = results.get(timeout=240)
+            got[k, rank] = value
+        for p in procs:
+            p.join(timeout=60)
+    finally:  # a rank left waiting in a collective must not outlive the test
+        for p in procs:
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+    assert [p.exitcode for p in procs] == [0, 0]
     alone = micro_config(tmp_path / "alone", f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
     step = _step(alone)
     expected, _ = _probe(tmp_path / "alone", step, FakeGpu(step, budget=700))

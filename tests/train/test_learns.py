@@ -59,7 +59,8 @@ def trained(tmp_path_factory):
     (data / "metadata.csv").write_text(
         "\n".join(ln for ln in lines if ln.split("|")[3] != f"spk{HELD_OUT}") + "\n", encoding="utf-8")
     cfg = _cfg(root / "run")
-    prepare_store(data, root / "store", cfg, progress=False, echo=lambda *a: None)
+    prepare_store(data, root / "store", cfg, workers=1, progress=False,  # no fork of pytest
+                  echo=lambda *a: None)
     # One intra-op thread: immune to OpenMP oversubscription on a busy machine (2 threads made
     # tiny steps up to 15x slower there), and it reproduces the calibration runs exactly.
     threads = torch.get_num_threads()

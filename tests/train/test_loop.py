@@ -88,6 +88,8 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.2)
+    assert proc.poll() is None, f"the trainer ended before the interrupt: {proc.communicate()[0]}"
+    assert metrics.is_file() and metrics.read_text().count("\n") >= 2, "no metrics within 120 s"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -41,23 +42,29 @@ def _two_nodes(port: int, run_id: str, args_a: list[str], args_b: list[str]
     """Both launchers join a rendezvous store this process hosts (``is_host=false``). Hosted
     by a launcher, the store closes when that launcher exits, and the other launcher, still
     polling it while its worker shuts down, fails the run after training succeeded (torchrun's
-    agent, seen in CI on a loaded machine); the README's recipe says so."""
+    agent, seen in CI on a loaded machine); the README's recipe says so. Output goes to files:
+    a full pipe not read while waiting on the other node would stall that node."""
     store = TCPStore("localhost", port, is_master=True, multi_tenant=True,
                      wait_for_workers=False, timeout=timedelta(seconds=120))
-    procs = [subprocess.Popen([*_launcher(port, run_id, conf=",is_host=false"), *args],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=ENV)
-             for args in (args_a, args_b)]
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=300)
-            outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        del store
+    with tempfile.TemporaryDirectory() as logs:
+        files = [open(Path(logs) / f"node{i}.log", "w+") for i in range(2)]
+        procs = [subprocess.Popen([*_launcher(port, run_id, conf=",is_host=false"), *args],
+                                  stdout=f, stderr=subprocess.STDOUT, text=True, env=ENV)
+                 for args, f in zip((args_a, args_b), files)]
+        try:
+            for p in procs:
+                p.wait(timeout=300)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            del store
+        outs = []
+        for p, f in zip(procs, files):
+            f.seek(0)
+            outs.append(subprocess.CompletedProcess(p.args, p.returncode, f.read(), ""))
+            f.close()
     return outs
 
 
@@ -108,8 +115,9 @@ def test_a_node_alone_at_the_rendezvous_times_out_with_a_message(micro_store, tm
 
 def test_one_data_gpu_for_every_rank_is_refused(micro_store, tmp_path):
     raw = micro_store.parent / "data"  # on-the-fly: the dataset the micro store came from
+    # --monitor-interval 5: torchrun stops the second rank only after both have refused
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_port=29625", *_train_args(raw, tmp_path / "run", 2),
+           "--master_port=29625", "--monitor-interval=5", *_train_args(raw, tmp_path / "run", 2),
            "--set", "data.data_device=cuda:0"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode != 0

@@ -36,6 +36,7 @@ def test_a_second_writer_is_refused_and_a_killed_runs_lock_is_taken_over(micro_s
         deadline = time.time() + 120
         while time.time() < deadline and not list((run / "checkpoints").glob("ckpt_*.pt")):
             time.sleep(0.2)
+        assert list((run / "checkpoints").glob("ckpt_*.pt")), "no checkpoint within 120 s"
         second = subprocess.run(_cmd(micro_store, run, 4), capture_output=True, text=True,
                                 timeout=120)
         assert second.returncode == 2
