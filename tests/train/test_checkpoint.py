@@ -133,6 +133,45 @@ def test_the_random_streams_of_only_the_training_device_are_saved(monkeypatch):
                      torch.device("cpu"))  # an old checkpoint's streams: a CPU run skips them
 
 
+def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
+    """A DDP checkpoint keeps every rank's streams and each rank takes its own back (a
+    single-process resume takes rank 0's); from an older checkpoint without them, ranks
+    other than 0 keep their own seeded streams instead of all copying rank 0's."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    streams = []
+    for seed in (10, 11):  # what rank 0 and rank 1 held at the save
+        torch.manual_seed(seed)
+        streams.append(ck.rng_state())
+    draws = []
+    for st in streams:
+        ck.set_rng_state(st)
+        draws.append(torch.rand(3))
+    ck.set_rng_state(streams[0])
+    state = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, streams)
+    ck.save(tmp_path / "ddp.pt", state)
+    state = ck.load(tmp_path / "ddp.pt")
+    for rank in (0, 1):
+        torch.manual_seed(99)
+        ck.restore(state, model, opt, sched, scaler, None, rank, 2)
+        assert torch.equal(torch.rand(3), draws[rank])
+    ck.restore(state, model, opt, sched, scaler)  # one process: rank 0's
+    assert torch.equal(torch.rand(3), draws[0])
+
+    legacy = {k: v for k, v in state.items() if k != ck.RNG_RANKS}
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    ck.restore(legacy, model, opt, sched, scaler, None, 1, 2)
+    assert torch.equal(torch.rand(3), expected)
+    ck.restore(legacy, model, opt, sched, scaler, None, 0, 2)
+    assert torch.equal(torch.rand(3), draws[0])
+    single = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, None)
+    assert ck.RNG_RANKS not in single
+
+
 @pytest.mark.gpu
 def test_a_gpu_stream_goes_back_to_the_training_gpu():
     device = torch.device("cuda", torch.cuda.current_device())

@@ -121,22 +121,36 @@ def test_oom_message_names_batch_and_fix():
     assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
 
 
-def test_torchrun_two_ranks_train_in_step(micro_store, tmp_path):
-    """DDP on CPU (gloo): both ranks take the same number of steps and rank 0 checkpoints."""
-    run = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
-           "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet", "--output-dir", str(run),
-           "--max-steps", "6"]
+def _torchrun(store: Path, run: Path, steps: int, port: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={port}", "-m", "myxtts.cli.main", "train", str(store), "--quiet",
+           "--output-dir", str(run), "--max-steps", str(steps)]
     for item in [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0",
-                 "train.tensorboard=false", "train.log_every=2", "train.synth_every=0", "train.device=cpu",
-                 "train.val_every=6", "train.ckpt_every=6"]:
+                 "train.tensorboard=false", "train.log_every=3", "train.synth_every=0",
+                 "train.device=cpu", "train.val_every=6", "train.ckpt_every=3"]:
         cmd += ["--set", item]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert r.stdout.count("trained to step 6") == 2  # both ranks reached the same step
-    state = ck.load(run / "checkpoints" / "ckpt_00000006.pt")
+    assert r.stdout.count(f"trained to step {steps}") == 2  # both ranks reached the same step
+    return r
+
+
+def test_torchrun_two_ranks_train_in_step_and_resume_exactly(micro_store, tmp_path):
+    """DDP on CPU (gloo): both ranks take the same steps, rank 0 checkpoints, and a run
+    stopped at step 3 and resumed ends with the uninterrupted run's weights -- which needs
+    each rank's own dropout streams back (the micro model trains with dropout)."""
+    _torchrun(micro_store, tmp_path / "full", 6, 29533)
+    state = ck.load(tmp_path / "full" / "checkpoints" / "ckpt_00000006.pt")
     assert state[ck.PROGRESS]["data_plan"]["world_size"] == 2
+    assert len(state[ck.RNG_RANKS]) == 2
+    assert not torch.equal(state[ck.RNG_RANKS][0]["torch"], state[ck.RNG_RANKS][1]["torch"])
+
+    _torchrun(micro_store, tmp_path / "part", 3, 29534)
+    _torchrun(micro_store, tmp_path / "part", 6, 29535)
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after a DDP resume"
 
 
 def test_free_running_samples_are_written_and_scored(micro_store, tmp_path):

@@ -55,6 +55,16 @@ def agree(dist: DistInfo, failure: Exception | None) -> None:
             raise TrainError(f"rank {rank} (of {dist.world_size}) could not start: {message}")
 
 
+def gather(dist: DistInfo, value: Any) -> list[Any]:
+    """Every rank's ``value`` (a small picklable object), in rank order, on every rank; a
+    collective, so every rank must call it at the same point."""
+    if not dist.enabled:
+        return [value]
+    values: list[Any] = [None] * dist.world_size
+    tdist.all_gather_object(values, value)
+    return values
+
+
 def init_distributed(device: str = "auto") -> DistInfo:
     """The process group torchrun asked for (none without it). ``device`` is
     ``train.device``: ``cpu`` trains on the CPU (gloo) even where GPUs are visible; anything

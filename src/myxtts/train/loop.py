@@ -29,7 +29,7 @@ from myxtts.observe.progress import Progress
 from myxtts.system import FolderError, folder_lock
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import TrainData, bucket_shapes
-from myxtts.train.distributed import DistInfo
+from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.setup import build_setup
@@ -186,6 +186,7 @@ class _LoopContext:
         """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
         r = self.record
         self.saved_step = r.step
+        rng_ranks = gather(self.dist, ck.rng_state(self.device)) if self.dist.enabled else None
         if self.dist.rank != 0:
             return None
         r.nonfinite_steps, r.nonfinite_in_row = self.step_fn.nonfinite_counts()
@@ -193,7 +194,7 @@ class _LoopContext:
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
         state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
-                           self.step_fn.scaler, extra, self.device)
+                           self.step_fn.scaler, extra, self.device, rng_ranks)
         return self.manager.save(state, r.step, val_loss, is_best)
 
     def _efficiency(self) -> IntervalEfficiency | None:

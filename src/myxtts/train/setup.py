@@ -108,7 +108,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
                         compile_model=resolve_compile(cfg.train.compile, device),
                         ddp_model=wrap_ddp(model, dist))
     if state is not None:
-        ck.restore(state, model, opt, sched, step_fn.scaler, device)
+        ck.restore(state, model, opt, sched, step_fn.scaler, device, dist.rank, dist.world_size)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     _fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
     data.continue_from(state, record)
