@@ -5,6 +5,7 @@ plays the GPU: a step over ``budget`` frames raises CUDA's out-of-memory error."
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -256,9 +257,12 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
                 results.put((k, rank, sizes))
             except TrainError as e:
                 results.put((k, rank, str(e)))
-        dist.close(wait_for_all=True)  # as the trainer does: a peer tearing down early aborts
+        dist.close(wait_for_all=True)
     finally:
         dist.close()
+    results.close()
+    results.join_thread()
+    os._exit(0)  # as cli.main ends a torchrun worker: no teardown racing gloo's threads
 
 
 def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
@@ -57,6 +58,28 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _run(argv)
+    if "TORCHELASTIC_RUN_ID" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _exit_torchrun_worker(code)
+    return code
+
+
+def _exit_torchrun_worker(code: int) -> None:
+    """End a torchrun worker without interpreter teardown. Every rank has passed the final
+    barrier and released the process group, but gloo's worker threads may still be dropping
+    the last collective's tensors; one that needs the GIL while the interpreter finalises is
+    killed mid-unwind and the rank aborts (SIGABRT after "trained to step N", seen in CI),
+    failing a finished run. Nothing is left to clean up: logs are closed, checkpoints
+    written atomically."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
