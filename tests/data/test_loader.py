@@ -149,3 +149,27 @@ def test_val_split_and_distributed_ranks(store_path):
 def test_default_worker_count_follows_the_measurements():
     assert default_num_workers(1) == 0 and default_num_workers(2) == 0
     assert default_num_workers(3) == 1 and default_num_workers(64) == 2
+
+
+def test_batches_for_a_gpu_carry_the_stores_float16_bytes_without_a_host_cast(store_path):
+    """On the GPU path the mels go from the memmap into the batch as float16: the dataset
+    hands out views of the memmap (no copy, no cast) and the batch holds the store's bytes;
+    the CPU path's batches are the same utterances widened to float32."""
+    store = FeatureStore.open(store_path)
+    item = StoreDataset(store, ref_frames=16, transfer=True)[3]
+    assert item["mel"].dtype == item["ref_mel"].dtype == np.float16
+    assert np.shares_memory(item["mel"], store.mel_array)  # a view: no host copy, no cast
+    assert np.shares_memory(item["ref_mel"], store.mel_array)
+    cfg = _cfg()
+    for workers in (0, 2):
+        wire, _ = build_loader(store_path, cfg, num_workers=workers, device="cuda")
+        host, _ = build_loader(store_path, cfg, num_workers=workers)
+        for a, b in zip(wire, host):
+            assert a["mel"].dtype == a["ref_mel"].dtype == torch.float16
+            assert b["mel"].dtype == b["ref_mel"].dtype == torch.float32
+            for j, i in enumerate(a["indices"].tolist()):
+                n = int(a["mel_lengths"][j])
+                assert np.array_equal(a["mel"][j, :n].numpy().view(np.uint16),
+                                      store.mel(i).view(np.uint16))  # the store's bytes
+            for k in KEYS:
+                assert torch.equal(a[k].to(b[k].dtype), b[k]), k

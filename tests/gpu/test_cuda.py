@@ -139,7 +139,7 @@ def test_the_loader_sends_float16_and_the_prefetcher_casts_on_the_gpu(micro_stor
     loader, _ = build_loader(micro_store, cfg, device=CUDA, num_workers=workers, shuffle=False)
     sent = list(loader)
     assert sent and all(b["mel"].dtype == torch.float16 and b["ref_mel"].dtype == torch.float16
-                        and b["mel"].is_pinned() for b in sent)
+                        and all(t.is_pinned() for t in b.values()) for b in sent)
     got = list(DevicePrefetcher(sent, CUDA, num_batches=2, transform=to_model_dtypes))
     assert len(got) == len(sent)
     for src, dev in zip(sent, got):

@@ -31,13 +31,24 @@ def test_other_ranks_write_nothing(tmp_path):
 
 def test_tensorboard_receives_scalars_images_and_audio(tmp_path):
     pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     logger = build_logger(tmp_path, rank=0, tensorboard=True)
-    logger.scalars(1, {"loss": 1.0}, prefix="train/")
+    logger.scalars(1, {"loss": 1.25, "lr": 3e-4}, prefix="train/")
+    logger.scalars(7, {"loss": 0.5}, prefix="train/")
+    logger.scalars(7, {"loss": 0.75}, prefix="val/")
     logger.image("mel/0", np.random.default_rng(0).normal(size=(8, 12)), 1)
     logger.audio("synth/0", np.zeros(2205, np.float32), 22050, 1)
     logger.close()
-    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    assert len(events) == 1 and events[0].stat().st_size > 0
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    read = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert read == {"train/loss": [(1, 1.25), (7, 0.5)], "train/lr": [(1, pytest.approx(3e-4))],
+                    "val/loss": [(7, 0.75)]}
+    (image,) = events.Images("mel/0")
+    assert (image.step, image.width, image.height) == (1, 12, 8)
+    (audio,) = events.Audio("synth/0")
+    assert (audio.step, audio.sample_rate, audio.length_frames) == (1, 22050, 2205)
 
 
 def test_progress_without_a_terminal_prints_log_lines(capsys):

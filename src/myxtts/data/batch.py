@@ -149,6 +149,17 @@ def allocate(shape: BatchShape, transfer: bool = False) -> dict[str, np.ndarray]
             for name, spec in FIELDS.items()}
 
 
+def allocate_pinned(shape: BatchShape) -> dict[str, Tensor]:
+    """Zeroed tensors for every field in page-locked host memory, in the dtypes a batch
+    travels to a GPU in: filled through their ``.numpy()`` views, they are copied to the GPU
+    asynchronously as they are (no second copy into pinned memory). The tensors themselves
+    must be handed on: torch's caching host allocator keeps a block from reuse until the
+    copies queued from it are done only for tensors it allocated. Needs CUDA."""
+    sizes = shape.sizes()
+    return {name: torch.zeros(shape.of(name, sizes), dtype=spec.host_dtype(True),
+                              pin_memory=True) for name, spec in FIELDS.items()}
+
+
 def to_model_dtypes(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     """The batch with every field in its ``FIELDS`` dtype: casts what travelled narrower
     (float16 mels; exact) on whatever device the batch is on; other fields pass as they are."""

@@ -3,8 +3,9 @@
 Why preallocate-and-fill: ``torch.tensor`` per item + ``pad_sequence`` allocates and
 copies every item twice and creates B tiny tensors; here each batch allocates its
 output arrays once (``np.zeros`` is a lazily zeroed calloc) and every item is one slice
-assignment, which also converts float16 memmapped mels to float32 on the fly. The
-tensors are wrapped with ``torch.from_numpy`` (no copy).
+assignment: float32 into float32 for a CPU run, the store's float16 bytes into float16 for
+a GPU (no cast on the host). The tensors are wrapped with ``torch.from_numpy`` (no copy);
+a batch the training process builds for a GPU is built in pinned memory instead.
 
 Why pad to the bucket's shape instead of the batch maximum: the sampler promises at
 most ``num_buckets`` distinct shapes; padding to a batch's own maximum would make
@@ -20,7 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, allocate, round_up, stop_targets
+from myxtts.data.batch import (
+    PAD_MULTIPLE,
+    Batch,
+    BatchShape,
+    allocate,
+    allocate_pinned,
+    round_up,
+    stop_targets,
+)
 from myxtts.data.buckets import ShapeTable
 
 
@@ -34,10 +43,13 @@ class Collator:
     their first ``ref_frames`` frames (a reference is a crop anyway).
     ``transfer``: build the batch in the dtypes it travels to a GPU in (float16 mels, copied
     from the store without a cast; see ``data.batch``); else float32 (the cast is free here).
+    ``pinned``: build it in pinned host memory (the training process itself collates for a
+    GPU: no second copy before the asynchronous transfer; loader workers cannot pin).
     """
 
     def __init__(self, shape_table: ShapeTable | None, n_mels: int, ref_frames: int,
-                 pad_multiple: int = PAD_MULTIPLE, transfer: bool = False) -> None:
+                 pad_multiple: int = PAD_MULTIPLE, transfer: bool = False,
+                 pinned: bool = False) -> None:
         if n_mels < 1 or ref_frames < 1 or pad_multiple < 1:
             raise ValueError(f"n_mels, ref_frames and pad_multiple must be >= 1, got {n_mels}, "
                              f"{ref_frames}, {pad_multiple}")
@@ -45,7 +57,8 @@ class Collator:
         self.n_mels = int(n_mels)
         self.ref_frames = int(ref_frames)
         self.pad_multiple = int(pad_multiple)
-        self.transfer = bool(transfer)
+        self.transfer = bool(transfer) or bool(pinned)
+        self.pinned = bool(pinned)
 
     def padded_shape(self, max_mel_frames: int, max_tokens: int) -> tuple[int, int]:
         """``(T, L)`` a batch with these maxima is padded to."""
@@ -68,8 +81,10 @@ class Collator:
         tok_lens = np.fromiter((len(it["tokens"]) for it in items), np.int64, batch)
         n_frames, n_tokens = self.padded_shape(int(mel_lens.max()), int(tok_lens.max()))
         n_mels, n_ref = self.n_mels, self.ref_frames
-        out = allocate(BatchShape(batch, n_tokens, n_frames, n_ref, n_mels),
-                       self.transfer)  # zeros = padding
+        shape = BatchShape(batch, n_tokens, n_frames, n_ref, n_mels)
+        pinned = allocate_pinned(shape) if self.pinned else None
+        out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None
+               else allocate(shape, self.transfer))  # zeros = padding
         tokens, mel, ref = out["tokens"], out["mel"], out["ref_mel"]
         ref_lens, speakers = out["ref_lengths"], out["speaker_ids"]
         languages, indices = out["language_ids"], out["indices"]
@@ -82,13 +97,15 @@ class Collator:
                     f"must be [frames, {n_mels}] (audio.n_mels); re-run prepare if the config changed")
             n, t = int(mel_lens[i]), int(tok_lens[i])
             tokens[i, :t] = it["tokens"]
-            mel[i, :n] = m  # float16 -> float32 while copying, or a plain float16 copy
+            mel[i, :n] = m  # float32 into float32, or float16 bytes into float16: no cast
             k = min(r.shape[0], n_ref)
             ref[i, :k] = r[:k]
             ref_lens[i] = k
             speakers[i] = it["speaker_id"]
             languages[i] = it["language_id"]
             indices[i] = it["index"]
-        out["token_lengths"], out["mel_lengths"] = tok_lens, mel_lens
-        out["stop_target"] = stop_targets(mel_lens, n_frames)
+        out["token_lengths"][:], out["mel_lengths"][:] = tok_lens, mel_lens  # (in place: a
+        out["stop_target"][:] = stop_targets(mel_lens, n_frames)  # pinned batch stays pinned)
+        if pinned is not None:
+            return pinned  # type: ignore[return-value]
         return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]

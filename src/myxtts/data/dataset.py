@@ -3,22 +3,22 @@
 Why it is this thin: all decoding and feature work happened in ``prepare``; an item is
 a few slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop.
 
-Item (numpy; the ``Collator`` pads items into a ``data.batch.Batch``): ``tokens`` int32 [L] (memmap view), ``mel`` float32
-[T, n_mels], ``ref_mel`` float32 [R' <= ref_frames, n_mels], ``speaker_id``,
-``language_id``, ``index``.
+Item (numpy; the ``Collator`` pads items into a ``data.batch.Batch``): ``tokens`` int32 [L]
+(memmap view), ``mel`` [T, n_mels], ``ref_mel`` [R' <= ref_frames, n_mels], ``speaker_id``,
+``language_id``, ``index``. The mels' dtype depends on where the batch goes (``transfer``):
 
-Why the dataset converts float16 -> float32 (and not the collator while copying): numpy's
-half-precision cast runs ~9x slower than torch's vectorised one, and it is the bulk of
-a batch's cost. The conversion is done in pieces below torch's parallelisation grain
-(``_SERIAL_ELEMENTS``), so it always runs on the calling thread: waking an OpenMP pool
-for a 50k-element copy costs more than the copy, and on a busy machine made the loader
-~40x slower when measured.
+* to a GPU: float16 views of the memmap (no copy, no cast): the collator copies their bytes
+  once into the batch and the GPU casts them (``data.batch.to_model_dtypes``). Widening to
+  float32 here and narrowing back to float16 in the collator cost ~20x the copy;
+* to the CPU: new float32 arrays, widened by torch in pieces below its parallelisation
+  grain (``_SERIAL_ELEMENTS``), so the cast stays on the calling thread: waking an OpenMP
+  pool for a 50k-element copy costs more than the copy (numpy's half cast is ~9x slower).
 
-Reference crops are deterministic: which reference and where the crop starts come from
-a hash of ``(seed, epoch, index)``, so a resumed run sees the same crops as an
-uninterrupted one, independent of worker count and fetch order. The epoch arrives with
-the indices (``EpochBatches`` tags every batch with the sampler's epoch), because a
-``set_epoch`` on the dataset in the main process never reaches persistent workers.
+Reference crops are deterministic: which reference and where the crop starts come from a
+hash of ``(seed, epoch, index)``, so a resumed run sees the same crops as an uninterrupted
+one, independent of worker count and fetch order. The epoch arrives with the indices
+(``EpochBatches`` tags every batch), because ``set_epoch`` in the main process never
+reaches persistent workers.
 """
 
 from __future__ import annotations
@@ -55,10 +55,12 @@ class StoreDataset(Dataset):
     ``__getitems__`` fetches a whole batch in one call (torch's DataLoader uses it with a
     ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from
     :class:`EpochBatches`. ``epoch`` (default 0) is used for plain index lists.
+    ``transfer``: the batches go to a GPU, so items carry float16 memmap views (see the
+    module docstring); else float32 copies.
     """
 
     def __init__(self, store: FeatureStore | str | Path, ref_frames: int, seed: int = 0,
-                 split: str = "train") -> None:
+                 split: str = "train", transfer: bool = False) -> None:
         if not isinstance(store, FeatureStore):
             store = FeatureStore.open(store, split)
         if ref_frames < 1:
@@ -66,6 +68,7 @@ class StoreDataset(Dataset):
         self.store = store
         self.ref_frames = int(ref_frames)
         self.seed = int(seed)
+        self.transfer = bool(transfer)
         self.epoch = 0
         self._refresh()
 
@@ -100,7 +103,7 @@ class StoreDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
         return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
-                "epoch": self.epoch}
+                "transfer": self.transfer, "epoch": self.epoch}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -116,7 +119,13 @@ class StoreDataset(Dataset):
         idx = np.asarray(indices, dtype=np.int64)  # [B]
         if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"utterance index out of range for {len(self)} utterances")
-        mel, tokens = self._mel_tensor(), self.store.token_array  # looked up once per batch
+        tokens = self.store.token_array  # looked up once per batch
+        if self.transfer:  # float16 views of the memmap: the collator copies their bytes once
+            half = self.store.mel_array
+            frames = lambda off, n: half[off:off + n]  # noqa: E731
+        else:
+            mel = self._mel_tensor()
+            frames = lambda off, n: self._float32(mel, off, n)  # noqa: E731
         hashes = [mix64(self.seed, epoch, i) for i in idx.tolist()]
         n_refs = self._n_refs[idx].tolist()
         pick = [h % n for h, n in zip(hashes, n_refs)]
@@ -132,8 +141,8 @@ class StoreDataset(Dataset):
                 r_off += (hashes[j] >> 32) % (r_len - self.ref_frames + 1)
                 r_len = self.ref_frames
             items.append({"tokens": tokens[t_off:t_off + t_len],  # int32 [L] view
-                          "mel": self._float32(mel, off, n),  # float32 [T, n_mels]
-                          "ref_mel": self._float32(mel, r_off, r_len),  # float32 [R', n_mels]
+                          "mel": frames(off, n),  # [T, n_mels]
+                          "ref_mel": frames(r_off, r_len),  # [R', n_mels]
                           "speaker_id": spk, "language_id": lang, "index": i})
         return items
 

@@ -97,8 +97,9 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
 
     ``store``: an open FeatureStore or its path (opened with ``cfg``, so a store built for
-    other features is refused). ``device``: where training runs; CUDA turns on pinned
-    memory and float16 mels (cast back on the GPU: ``data.batch.to_model_dtypes``).
+    other features is refused). ``device``: where training runs; CUDA turns on float16 mels
+    copied from the store without a host cast (cast on the GPU:
+    ``data.batch.to_model_dtypes``) and, where CUDA is available, pinned batches.
     ``seed``: batch order and reference crops (default ``data.shuffle_seed``).
     ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`default_num_workers`).
     ``batch_sizes``: one per bucket, replacing the frame budget's (``data.batch_frames=auto``).
@@ -114,13 +115,16 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, rank=rank,
                             world_size=world_size, seed=seed, shuffle=shuffle,
                             batch_sizes=batch_sizes)
-    dataset = StoreDataset(store, cfg.data.ref_frames, seed)
-    pin = device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
-    collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
-                        transfer=pin)
+    transfer = device is not None and torch.device(device).type == "cuda"
+    pin = transfer and torch.cuda.is_available()
+    dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)
     if workers < 0:
         workers = default_num_workers()
+    # The training process pins as it collates; workers cannot (no CUDA in forked processes):
+    # their batches are copied into pinned memory as they leave the shared slots.
+    collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
+                        transfer=transfer, pinned=pin and workers == 0)
     # Own generator: DataLoader draws a base seed at every iter(); from the global RNG that
     # would shift the model's dropout stream and break bit-exact resume.
     gen = torch.Generator().manual_seed(seed)
@@ -129,7 +133,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                             num_workers=0, generator=gen)
         return StoreLoader(loader, None, pin), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
-                                              cfg.data.ref_frames, transfer=pin))
+                                              cfg.data.ref_frames, transfer=transfer))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs.
     loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=slots,
                         num_workers=workers, persistent_workers=True,

@@ -1,0 +1,103 @@
+"""Host cost of one store batch, per path: what the training process spends building a batch
+before it goes to the device (dataset slices + collation; 0 loader workers, one thread).
+
+Arms, measured interleaved in the same run on the same batches:
+
+* ``cpu``: a CPU run's batch (float32 mels: widened once by the dataset);
+* ``gpu``: a GPU run's batch (the store's float16 bytes copied once, no cast on the host);
+* ``gpu, widen+narrow`` (the baseline): the same float16 batch built from float32 items, i.e.
+  widened by the dataset and narrowed back by the collator's numpy half cast.
+
+Two frame budgets: the CPU's planning budget and a large-GPU one (batches several times
+larger). Pinned memory needs CUDA and is left out here: where CUDA is available the GPU arm's
+``build_loader`` allocates the batch pinned (no second copy), which this script does not time.
+
+    python benchmarks/host_batch.py [--store STORE] [--data DATA] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from common import prepare, say
+
+BUDGETS = {"planning budget (12000 frames)": 12000, "large GPU (48000 frames)": 48000}
+
+
+def _arms(store, cfg):
+    from myxtts.data.collate import Collator
+    from myxtts.data.dataset import StoreDataset
+    from myxtts.data.loader import build_sampler, pad_multiple
+
+    sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, seed=0)
+    table = sampler.shape_table()
+    batches = sampler.batches(0)
+
+    def arm(transfer_items: bool, transfer_batch: bool):
+        ds = StoreDataset(store, cfg.data.ref_frames, seed=0, transfer=transfer_items)
+        col = Collator(table, store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
+                       transfer=transfer_batch)
+        return lambda idx: col(ds.__getitems__((0, idx)))
+
+    arms = {"cpu (float32)": arm(False, False), "gpu (float16, no host cast)": arm(True, True),
+            "gpu, widen+narrow (baseline)": arm(False, True)}
+    return arms, batches
+
+
+def measure(store, cfg, rounds: int) -> dict[str, float]:
+    arms, batches = _arms(store, cfg)
+    per_arm: dict[str, list[float]] = {name: [] for name in arms}
+    for fn in arms.values():  # warm the page cache and the allocator
+        for idx in batches[:4]:
+            fn(idx)
+    for r in range(rounds):
+        order = list(arms) if r % 2 == 0 else list(reversed(arms))
+        for name in order:
+            fn = arms[name]
+            t0 = time.perf_counter()
+            for idx in batches:
+                fn(idx)
+            per_arm[name].append((time.perf_counter() - t0) / len(batches) * 1e3)
+    utts = statistics.mean(len(b) for b in batches)
+    out = {name: statistics.median(v) for name, v in per_arm.items()}
+    out["utterances per batch"] = utts
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, help="dataset to prepare (default: the LJSpeech sample)")
+    p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
+    p.add_argument("--rounds", type=int, default=7, help="rounds per arm, interleaved")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    from myxtts.config import load_config
+    from myxtts.data.store import FeatureStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store_path = args.store
+        if store_path is None or not (store_path / "manifest.json").exists():
+            _, store_path = prepare(args.data, args.store, Path(tmp))
+        rows = []
+        for label, frames in BUDGETS.items():
+            cfg = load_config(overrides=[f"data.batch_frames={frames}", "data.max_batch_size=0"])
+            store = FeatureStore.open(store_path, "train", cfg)
+            say(f"measuring {label}")
+            rows.append((label, measure(store, cfg, args.rounds)))
+    base = "gpu, widen+narrow (baseline)"
+    print(f"host ms per batch (median of {args.rounds} interleaved rounds, 1 thread, 0 workers)")
+    print(f"{'budget':<34} {'arm':<30} {'ms/batch':>9} {'vs baseline':>12}")
+    for label, res in rows:
+        print(f"{label:<34} ({res['utterances per batch']:.1f} utterances per batch)")
+        for name in ("cpu (float32)", "gpu (float16, no host cast)", base):
+            print(f"{'':<34} {name:<30} {res[name]:>9.2f} {res[name] / res[base]:>11.3f}x")
+
+
+if __name__ == "__main__":
+    main()
