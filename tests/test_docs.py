@@ -1,0 +1,75 @@
+"""The README and docs/ stay usable: every page is linked, every relative link and anchor
+resolves, the README's layout names every package folder (and only existing ones), the CI
+runs the README's test command, and the README stays a ten-minute read."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.helpers import REPO
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+PACKAGE = REPO / "src" / "myxtts"
+README_MAX_LINES = 260
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+)$", text, flags=re.M)}
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    links = set(_LINK.findall(README.read_text(encoding="utf-8")))
+    missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"docs/{p.name}" not in links]
+    assert not missing, f"docs pages the README does not link: {missing}"
+
+
+def test_relative_links_and_anchors_resolve():
+    broken = []
+    for page in _pages():
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+://", target) or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_readme_layout_names_every_package_folder():
+    text = README.read_text(encoding="utf-8")
+    block = text[text.index("```\nsrc/myxtts/"):]
+    block = block[:block.index("\n```", 4)]
+    named = set(re.findall(r"^  (\w+)/", block, flags=re.M))
+    actual = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert named == actual, (f"README layout vs src/myxtts: not in the README {sorted(actual - named)}, "
+                             f"not in the tree {sorted(named - actual)}")
+
+
+def test_ci_runs_the_readmes_test_command():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    marker = next(i for i, line in enumerate(ci) if "--- the README's test command" in line)
+    command = ci[marker + 1].strip()
+    assert command in README.read_text(encoding="utf-8").splitlines()
+
+
+def test_the_readme_is_a_short_read():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; deep sections go to docs/"
