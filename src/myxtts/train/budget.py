@@ -146,7 +146,7 @@ def cache_key(step: TrainStep, memory: Any, shapes: list[BatchShape], cfg: Any, 
     """Everything the measured sizes depend on."""
     return {"gpu": memory.name, "gpu_memory_bytes": memory.total, "torch": torch.__version__,
             "model": _plain(cfg.model), "precision": str(step.dtype).replace("torch.", ""),
-            "step": str(StepMode.of(step.compiled, graphed=False)),  # graphs: "cuda_graphs"
+            "step": str(StepMode.of(step.compiled, graphed=False)),  # graphs: the next key
             "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
             "activation_checkpointing": cfg.train.activation_checkpointing,
             "self_feed": cfg.train.self_feed > 0,  # a second decoder pass
