@@ -74,6 +74,7 @@ class Arm:
     def __init__(self, name: str, path: Path, preset: str, sets: list[str],
                  args: argparse.Namespace, cuda: bool) -> None:
         from myxtts.data.loader import PREFETCH_PER_WORKER
+        from myxtts.data.onthefly import OnTheFlyLoader
         from myxtts.train.loop import BatchStream
         from myxtts.train.step import resolve_compile, resolve_graphs
 
@@ -87,7 +88,7 @@ class Arm:
         common.say(f"{preset} {name}: warming up ({step.mode}{', graphs' if graphs else ''})")
         if step.compiled or graphs:
             t.warm_up(step, graphs)
-        self.on_the_fly = hasattr(t.data.loader, "pipeline")
+        self.on_the_fly = isinstance(t.data.loader, OnTheFlyLoader)
         self.staged = stage_onthefly(t) if self.on_the_fly else t.stage()
         self.accum = accum = t.cfg.train.grad_accum_steps
         shapes = [k for k in sorted(self.staged) for _ in range(accum)]  # every shape once

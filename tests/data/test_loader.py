@@ -173,3 +173,21 @@ def test_batches_for_a_gpu_carry_the_stores_float16_bytes_without_a_host_cast(st
                                       store.mel(i).view(np.uint16))  # the store's bytes
             for k in KEYS:
                 assert torch.equal(a[k].to(b[k].dtype), b[k]), k
+
+
+def test_the_store_loaders_feed_yields_its_batches_with_their_real_frames(store_path):
+    from myxtts.data.feed import DeviceFeed, TrainLoader
+
+    loader, sampler = build_loader(store_path, _cfg(prefetch_batches=3), num_workers=0)
+    assert isinstance(loader, TrainLoader)
+    sampler.set_epoch(0)
+    want = list(loader)
+    sampler.set_epoch(0)  # the same epoch again (a pass advances the sampler)
+    feed = loader.device_feed(torch.device("cpu"), hold=2)
+    assert isinstance(feed, DeviceFeed) and feed.prefetcher.num_batches == 3
+    got = list(feed)
+    feed.close()
+    assert len(got) == len(want) and feed.occupancy() is None
+    for (batch, frames), ref in zip(got, want):
+        assert frames == int(ref["mel_lengths"].sum())
+        assert batch.keys() == ref.keys() and all(torch.equal(batch[k], ref[k]) for k in ref)

@@ -98,3 +98,30 @@ def test_unusable_dataset_is_a_clear_error(demo):
     cfg = load_config(overrides=["data.min_duration_s=15", "data.max_duration_s=20"])
     with pytest.raises(StoreError, match="no training utterance is usable"):
         build_onthefly_loader(data, cfg)
+
+
+def test_the_raw_wav_batch_follows_its_table_and_counts_its_frames_on_the_host(demo):
+    from myxtts.data.batch import RAW_FIELDS, check_fields
+    from myxtts.data.feed import DeviceFeed, TrainLoader
+
+    data, path, cfg = demo
+    loader, sampler = build_onthefly_loader(data, cfg, mel_stats=FeatureStore.open(path),
+                                            num_workers=0)
+    assert isinstance(loader, TrainLoader)
+    collate, dataset = loader.loader.collate_fn, loader.loader.dataset
+    for indices in list(sampler)[:3]:
+        raw = collate.pad(dataset.__getitems__(indices))
+        sizes = check_fields(raw, RAW_FIELDS)  # the same check as every batch
+        assert sizes["B"] == len(indices) and int(raw["n_frames"]) in {s[2] for s in sampler.shapes()}
+        batch = loader.featurizer(raw, torch.device("cpu"))
+        check_batch(batch)
+        assert loader.featurizer.real_frames(raw) == int(batch["mel_lengths"].sum())
+    check_fields(loader.largest_raw_batch(), RAW_FIELDS)
+    with pytest.raises(ValueError, match=r"RAW_FIELDS: missing \['n_frames'\], unexpected \['x'\]"):
+        check_fields({**{k: v for k, v in raw.items() if k != "n_frames"}, "x": raw["n_frames"]},
+                     RAW_FIELDS)
+    with pytest.raises(ValueError, match="'wav' is torch.float64, expected torch.float32"):
+        check_fields({**raw, "wav": raw["wav"].double()}, RAW_FIELDS)
+    feed = loader.device_feed(torch.device("cpu"))
+    assert isinstance(feed, DeviceFeed)
+    feed.close()

@@ -49,6 +49,23 @@ def test_transform_runs_on_each_batch_once_it_is_on_the_device():
     assert on_cpu[2]["indices"] is data[2]["indices"]  # nothing else is touched
 
 
+def test_the_store_feed_pairs_each_batch_with_its_real_frames_in_model_dtypes():
+    from myxtts.data.feed import DeviceFeed
+    from myxtts.data.prefetch import PrefetchFeed
+
+    data = [{"mel": torch.full((2, 4, 3), 0.5, dtype=torch.float16),
+             "mel_lengths": torch.tensor([4, i + 1])} for i in range(3)]
+    for device in ("cpu", "meta"):
+        feed = PrefetchFeed(data, device, num_batches=2)
+        assert isinstance(feed, DeviceFeed) and feed.occupancy() is None
+        for _ in range(2):  # every iter() is a new pass
+            out = list(feed)
+            assert [n for _, n in out] == [5, 6, 7]  # counted on the host, before the copy
+            assert [b["mel"].dtype for b, _ in out] == [torch.float32] * 3
+            assert {b["mel"].device.type for b, _ in out} == {device}
+        feed.close()
+
+
 def test_rejects_zero_batches():
     with pytest.raises(ValueError, match="prefetch_batches"):
         DevicePrefetcher([], "cpu", num_batches=0)

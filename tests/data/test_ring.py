@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from myxtts.data.feed import DeviceFeed
 from myxtts.data.ring import SlotRing
 
 
@@ -31,7 +32,11 @@ class Source:
 def make_batch(p: int, k: int) -> dict:
     b, t = 2 + k % 3, 5 + 4 * (k % 4)  # shapes change from batch to batch, as buckets do
     return {"mel": torch.full((b, t, 3), float(100 * p + k)),
-            "mel_lengths": torch.arange(b, dtype=torch.long) + k, "real_frames": b * t}
+            "mel_lengths": torch.arange(b, dtype=torch.long) + k}
+
+
+def frames_of(p: int, k: int) -> int:
+    return int(make_batch(p, k)["mel_lengths"].sum())
 
 
 def assert_same(got: dict, want: dict) -> None:
@@ -48,14 +53,16 @@ def test_every_batch_once_in_order_with_the_source_values(producer_delay, consum
     ring = SlotRing(Source(delay=producer_delay), torch.device("cpu"), slots=3)
     try:
         for p in range(3):  # passes follow each other; the producer runs ahead across them
-            got = []
-            for batch in ring:
+            got, frames = [], []
+            for batch, n_frames in ring:
                 got.append({k: v.clone() if isinstance(v, torch.Tensor) else v
                             for k, v in batch.items()})
+                frames.append(n_frames)
                 time.sleep(consumer_delay)
             assert len(got) == 7
             for k, batch in enumerate(got):
                 assert_same(batch, make_batch(p, k))
+            assert frames == [frames_of(p, k) for k in range(7)]  # counted on the host item
     finally:
         ring.close()
 
@@ -63,7 +70,7 @@ def test_every_batch_once_in_order_with_the_source_values(producer_delay, consum
 def test_slots_are_allocated_once_and_reused():
     ring = SlotRing(Source(n=12), torch.device("cpu"), slots=3)
     try:  # every batch kept alive: freed memory cannot be handed out again and look "reused"
-        batches = [b for _ in range(2) for b in ring]
+        batches = [b for _ in range(2) for b, _ in ring]
     finally:
         ring.close()
     storages = {b["mel"].untyped_storage().data_ptr() for b in batches}
@@ -77,7 +84,7 @@ def test_held_batches_are_not_overwritten_while_the_producer_runs_ahead(hold):
     assert ring.n_slots == 2 + hold - 1
     try:
         held: list[tuple[int, dict]] = []
-        for k, batch in enumerate(ring):
+        for k, (batch, _) in enumerate(ring):
             held = [*held, (k, batch)][-hold:]
             time.sleep(0.02)  # let the producer fill every free slot meanwhile
             for j, b in held:  # what gradient accumulation keeps is still intact
@@ -86,19 +93,30 @@ def test_held_batches_are_not_overwritten_while_the_producer_runs_ahead(hold):
         ring.close()
 
 
-def test_a_transform_runs_on_the_producer_side():
-    calls = []
+def test_a_transform_runs_on_the_producer_side_and_frames_are_counted_before_it():
+    calls, counted = [], []
 
     def transform(item: dict, device: torch.device) -> dict:
         calls.append(device)
-        return {**item, "mel": item["mel"] * 2}
+        return {"mel": item["mel"] * 2}  # the transformed batch has no lengths any more
 
-    ring = SlotRing(Source(n=3), torch.device("cpu"), transform=transform)
+    def frames(item: dict) -> int:
+        counted.append(item["mel"][0, 0, 0].item())
+        return 10 * len(counted)
+
+    ring = SlotRing(Source(n=3), torch.device("cpu"), transform=transform, frames=frames)
     try:
-        got = [b["mel"][0, 0, 0].item() for b in ring]
+        got = [(b["mel"][0, 0, 0].item(), n) for b, n in ring]
     finally:
         ring.close()
-    assert got == [0.0, 2.0, 4.0] and calls[:3] == [torch.device("cpu")] * 3
+    assert got == [(0.0, 10), (2.0, 20), (4.0, 30)] and calls[:3] == [torch.device("cpu")] * 3
+    assert counted[:3] == [0.0, 1.0, 2.0]  # the untransformed items
+
+
+def test_the_ring_is_a_device_feed():
+    ring = SlotRing(Source(n=1), torch.device("cpu"))
+    assert isinstance(ring, DeviceFeed)
+    ring.close()
 
 
 def test_a_source_error_surfaces_in_the_consumer_and_stops_the_ring():
@@ -144,8 +162,9 @@ def test_cuda_ring_equals_the_source(data_on_gpu):
                     data_device=torch.device("cuda", last) if data_on_gpu else torch.device("cpu"))
     try:
         for p in range(2):
-            for k, batch in enumerate(ring):
+            for k, (batch, n_frames) in enumerate(ring):
                 torch.cuda._sleep(1_000_000)  # a slow consumer on the GPU
+                assert n_frames == frames_of(p, k)
                 got = {kk: v.cpu() if isinstance(v, torch.Tensor) else v for kk, v in batch.items()}
                 assert_same(got, make_batch(p, k))
     finally:

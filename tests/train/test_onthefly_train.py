@@ -7,6 +7,7 @@ import json
 
 import torch
 
+from myxtts.data.ring import SlotRing
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
@@ -37,10 +38,10 @@ def test_the_stream_delivers_the_loaders_batches_in_order(micro_store, tmp_path)
         batch, frames = next(it)
         assert frames == int(batch["mel_lengths"].sum())
         got.append(_copy(batch))
-    assert stream.ring is not None and stream.ring.n_slots == cfg.data.ring_slots + 1
+    assert isinstance(stream.feed, SlotRing) and stream.feed.n_slots == cfg.data.ring_slots + 1
     assert (record.epoch, record.batches_consumed) == (1, n)
     it.close()  # stops the producer thread
-    assert not stream.ring._thread.is_alive()
+    assert not stream.feed._thread.is_alive()
     for a, b in zip(got, want):
         assert a.keys() == b.keys()
         for k in a:

@@ -163,3 +163,60 @@ def test_nonfinite_counts_continue_after_a_restart(tmp_path):
     step.load_nonfinite_counts(5, 2)
     assert step.nonfinite_counts() == (5, 2)
     assert step.read() == {} and float(step.nonfinite_peak) == 2.0
+
+
+def test_snapshot_and_restore_round_trip_the_accumulators_in_place(tmp_path, one_thread):
+    """What the warm-up and the memory probe rely on: steps taken after a snapshot leave no
+    trace in what is read back once it is restored, and the live tensors stay where they are."""
+    cfg = micro_config(tmp_path, "train.self_feed=0.5", "train.self_feed_after=1")
+    batch = random_batch(80, 40, [9, 7], [30, 22], [16, 12], seed=1)
+    torch.manual_seed(0)
+    model = build_model(cfg, 40, 1, None, None)
+    twin = build_model(cfg, 40, 1, None, None)
+    twin.load_state_dict(model.state_dict())
+    step, plain = _step(cfg, model), _step(cfg, twin)
+    for s in (step, plain):
+        torch.manual_seed(1)
+        s([batch])
+    where = [t.data_ptr() for t in (*step._sums.values(), *step._counters())]
+    state = step.snapshot()
+    step.run([batch, batch])  # what a warm-up runs (no schedule step)
+    step.self_feed.fill_(0.9)
+    step.load_nonfinite_counts(7, 3)
+    assert step.read() != {}  # the read itself clears the sums: restore must refill them
+    step.restore(state)
+    assert [t.data_ptr() for t in (*step._sums.values(), *step._counters())] == where
+    assert step.nonfinite_counts() == plain.nonfinite_counts() == (0, 0)
+    assert torch.equal(step.self_feed, plain.self_feed)
+    assert step.read() == plain.read()
+
+
+def test_without_ddp_runs_the_raw_module_and_puts_the_wrapper_back(tmp_path):
+    cfg = micro_config(tmp_path)
+    model = build_model(cfg, 40, 1, None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    wrapper = torch.nn.Sequential(model)  # stands in for DistributedDataParallel
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
+                     compile_model=False, ddp_model=wrapper)
+    with step.without_ddp():
+        assert step.runner is model
+    assert step.runner is wrapper
+    with pytest.raises(RuntimeError), step.without_ddp():
+        raise RuntimeError("a failed warm-up")
+    assert step.runner is wrapper
+
+
+def test_the_mode_is_planned_in_one_place(tmp_path):
+    from myxtts.config import ConfigError
+    from myxtts.train.step import StepMode, StepPlan, plan_step
+
+    cpu = torch.device("cpu")
+    assert plan_step(micro_config(tmp_path), cpu, False, True) == StepPlan(False, False)
+    assert plan_step(micro_config(tmp_path, "train.compile=on"), cpu, False, True).mode == "compiled"
+    with pytest.raises(ConfigError, match="train.cuda_graphs=on but training runs on cpu"):
+        plan_step(micro_config(tmp_path, "train.cuda_graphs=on"), cpu, False, True)
+    assert [StepMode.of(c, g) for c, g in [(False, False), (True, False), (True, True), (False, True)]] \
+        == ["eager", "compiled", "graphed", "graphed"]
+    assert StepPlan(compile=True, graphs=True).mode is StepMode.GRAPHED
+    step = _step(micro_config(tmp_path), build_model(micro_config(tmp_path), 40, 1, None, None))
+    assert step.mode is StepMode.EAGER and f"{step.mode} step" == "eager step"

@@ -4,7 +4,9 @@ Producers -- the store ``Collator``, the ``OnTheFlyLoader``, ``model.dummy.rando
 build it; consumers -- ``XTTS.forward``, the losses, the loader's shared-memory slots, the
 device prefetcher -- read it. ``FIELDS`` below is the single definition of every field:
 adding one is an edit here plus one in each producer, and everything that sizes, moves
-or crops batches (slot layout, ``allocate``, ``crop``) follows from the table.
+or crops batches (slot layout, ``allocate``, ``crop``) follows from the table. The
+on-the-fly loader's wav batch, before its features are made, has a table of its own
+(``RAW_FIELDS``), checked by the same :func:`check_fields`.
 
 Dimensions (sizes of one batch)::
 
@@ -13,6 +15,8 @@ Dimensions (sizes of one batch)::
     T  mel frames        the bucket's edge, a multiple of frames_per_step x PAD_MULTIPLE
     R  reference frames  data.ref_frames
     M  mel bands         audio.n_mels
+    S  wav samples       (RAW_FIELDS) the batch's longest clip
+    C  reference samples (RAW_FIELDS) the batch's longest reference crop
 
 Padding conventions: token ids are ``PAD_ID`` after ``token_lengths``; ``mel`` and
 ``ref_mel`` (raw log-mels, not normalised: the model normalises with its own statistics)
@@ -102,6 +106,44 @@ class Batch(TypedDict):
     speaker_ids: Tensor
     language_ids: Tensor
     indices: Tensor
+
+
+# The on-the-fly loader's raw batch (``onthefly.WavCollator``): padded waveforms and the
+# text fields, before ``features.Featurizer`` turns it into a ``Batch``. Extra dimensions:
+# S wav samples (the longest clip), C reference-crop samples (the longest crop).
+RAW_FIELDS: dict[str, FieldSpec] = {
+    "wav": FieldSpec(torch.float32, ("B", "S"), "trimmed waveform, 0.0 after wav_lengths"),
+    "wav_lengths": FieldSpec(torch.int64, ("B",), "real samples per clip"),
+    "ref_wav": FieldSpec(torch.float32, ("B", "C"),
+                         "reference crop with an STFT margin (onthefly.crop_window), 0.0 after "
+                         "ref_wav_lengths"),
+    "ref_wav_lengths": FieldSpec(torch.int64, ("B",), "real samples per reference crop"),
+    "ref_first": FieldSpec(torch.int64, ("B",), "the crop's first wanted STFT frame"),
+    "ref_frames": FieldSpec(torch.int64, ("B",), "wanted reference frames from ref_first (<= R)"),
+    "tokens": FIELDS["tokens"],
+    "token_lengths": FIELDS["token_lengths"],
+    "speaker_ids": FIELDS["speaker_ids"],
+    "language_ids": FIELDS["language_ids"],
+    "indices": FIELDS["indices"],
+    "n_frames": FieldSpec(torch.int64, (), "the bucket's mel-frame edge T (a 0-d tensor)"),
+}
+
+
+class RawBatch(TypedDict):
+    """A padded wav batch of the on-the-fly loader (``RAW_FIELDS`` documents each entry)."""
+
+    wav: Tensor
+    wav_lengths: Tensor
+    ref_wav: Tensor
+    ref_wav_lengths: Tensor
+    ref_first: Tensor
+    ref_frames: Tensor
+    tokens: Tensor
+    token_lengths: Tensor
+    speaker_ids: Tensor
+    language_ids: Tensor
+    indices: Tensor
+    n_frames: Tensor
 
 
 @dataclass(frozen=True)
@@ -203,17 +245,22 @@ def crop(batch: Batch, index: int, sizes: dict[str, int] | None = None) -> Batch
     return out  # type: ignore[return-value]
 
 
-def check_batch(batch: dict[str, Tensor], transfer: bool = False) -> BatchShape:
-    """The batch's :class:`BatchShape`, after checking it against ``FIELDS``: every field
-    present, nothing else, dtypes and shapes consistent (``transfer``: the dtypes a batch
-    travels to a GPU in). Raises ValueError naming the field."""
-    missing, extra = sorted(set(FIELDS) - set(batch)), sorted(set(batch) - set(FIELDS))
+def check_fields(batch: dict[str, Tensor], fields: dict[str, FieldSpec],
+                 transfer: bool = False) -> dict[str, int]:
+    """The size of every dimension of ``batch``, after checking it against a field table
+    (``FIELDS``, ``RAW_FIELDS``): every field present, nothing else, dtypes and shapes
+    consistent, one device (``transfer``: the dtypes a batch travels to a GPU in). Raises
+    ValueError naming the field."""
+    missing, extra = sorted(set(fields) - set(batch)), sorted(set(batch) - set(fields))
     if missing or extra:
-        raise ValueError(f"batch fields differ from data.batch.FIELDS: missing {missing}, "
+        table = "FIELDS" if fields is FIELDS else "RAW_FIELDS" if fields is RAW_FIELDS else "its table"
+        raise ValueError(f"batch fields differ from data.batch.{table}: missing {missing}, "
                          f"unexpected {extra}")
     sizes: dict[str, int] = {}
-    for name, spec in FIELDS.items():
+    for name, spec in fields.items():
         t = batch[name]
+        if not isinstance(t, Tensor):
+            raise ValueError(f"batch field {name!r} is a {type(t).__name__}, expected a tensor")
         if t.dtype != spec.host_dtype(transfer):
             raise ValueError(f"batch field {name!r} is {t.dtype}, expected "
                              f"{spec.host_dtype(transfer)}")
@@ -227,4 +274,11 @@ def check_batch(batch: dict[str, Tensor], transfer: bool = False) -> BatchShape:
     devices = {t.device for t in batch.values()}
     if len(devices) > 1:
         raise ValueError(f"batch fields live on several devices: {sorted(map(str, devices))}")
+    return sizes
+
+
+def check_batch(batch: dict[str, Tensor], transfer: bool = False) -> BatchShape:
+    """The batch's :class:`BatchShape`, after checking it against ``FIELDS``
+    (:func:`check_fields`)."""
+    sizes = check_fields(batch, FIELDS, transfer)
     return BatchShape(sizes["B"], sizes["L"], sizes["T"], sizes["R"], sizes["M"])

@@ -12,8 +12,8 @@ One object, two places, so both data roles compute the same features the same wa
   producer thread (``data.ring``) calls it on that GPU, in its own CUDA stream.
 
 Lengths are computed on the host from the wav lengths (the same formula
-``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
-back (no host sync per batch on a GPU).
+``MelSpectrogram`` uses, :meth:`Featurizer.mel_lengths`), so the trainer's real-frame count
+never reads a device tensor back (no host sync per batch on a GPU).
 
 Reference crops: the worker cut each reference wav with a margin (``onthefly.crop_window``)
 so that its STFT frames equal the full clip's; the wanted frames are gathered from them.
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from myxtts.config import AudioConfig
-from myxtts.data.batch import Batch, stop_targets
+from myxtts.data.batch import Batch, RawBatch, stop_targets
 
 
 def frames_of(wav_lengths: torch.Tensor, audio: AudioConfig) -> torch.Tensor:
@@ -39,9 +39,8 @@ class Featurizer:
     """``featurizer(raw, device) -> Batch``: log-mels of a ``WavCollator`` batch on ``device``.
 
     Picklable (loader workers receive a copy): the mel module is built lazily per device and
-    not pickled. The returned dict is a ``Batch`` plus ``real_frames``: an int, the batch's
-    real mel frames counted on the host, which the trainer pops for its throughput figures
-    (``OnTheFlyLoader.__iter__`` drops it).
+    not pickled. :meth:`real_frames` counts a raw batch's real mel frames on the host (what
+    the data role's ring reports to the trainer before the features exist).
     """
 
     def __init__(self, audio: AudioConfig, ref_frames: int) -> None:
@@ -59,13 +58,20 @@ class Featurizer:
             self._modules[key] = MelSpectrogram(self.audio).to(device)
         return self._modules[key]
 
+    def mel_lengths(self, raw: RawBatch) -> torch.Tensor:
+        """int64 [B], host: the mel frames of each clip of ``raw``, within its bucket's edge."""
+        return frames_of(raw["wav_lengths"], self.audio).clamp(max=int(raw["n_frames"]))
+
+    def real_frames(self, raw: RawBatch) -> int:
+        """Real mel frames of a raw batch (host lengths only: no device read)."""
+        return int(self.mel_lengths(raw).sum())
+
     @torch.no_grad()
-    def __call__(self, raw: dict[str, torch.Tensor], device: torch.device) -> Batch:
+    def __call__(self, raw: RawBatch, device: torch.device) -> Batch:
         mel_fn = self.module(device)
         n_frames = int(raw["n_frames"])  # bucket edge (an upper bound of every F), on the host
-        mel_lengths = frames_of(raw["wav_lengths"], self.audio).clamp(max=n_frames)  # [B] host
+        mel_lengths = self.mel_lengths(raw)  # [B] host
         ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B] host
-        real_frames = int(mel_lengths.sum())
         dev = {k: v.to(device, non_blocking=True) for k, v in raw.items() if k != "n_frames"}
         mel = self._mels(mel_fn, dev["wav"], dev["wav_lengths"])  # [B, F, n_mels], 0 past length
         if mel.shape[1] < n_frames:
@@ -82,8 +88,7 @@ class Featurizer:
         return {"tokens": dev["tokens"], "token_lengths": dev["token_lengths"], "mel": mel,
                 "mel_lengths": mel_lengths, "stop_target": stop_targets(mel_lengths, n_frames),
                 "ref_mel": ref, "ref_lengths": ref_lengths, "speaker_ids": dev["speaker_ids"],
-                "language_ids": dev["language_ids"], "indices": dev["indices"],
-                "real_frames": real_frames}
+                "language_ids": dev["language_ids"], "indices": dev["indices"]}
 
     def _mels(self, mel_fn: torch.nn.Module, wav: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Log-mels of a padded wav batch, frames past each clip's length zero.

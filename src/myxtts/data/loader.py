@@ -3,7 +3,7 @@
 Pieces: :class:`StoreDataset` (memmap views), :class:`BucketBatchSampler` (few shapes,
 little padding), :class:`Collator` (one preallocated buffer per batch), torch's
 DataLoader (worker processes, pinned memory). Copying to the GPU ahead of use is
-``DevicePrefetcher``'s job (the training loop wraps the loader in it).
+``DevicePrefetcher``'s job (the trainer's feed: :meth:`StoreLoader.device_feed`).
 
 Worker count (``data.num_workers = -1``, :func:`default_num_workers`): a store batch of
 ~20 LJSpeech utterances costs ~1.5 ms of CPU (memmap slices, one padded buffer per batch;
@@ -35,6 +35,7 @@ from myxtts.config import Config, ConfigError
 from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
 from myxtts.data.collate import Collator
 from myxtts.data.dataset import EpochBatches, StoreDataset
+from myxtts.data.prefetch import PrefetchFeed
 from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
@@ -131,7 +132,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     if workers == 0:
         loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
                             num_workers=0, generator=gen)
-        return StoreLoader(loader, None, pin), sampler
+        return StoreLoader(loader, None, pin, cfg.data.prefetch_batches), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
                                               cfg.data.ref_frames, transfer=transfer))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs.
@@ -139,7 +140,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                         num_workers=workers, persistent_workers=True,
                         prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
                         generator=gen)
-    return StoreLoader(loader, slots, pin), sampler
+    return StoreLoader(loader, slots, pin, cfg.data.prefetch_batches), sampler
 
 
 # ---------------------------------------------------------------- shared-memory batch slots
@@ -216,12 +217,15 @@ class StoreLoader:
 
     Wraps the DataLoader: takes batches out of the workers' shared slots and pins them
     when training on CUDA. ``dataloader``, ``num_workers`` and ``len()`` pass through.
+    ``prefetch``: batches the trainer's feed keeps in flight (``data.prefetch_batches``).
     """
 
-    def __init__(self, dataloader: DataLoader, slots: SlotCollator | None, pin: bool) -> None:
+    def __init__(self, dataloader: DataLoader, slots: SlotCollator | None, pin: bool,
+                 prefetch: int = 2) -> None:
         self.dataloader = dataloader
         self.slots = slots
         self.pin = pin
+        self.prefetch = int(prefetch)
 
     @property
     def num_workers(self) -> int:
@@ -233,6 +237,13 @@ class StoreLoader:
 
     def __len__(self) -> int:
         return len(self.dataloader)
+
+    def device_feed(self, device: torch.device, *, hold: int = 1,
+                    copy_log: list | None = None) -> PrefetchFeed:
+        """The trainer's ``feed.DeviceFeed``: this loader's batches copied to ``device`` on a
+        side stream, ``prefetch`` ahead. ``hold`` needs nothing here (each handed-out batch
+        owns its memory); ``copy_log``: see ``DevicePrefetcher``."""
+        return PrefetchFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.slots is not None and self.slots.buffers is None:

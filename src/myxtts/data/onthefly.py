@@ -10,9 +10,9 @@ Split of the work, and why:
   data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
   workers. Either way it is the ``MelSpectrogram`` module ``prepare`` uses, so features
   equal the store's (up to the store's float16 rounding).
-* Training takes the batches through ``OnTheFlyLoader.pipeline``: a ring of
-  pre-allocated slots on the training device filled by a producer thread, so the data role
-  works while the model trains (two GPUs, two streams of one GPU, or the CPU).
+* Training takes the batches through ``OnTheFlyLoader.device_feed`` (a ``feed.DeviceFeed``):
+  a ring of pre-allocated slots on the training device filled by a producer thread, so the
+  data role works while the model trains (two GPUs, two streams of one GPU, or the CPU).
 
 Reference crops are taken in the waveform with a margin of ``ceil(n_fft / 2 / hop)``
 frames around the wanted frames, so the crop's frames are bit-for-bit the full clip's
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,16 @@ from torch.utils.data import DataLoader, Dataset
 
 from myxtts.audio.mel import n_frames_for
 from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
+from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.buckets import ShapeTable
 from myxtts.data.dataset import EpochBatches, mix64
 from myxtts.data.features import Featurizer
+from myxtts.data.feed import real_frames
 from myxtts.data.loader import build_sampler, worker_init
 from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
 from myxtts.data.records import SPLITS
 from myxtts.data.ring import SlotRing
+from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.system import available_cpus
 
@@ -134,8 +138,9 @@ class RawAudioDataset(Dataset):
 
 
 class WavCollator:
-    """Worker side: pad wavs / reference wavs / tokens of a batch (picklable); with a
-    ``featurizer``, also compute the batch's features there (on the CPU)."""
+    """Worker side: pad wavs / reference wavs / tokens of a batch into a ``RawBatch``
+    (``data.batch.RAW_FIELDS``; picklable); with a ``featurizer``, also compute the batch's
+    features there (on the CPU) and return the ``Batch``."""
 
     def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray,
                  featurizer: Featurizer | None = None) -> None:
@@ -143,13 +148,13 @@ class WavCollator:
         self.est_frames = est_frames
         self.featurizer = featurizer
 
-    def __call__(self, items: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    def __call__(self, items: list[dict[str, Any] | None]) -> RawBatch | Batch | None:
         raw = self.pad(items)
         if raw is None or self.featurizer is None:
             return raw
         return self.featurizer(raw, torch.device("cpu"))
 
-    def pad(self, items: list[dict[str, Any] | None]) -> dict[str, torch.Tensor] | None:
+    def pad(self, items: list[dict[str, Any] | None]) -> RawBatch | None:
         items = [it for it in items if it is not None]
         if not items:
             return None
@@ -178,14 +183,15 @@ class WavCollator:
 class OnTheFlyLoader:
     """Iterates batches (``data.batch.Batch``) with features computed on ``device``
     (``data.data_device``): by the loader workers when it is the CPU, else by the caller's
-    thread on that GPU. Training uses :meth:`pipeline` instead, which overlaps the data role
-    with the step.
+    thread on that GPU. Training uses :meth:`device_feed` instead, which overlaps the data
+    role with the step.
 
     ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from ``mel_stats`` or, when none was
     given, from one pass over this loader's split on first access.
     """
 
-    def __init__(self, loader: DataLoader, sampler: Any, cfg: Config, device: torch.device,
+    def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, cfg: Config,
+                 device: torch.device,
                  tokenizer: Any, speakers: list[str], raw: RawSplit,
                  mel_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
@@ -203,25 +209,24 @@ class OnTheFlyLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         for batch in self.loader:
             if batch is not None:
-                if not self.workers_featurize:
-                    batch = self.featurizer(batch, self.device)
-                batch.pop("real_frames")  # the trainer's host-side count; not a batch field
-                yield batch
+                yield batch if self.workers_featurize else self.featurizer(batch, self.device)
 
-    def pipeline(self, train_device: torch.device, hold: int = 1,
-                 copy_log: list | None = None) -> SlotRing:
-        """The trainer's view: batches delivered on ``train_device`` through a ring of
-        ``data.ring_slots`` slots, features made beside the training step (``data.ring``).
+    def device_feed(self, device: torch.device, *, hold: int = 1,
+                    copy_log: list | None = None) -> SlotRing:
+        """The trainer's ``feed.DeviceFeed``: batches delivered on ``device`` through a ring
+        of ``data.ring_slots`` slots, features made beside the training step (``data.ring``).
         ``hold``: batches the trainer keeps at once (gradient accumulation); ``copy_log``:
-        see ``SlotRing``."""
-        transform = None if self.workers_featurize else self.featurizer
-        return SlotRing(self.loader, train_device, slots=self.cfg.data.ring_slots, hold=hold,
-                        transform=transform, data_device=self.device, copy_log=copy_log)
+        see ``SlotRing``. Real frames are counted on the host batch: the finished ``Batch``
+        when the workers featurize, else the ``RawBatch`` (``Featurizer.real_frames``)."""
+        raw = not self.workers_featurize
+        return SlotRing(self.loader, device, slots=self.cfg.data.ring_slots, hold=hold,
+                        transform=self.featurizer if raw else None, data_device=self.device,
+                        copy_log=copy_log, frames=self.featurizer.real_frames if raw else real_frames)
 
-    def largest_raw_batch(self) -> dict[str, torch.Tensor]:
+    def largest_raw_batch(self) -> RawBatch:
         """A ``WavCollator`` batch of the bucket with the most audio, every clip at the
         bucket's full length (silence): what the data role's peak memory is checked on."""
         a = self.cfg.audio
@@ -341,7 +346,8 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
                           rank: int = 0, world_size: int = 1, seed: int | None = None,
                           shuffle: bool = True, num_workers: int | None = None,
                           raw_splits: tuple[dict[str, RawSplit], Any, list[str]] | None = None,
-                          batch_sizes: list[int] | None = None) -> tuple[OnTheFlyLoader, Any]:
+                          batch_sizes: list[int] | None = None
+                          ) -> tuple[OnTheFlyLoader, BucketBatchSampler]:
     """Like ``build_loader`` but over a raw dataset; features on ``cfg.data.data_device``.
 
     ``tokenizer``: reuse a vocabulary (e.g. a checkpoint's); default: built from the

@@ -16,6 +16,9 @@ which casts the float16 mels that crossed PCIe to float32 there.
 ``copy_log``: a list that receives a (start, end) pair of timing CUDA events per batch,
 recorded on the copy stream around its copy and transform (``myxtts profile`` reads them
 after a sync; training passes none and records nothing).
+
+:class:`PrefetchFeed` is the store path's ``feed.DeviceFeed``: the prefetcher over the
+loader's batches paired with their real frames, counted on the host before the copy.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+
+from myxtts.data.batch import Batch, to_model_dtypes
+from myxtts.data.feed import real_frames
 
 
 def _map_tensors(obj: Any, fn: Any) -> Any:
@@ -130,3 +136,43 @@ class DevicePrefetcher:
                     t.record_stream(compute)
             issue()  # overlap the next copy with this batch's compute
             yield moved
+
+
+class _Counted:
+    """Re-iterable: each pass of ``loader`` as ``(batch, real frames)`` pairs."""
+
+    def __init__(self, loader: Iterable[Batch]) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[tuple[Batch, int]]:
+        for batch in self.loader:
+            yield batch, real_frames(batch)
+
+
+def _model_dtypes(pair: tuple[Batch, int]) -> tuple[Batch, int]:
+    batch, frames = pair
+    return to_model_dtypes(batch), frames  # type: ignore[return-value]
+
+
+class PrefetchFeed:
+    """``feed.DeviceFeed`` of a host-side loader (the store path): each pass copies the
+    loader's batches to ``device`` ahead of use (:class:`DevicePrefetcher`, ``num_batches``
+    in flight) and casts them to the model's dtypes on the copy stream. Nothing runs between
+    passes, so ``close`` has nothing to stop and there are no slots to report."""
+
+    def __init__(self, loader: Iterable[Batch], device: str | torch.device, num_batches: int = 2,
+                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
+        self.prefetcher = DevicePrefetcher(_Counted(loader), device, num_batches, _model_dtypes,
+                                           copy_log)
+
+    def __iter__(self) -> Iterator[tuple[Batch, int]]:
+        return iter(self.prefetcher)
+
+    def close(self) -> None:
+        pass
+
+    def occupancy(self) -> float | None:
+        return None

@@ -34,6 +34,10 @@ keeps, so running ahead does not affect resume.
 ``hold``: how many handed-out batches the consumer uses at once (gradient accumulation
 keeps ``grad_accum_steps`` batches before one step is queued). Taking batch n releases
 batch n - hold, so the ring has ``slots + hold - 1`` slots in all.
+
+The ring is the on-the-fly path's ``feed.DeviceFeed``: it yields ``(batch, real_frames)``,
+the count taken by ``frames`` on the host item before the transform (default
+``feed.real_frames``; a raw wav batch is counted by ``Featurizer.real_frames``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ from typing import Any
 
 import torch
 
+from myxtts.data.batch import to_model_dtypes
+from myxtts.data.feed import real_frames
+
 _END = object()  # end of one pass of the source
 
 
@@ -53,7 +60,8 @@ class SlotRing:
     def __init__(self, source: Iterable[Any], device: torch.device, *, slots: int = 3,
                  hold: int = 1, transform: Callable[[Any, torch.device], dict] | None = None,
                  data_device: torch.device | None = None,
-                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
+                 copy_log: list[tuple[Any, Any]] | None = None,
+                 frames: Callable[[Any], int] = real_frames) -> None:
         if slots < 2:
             raise ValueError(f"a ring needs at least 2 slots (data.ring_slots), got {slots}")
         self.source, self.device = source, torch.device(device)
@@ -62,7 +70,7 @@ class SlotRing:
             self.device = torch.device("cuda", torch.cuda.current_device())
         if self.data_device.type == "cuda" and self.data_device.index is None:
             self.data_device = torch.device("cuda", torch.cuda.current_device())
-        self.transform, self.hold = transform, max(1, int(hold))
+        self.transform, self.hold, self.frames = transform, max(1, int(hold)), frames
         self.n_slots = int(slots) + self.hold - 1
         self._buffers: list[dict[str, torch.Tensor]] = [{} for _ in range(self.n_slots)]
         self._released: list[Any] = [None] * self.n_slots  # CUDA event per slot, or None
@@ -84,8 +92,9 @@ class SlotRing:
 
     # ------------------------------------------------------------------ consumer side
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        """One pass of the source (the producer starts on the first call)."""
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], int]]:
+        """One pass of the source as ``(batch in its slot, real frames)``, the batch in the
+        model's dtypes (the producer starts on the first call)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._produce, name="myxtts-data-ring",
                                             daemon=True)
@@ -100,11 +109,11 @@ class SlotRing:
             if isinstance(item, BaseException):
                 self.close()
                 raise item
-            slot, batch, event = item
+            slot, batch, event, n_frames = item
             if event is not None:
                 self._compute.wait_event(event)  # GPU-side: the host does not wait
             self._held.append(slot)
-            yield batch
+            yield to_model_dtypes(batch), n_frames
 
     def _release(self, slot: int) -> None:
         if self._cuda:
@@ -161,7 +170,8 @@ class SlotRing:
         except BaseException as e:  # surfaces in the training thread
             self._ready.put(e)
 
-    def _fill(self, slot: int, item: Any) -> tuple[int, dict[str, Any], Any]:
+    def _fill(self, slot: int, item: Any) -> tuple[int, dict[str, Any], Any, int]:
+        n_frames = self.frames(item)  # on the host item, before any transform
         if self.transform is not None:
             if self._data_stream is not None:
                 with torch.cuda.stream(self._data_stream):
@@ -169,7 +179,7 @@ class SlotRing:
             else:
                 item = self.transform(item, self.data_device)
         if not self._cuda:
-            return slot, self._copy_into(slot, item), None
+            return slot, self._copy_into(slot, item), None, n_frames
         if self._released[slot] is not None:
             self._copy.wait_event(self._released[slot])
         timed = self.copy_log is not None
@@ -191,7 +201,7 @@ class SlotRing:
             event.record(self._copy)
         if timed:
             self.copy_log.append((start, event))
-        return slot, batch, event
+        return slot, batch, event, n_frames
 
     def _copy_into(self, slot: int, item: dict[str, Any]) -> dict[str, Any]:
         buffers, out = self._buffers[slot], {}

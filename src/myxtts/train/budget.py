@@ -42,6 +42,8 @@ from myxtts.data.batch import BatchShape
 from myxtts.system import atomic_write
 from myxtts.train.distributed import agree
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.memory import MemoryCaps
+from myxtts.train.step import StepMode, TrainStep
 from myxtts.train.warmup import StateSnapshot, drop_half_made_state, worst_case_batch
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class Probe:
     """Runs a bucket's worst case through ``step`` at a given batch size: ``fits(shape)``.
     ``peaks`` remembers the peak bytes of every size that ran."""
 
-    step: Any
+    step: TrainStep
     memory: Any
     limit: int
     n_tokens: int
@@ -139,12 +141,12 @@ class Probe:
         return self.peaks[shape] <= self.limit
 
 
-def cache_key(step: Any, memory: Any, shapes: list[BatchShape], cfg: Any, distributed: bool
+def cache_key(step: TrainStep, memory: Any, shapes: list[BatchShape], cfg: Any, distributed: bool
               ) -> dict[str, Any]:
     """Everything the measured sizes depend on."""
     return {"gpu": memory.name, "gpu_memory_bytes": memory.total, "torch": torch.__version__,
             "model": _plain(cfg.model), "precision": str(step.dtype).replace("torch.", ""),
-            "step": "compiled" if step.compiled else "eager",
+            "step": str(StepMode.of(step.compiled, graphed=False)),  # graphs: the next key
             "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
             "activation_checkpointing": cfg.train.activation_checkpointing,
             "self_feed": cfg.train.self_feed > 0,  # a second decoder pass
@@ -237,7 +239,7 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
     return sizes, peaks
 
 
-def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
+def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
                      run_dir: Path, n_tokens: int, n_languages: int, dist: Any,
                      memory: Any = None, echo: Callable[[str], None] = log.info) -> list[int]:
     """The batch size of every bucket (``shapes``: each bucket's padded shape, batch
@@ -246,7 +248,8 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
     the ranks agree on the smallest size per bucket. Prints the per-bucket table."""
     memory = memory or CudaMemory(step.device)
     cap = cfg.data.max_batch_size or UNCAPPED
-    share = cfg.data.auto_memory_fraction * (cfg.train.memory_fraction or 1.0)
+    training = MemoryCaps(step.device, None, cfg.train.memory_fraction, 0.0).training_share()
+    share = cfg.data.auto_memory_fraction * training
     limit = int(min(share * memory.total, cfg.data.auto_memory_fraction * memory.available))
     capped = f", capped at train.memory_fraction={cfg.train.memory_fraction}" \
         if cfg.train.memory_fraction else ""
@@ -271,15 +274,12 @@ def auto_batch_sizes(step: Any, shapes: list[BatchShape], start_sizes: list[int]
             echo(f"auto batch sizes: {reason}; measuring again")
         echo(f"auto batch sizes: measuring each bucket's worst case on {describe}")
         probe = Probe(step, memory, limit, n_tokens, n_languages)
-        runner = step.runner
-        step.runner = step.model  # without DDP's all-reduce: ranks try different sizes
         failure = None
         try:
-            sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
+            with step.without_ddp():  # without DDP's all-reduce: ranks try different sizes
+                sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
         except TrainError as e:  # e.g. a bucket that does not fit: every rank stops with it
             failure = e
-        finally:
-            step.runner = runner
         agree(dist, failure)
         key = cache_key(step, memory, shapes, cfg, dist.enabled)  # a compile failure: eager
     if dist.enabled:

@@ -17,35 +17,45 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
+from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
 from myxtts.train import checkpoint as ck
 from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
 
+if TYPE_CHECKING:  # the loaders are imported where a run opens its data (audio, workers)
+    from myxtts.data.loader import StoreLoader
+    from myxtts.data.onthefly import OnTheFlyLoader
+
+# Either implements ``data.feed.TrainLoader`` (``device_feed``: what the trainer iterates);
+# each keeps the extras of its path (a store's dataset; the on-the-fly featurizer).
+Loader = Union["StoreLoader", "OnTheFlyLoader"]
+Rebuild = Callable[[list[int] | None], tuple[Loader, BucketBatchSampler]]
+
 VAL_SEED = 0  # validation batches and reference crops are the same at every validation
 
 
 @dataclass
 class TrainData:
-    loader: Any
-    sampler: Any
-    val_loader: Any | None
-    val_sampler: Any | None
+    loader: Loader
+    sampler: BucketBatchSampler
+    val_loader: Loader | None
+    val_sampler: BucketBatchSampler | None
     tokenizer: Tokenizer
     mel_mean: np.ndarray
     mel_std: np.ndarray
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
     # builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
-    rebuild: Callable[[list[int] | None], tuple[Any, Any]] | None = None
+    rebuild: Rebuild | None = None
     source: str = ""  # the store or dataset folder, for messages
 
     @property
@@ -79,7 +89,7 @@ class TrainData:
         progress.data_plan = self.sampler.plan_state()
 
 
-def bucket_shapes(sampler: Any, cfg: Config) -> list[BatchShape]:
+def bucket_shapes(sampler: BucketBatchSampler, cfg: Config) -> list[BatchShape]:
     """Each bucket's padded batch shape, in bucket order (what the warm-up and the auto batch
     budget run)."""
     return [BatchShape(b, l_text, t_mel, cfg.data.ref_frames, cfg.audio.n_mels)
@@ -117,7 +127,7 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
                          f"in utterance {first}, {train_store.ids[first]}); run `myxtts prepare "
                          f"--verify {path}` and rebuild the store with --force")
 
-    def rebuild(sizes: list[int] | None) -> tuple[Any, Any]:
+    def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
         return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
                             device=device, batch_sizes=sizes)
 
@@ -145,7 +155,7 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                                             rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
     mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio if not resuming
 
-    def rebuild(sizes: list[int] | None) -> tuple[Any, Any]:
+    def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
         return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),
                                      rank=dist.rank, world_size=dist.world_size, raw_splits=raw,
                                      batch_sizes=sizes)

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
+
+from myxtts.train.step import TrainStep
 
 Replay = Callable[[], None]
 Capture = Callable[[Callable[[], None]], Replay]  # runs/records fn once, returns its replay
@@ -92,7 +93,7 @@ class StepGraphs:
     ``capture``: how to capture (``CudaCapture`` on a GPU; tests pass a recorder).
     """
 
-    def __init__(self, step: Any, capture: Capture) -> None:
+    def __init__(self, step: TrainStep, capture: Capture) -> None:
         self.step = step
         self._capture = capture
         self.n_micro = step.cfg.train.grad_accum_steps

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from myxtts.config import Config, save_config
-from myxtts.data.batch import Batch, to_model_dtypes
-from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.batch import Batch
+from myxtts.data.feed import DeviceFeed
 from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
@@ -133,41 +133,34 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
 
 class BatchStream:
     """The trainer's endless stream of (device batch, real frames), exactly as training sees
-    it (store loader -> side-stream prefetch; on-the-fly data -> the data role's slot ring). It advances the run's data position in ``record``
-    (``epoch``, ``batches_consumed``) as batches are handed out, so a checkpoint taken
-    between steps resumes at the next batch. Public so benchmarks measure the real input path.
-
-    The real-frame count is taken on the host before the copy (a CPU sum of B ints), so
-    throughput is exact without reading anything back from the device."""
+    it: the train loader's ``device_feed`` (``data.feed.DeviceFeed``: side-stream prefetch of a
+    store, the data role's slot ring on the fly). It advances the run's data position in
+    ``record`` (``epoch``, ``batches_consumed``) as batches are handed out, so a checkpoint
+    taken between steps resumes at the next batch. Public so benchmarks measure the real
+    input path. ``feed``: the feed, once iteration started."""
 
     def __init__(self, cfg: Config, data: TrainData, device: torch.device,
                  record: ck.TrainingProgress, copy_log: list | None = None) -> None:
         self.cfg, self.data, self.device, self.record = cfg, data, device, record
         self.copy_log = copy_log  # (start, end) CUDA events per copied batch (profile)
-        self.ring: Any = None  # on-the-fly data: the data role's slot ring (data.ring)
+        self.feed: DeviceFeed | None = None
 
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        pipeline = getattr(self.data.loader, "pipeline", None)
-        if pipeline is not None:  # on-the-fly: features made beside the step, in slots
-            self.ring = pipeline(self.device, hold=self.cfg.train.grad_accum_steps,
-                                 copy_log=self.copy_log)
+        self.feed = feed = self.data.loader.device_feed(
+            self.device, hold=self.cfg.train.grad_accum_steps, copy_log=self.copy_log)
         try:
             while True:  # each pass starts where the sampler stands: the record's position
-                for batch in self._one_pass():
+                for batch, frames in feed:
                     self.record.batches_consumed += 1
-                    yield batch, batch.pop("real_frames")
+                    yield batch, frames
                 self.record.epoch += 1
                 self.record.batches_consumed = 0
         finally:
-            if self.ring is not None:
-                self.ring.close()
+            feed.close()
 
-    def _one_pass(self) -> Iterator[dict[str, Any]]:
-        if self.ring is not None:
-            return map(to_model_dtypes, self.ring)
-        return iter(DevicePrefetcher(_with_frames(self.data.loader), self.device,
-                                     self.cfg.data.prefetch_batches, to_model_dtypes,
-                                     self.copy_log))
+    def occupancy(self) -> float | None:
+        """The feed's ready batches per request since the last call (None: no figure)."""
+        return None if self.feed is None else self.feed.occupancy()
 
 
 class _LoopContext:
@@ -272,7 +265,7 @@ class _LoopContext:
                     bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                     break
         finally:
-            stream.close()  # stops an on-the-fly data role's producer thread now
+            stream.close()  # closes the feed: stops an on-the-fly data role's producer now
         bar.close()
         return last
 
@@ -302,19 +295,13 @@ class _LoopContext:
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
         if self.eff is not None:
             values.update(self.eff.collect(iv.seconds))
-        if self.stream.ring is not None:
-            values["data_ready_slots"] = self.stream.ring.occupancy()
+        ready = self.stream.occupancy()
+        if ready is not None:
+            values["data_ready_slots"] = ready
         if self.device.type == "cuda":
             values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.logger.scalars(step, values, prefix="train/")
         bar.update_to(step, values)
-
-
-def _with_frames(loader: Any) -> Iterator[dict[str, Any]]:
-    for batch in loader:
-        if "real_frames" not in batch:
-            batch["real_frames"] = int(batch["mel_lengths"].sum())  # a host tensor here
-        yield batch
 
 
 def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:

@@ -25,7 +25,7 @@ from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
 from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep, resolve_compile, resolve_graphs, resolve_precision
+from myxtts.train.step import TrainStep, plan_step
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,8 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     model.set_activation_checkpointing(cfg.train.activation_checkpointing)
     opt, fused = build_optimizer(model, cfg.train)
     sched = build_scheduler(opt, cfg.train)
-    graphs = resolve_graphs(cfg.train.cuda_graphs, device,
-                            resolve_precision(cfg.train.precision, device), dist.enabled, fused)
-    step_fn = TrainStep(model, opt, sched, cfg, device, fused,
-                        compile_model=resolve_compile(cfg.train.compile, device),
+    plan = plan_step(cfg, device, dist.enabled, fused)
+    step_fn = TrainStep(model, opt, sched, cfg, device, fused, compile_model=plan.compile,
                         ddp_model=wrap_ddp(model, dist))
     if state is not None:
         ck.restore(state, model, opt, sched, step_fn.scaler, device, dist.rank, dist.world_size)
@@ -115,7 +113,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     if on_the_fly:
         check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
     if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
-        _warm_up(step_fn, data, cfg, dist, graphs)
+        _warm_up(step_fn, data, cfg, dist, plan.graphs)
     return TrainSetup(cfg, dist, device, data, model, step_fn, record)
 
 
@@ -146,15 +144,13 @@ def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
 
     shapes = sorted(set(bucket_shapes(data.sampler, cfg)), key=lambda s: s.frames)
     echo = log.info if dist.rank == 0 else (lambda _: None)
-    runner, step_fn.runner = step_fn.runner, step_fn.model
     report, failure = None, None
     try:
-        report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
-                         capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
+        with step_fn.without_ddp():
+            report = warm_up(step_fn, shapes, data.vocab_size, len(data.languages),
+                             capture=CudaCapture(step_fn.device) if graphs else None, echo=echo)
     except TrainError as e:
         failure = e
-    finally:
-        step_fn.runner = runner
     agree(dist, failure)
     assert report is not None
     echo(f"warm-up: {len(shapes)} bucket shapes in {report.seconds:.1f} s "

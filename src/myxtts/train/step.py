@@ -12,13 +12,17 @@ the other modes do not need but do not mind: every tensor it writes (parameters,
 AdamW state, loss sums, counters) is updated IN PLACE -- a graph replays kernels on fixed
 addresses, so a tensor rebound in Python would silently stop updating -- and nothing inside
 reads a device value on the host. ``tests/train/test_graphs.py`` checks both on the CPU.
+:func:`plan_step` decides the mode a run asks for; :attr:`TrainStep.mode` is the one running.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
 
 import torch
 
@@ -78,6 +82,58 @@ def resolve_graphs(mode: str, device: torch.device, dtype: torch.dtype, distribu
     return False
 
 
+class StepMode(StrEnum):
+    """How a step runs: ``graphed`` (captured CUDA graphs replayed; their blocks may be
+    compiled too), ``compiled`` (the transformer blocks, ``train.compile``) or ``eager``."""
+
+    EAGER = "eager"
+    COMPILED = "compiled"
+    GRAPHED = "graphed"
+
+    @classmethod
+    def of(cls, compiled: bool, graphed: bool) -> StepMode:
+        return cls.GRAPHED if graphed else cls.COMPILED if compiled else cls.EAGER
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the config asks of the step on this device (:func:`plan_step`)."""
+
+    compile: bool  # compile the transformer blocks (train.compile)
+    graphs: bool  # capture the step as CUDA graphs in the warm-up (train.cuda_graphs)
+
+    @property
+    def mode(self) -> StepMode:
+        return StepMode.of(self.compile, self.graphs)
+
+
+def plan_step(cfg: Config, device: torch.device, distributed: bool, fused: bool) -> StepPlan:
+    """The step's mode, decided once from ``train.compile``, ``train.cuda_graphs`` and
+    ``train.precision`` for this device, process count and optimizer (``fused``: fused
+    AdamW). ``train.cuda_graphs=on`` where graphs are impossible is a ConfigError."""
+    dtype = resolve_precision(cfg.train.precision, device)
+    return StepPlan(compile=resolve_compile(cfg.train.compile, device),
+                    graphs=resolve_graphs(cfg.train.cuda_graphs, device, dtype, distributed, fused))
+
+
+class GraphReplay(Protocol):
+    """Captured graphs as the step uses them (``train.graphs.StepGraphs``)."""
+
+    def replay(self, batches: list[dict[str, torch.Tensor]]) -> bool: ...
+    def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Copies of a step's accumulators (:meth:`TrainStep.snapshot`): the loss sums, the
+    device counters and flags, the host step count since the last read, the grad scaler."""
+
+    sums: dict[str, torch.Tensor]
+    counters: tuple[torch.Tensor, ...]
+    n: int
+    scaler: dict[str, Any] | None
+
+
 class TrainStep:
     """Call with a list of ``grad_accum_steps`` device batches: one optimizer step.
 
@@ -85,6 +141,7 @@ class TrainStep:
     ``compile_model``: compile the transformer blocks (``train.compile``); ``compile_backend``
     is torch.compile's backend (tests count graphs with their own). ``graphs``: a
     ``train.graphs.StepGraphs`` replays captured shapes (set by the warm-up).
+    ``runner``: the module a step calls (``ddp_model`` or ``model``; see :meth:`without_ddp`).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -103,7 +160,7 @@ class TrainStep:
                 self._blocks = compile_blocks(model, compile_backend)
             except Exception as e:  # pragma: no cover - depends on the platform
                 log.warning("torch.compile unavailable (%s); training eagerly", error_summary(e))
-        self.graphs: Any = None  # train.graphs.StepGraphs once shapes are captured
+        self.graphs: GraphReplay | None = None  # train.graphs.StepGraphs once shapes are captured
         # marker(phase) at the end of each phase ("forward", "backward", "optimizer"; a graph
         # replay: "forward+backward"): how `myxtts profile` times the phases. None in training.
         self.marker: Any = None
@@ -123,9 +180,48 @@ class TrainStep:
         return bool(self._blocks)
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> StepMode:
         """How the step runs now: ``graphed``, ``compiled`` or ``eager``."""
-        return "graphed" if self.graphs is not None else "compiled" if self.compiled else "eager"
+        return StepMode.of(self.compiled, self.graphs is not None)
+
+    @contextlib.contextmanager
+    def without_ddp(self) -> Iterator[None]:
+        """Inside the ``with``, steps run the raw module, without the DDP wrapper's gradient
+        all-reduce (the warm-up and the memory probe: each rank runs alone, so a rank that
+        fails cannot leave the others waiting in a collective). Put back on leaving."""
+        runner, self.runner = self.runner, self.model
+        try:
+            yield
+        finally:
+            self.runner = runner
+
+    # ------------------------------------------------------------------ accumulator state
+    def _counters(self) -> list[torch.Tensor]:
+        """The device tensors the step updates in place besides the sums and the model."""
+        live = [self.nonfinite_total, self.nonfinite_run, self.nonfinite_peak,
+                self._grad_norm_sum, self._loss_total, self._found_inf]
+        if self.self_feed is not None:
+            live.append(self.self_feed)
+        return live
+
+    def snapshot(self) -> StepState:
+        """Copies of the accumulators, for :meth:`restore` (model, optimizer and random
+        streams are the caller's: ``warmup.StateSnapshot``)."""
+        return StepState(sums={k: v.clone() for k, v in self._sums.items()},
+                         counters=tuple(t.clone() for t in self._counters()), n=self._n,
+                         scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None)
+
+    @torch.no_grad()
+    def restore(self, state: StepState) -> None:
+        """Put ``state`` back IN PLACE (captured graphs keep pointing at the live tensors);
+        a loss term first summed after the snapshot goes back to zero."""
+        for k, v in self._sums.items():
+            v.copy_(state.sums[k]) if k in state.sums else v.zero_()
+        for t, saved in zip(self._counters(), state.counters):
+            t.copy_(saved)
+        self._n = state.n
+        if state.scaler is not None:
+            self.scaler.load_state_dict(state.scaler)
 
     # ------------------------------------------------------------------ forward
     def _forward_loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

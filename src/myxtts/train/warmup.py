@@ -9,9 +9,9 @@ The auto batch budget (``train.budget``) probes with steps of the same kind.
 
 Both run on the real model and optimizer (a copy would double the memory being measured)
 inside a :class:`StateSnapshot`, which puts parameters, AdamW state, gradients, the step's
-sums and counters and the random streams back IN PLACE: training then starts exactly as if
-no warm-up had run (``tests/train/test_warmup.py``), and the captured graphs still point at
-the live tensors.
+accumulators (``TrainStep.snapshot`` / ``restore``) and the random streams back IN PLACE:
+training then starts exactly as if no warm-up had run (``tests/train/test_warmup.py``), and
+the captured graphs still point at the live tensors.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from myxtts.model.dummy import random_batch
 from myxtts.train.compile import compiled_graphs
 from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
 from myxtts.train.graphs import Capture, StepGraphs
+from myxtts.train.step import StepMode, TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -56,30 +57,24 @@ def drop_half_made_state(opt: torch.optim.Optimizer) -> None:
 
 
 class StateSnapshot:
-    """The training state of ``step`` (a ``TrainStep``), kept on the host, put back in place
-    by :meth:`restore` (or on leaving the ``with`` block).
+    """The training state of ``step``, put back in place by :meth:`restore` (or on leaving
+    the ``with`` block).
 
-    Saved: parameters and buffers, AdamW state (a parameter without state gets it zeroed,
-    which is what AdamW's first step initialises), the step's sums, counters and self-feed
-    probability, the grad scaler, the CPU random stream and the training GPU's, train/eval
-    mode. Gradients are zeroed (a snapshot is taken between steps, where they are zero).
+    Saved on the host: parameters and buffers, AdamW state (a parameter without state gets
+    it zeroed, which is what AdamW's first step initialises), the CPU random stream and the
+    training GPU's, train/eval mode; and the step's own accumulators (``TrainStep.snapshot``:
+    sums, counters, self-feed probability, grad scaler). Gradients are zeroed (a snapshot is
+    taken between steps, where they are zero).
     """
 
-    def __init__(self, step: Any) -> None:
+    def __init__(self, step: TrainStep) -> None:
         self.step = step
         model, opt = step.model, step.opt
         self._tensors = [*model.parameters(), *model.buffers()]
         self._saved = [t.detach().to("cpu", copy=True) for t in self._tensors]
         self._opt = {id(p): {k: v.detach().to("cpu", copy=True) for k, v in st.items()
                              if isinstance(v, torch.Tensor)} for p, st in opt.state.items()}
-        self._sums = {k: v.clone() for k, v in step._sums.items()}
-        live = [step.nonfinite_total, step.nonfinite_run, step.nonfinite_peak,
-                step._grad_norm_sum, step._loss_total, step._found_inf]
-        if step.self_feed is not None:
-            live.append(step.self_feed)
-        self._live = [(t, t.clone()) for t in live]
-        self._n = step._n
-        self._scaler = step.scaler.state_dict() if step.scaler.is_enabled() else None
+        self._step_state = step.snapshot()
         self._rng = torch.get_rng_state()
         cuda = step.device.type == "cuda"  # that GPU's stream alone (a CPU run starts no CUDA)
         self._cuda_rng = torch.cuda.get_rng_state(step.device) if cuda else None
@@ -105,13 +100,7 @@ class StateSnapshot:
             for k, v in st.items():
                 if isinstance(v, torch.Tensor):
                     v.copy_(saved[k]) if k in saved else v.zero_()
-        for k, v in step._sums.items():
-            v.copy_(self._sums[k]) if k in self._sums else v.zero_()
-        for t, saved in self._live:
-            t.copy_(saved)
-        step._n = self._n
-        if self._scaler is not None:
-            step.scaler.load_state_dict(self._scaler)
+        step.restore(self._step_state)
         torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state(self._cuda_rng, self.step.device)
@@ -133,7 +122,7 @@ def _describe(shape: BatchShape) -> str:
     return f"{shape.batch} x {shape.frames} frames, text {shape.text}"
 
 
-def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_languages: int,
             capture: Capture | None = None, echo: Callable[[str], None] = log.info
             ) -> WarmupReport:
     """Run every training shape (longest first) through ``step`` and, with ``capture``
@@ -147,7 +136,8 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
     the earlier captures keep reserved: about twice the memory of one step."""
     report = WarmupReport()
     t_start, g_start = time.perf_counter(), compiled_graphs()
-    step.graphs = StepGraphs(step, capture) if capture is not None else None  # runs as captured
+    graphs = StepGraphs(step, capture) if capture is not None else None
+    step.graphs = graphs  # the step runs as it will once captured
     order = sorted(shapes, key=lambda s: (s.frames, s.text, s.batch), reverse=True)
     total = len(order) * (2 if capture is not None else 1)
     with StateSnapshot(step):
@@ -158,15 +148,15 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
             echo(f"warm-up {i}/{total}: {'compiled' if step.compiled else 'ran'} a batch of "
                  f"{_describe(shape)} in {report.shape_seconds[-1]:.1f} s")
         _release(step.device)
-        for i, shape in enumerate(order if step.graphs is not None else [], len(order) + 1):
+        for i, shape in enumerate(order if graphs is not None else [], len(order) + 1):
             t0 = time.perf_counter()
             try:
-                step.graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
+                graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
             except Exception as e:  # any capture problem: train uncaptured, say why
                 report.capture_error = error_summary(e)
                 log.warning("CUDA graph capture failed for a batch of %s (%s); training with "
                             "the %s step", _describe(shape), report.capture_error,
-                            "compiled" if step.compiled else "eager")
+                            StepMode.of(step.compiled, graphed=False))
                 step.graphs = None
                 break
             report.shape_seconds.append(time.perf_counter() - t0)
@@ -179,7 +169,7 @@ def warm_up(step: Any, shapes: list[BatchShape], n_tokens: int, n_languages: int
     return report
 
 
-def _run_worst_case(step: Any, shape: BatchShape, n_tokens: int, n_languages: int) -> None:
+def _run_worst_case(step: TrainStep, shape: BatchShape, n_tokens: int, n_languages: int) -> None:
     """One uncaptured step on the worst case of ``shape``; out of memory is a TrainError
     naming the bucket and the fix."""
     batch = worst_case_batch(shape, n_tokens, n_languages, step.device)

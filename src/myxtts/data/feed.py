@@ -1,0 +1,64 @@
+"""The seam between the data pipeline and the training device: :class:`DeviceFeed`.
+
+A training loader (:class:`TrainLoader`: the store's ``StoreLoader``, the on-the-fly
+``OnTheFlyLoader``) builds its feed with ``device_feed(device)``; the trainer iterates the
+feed and never needs to know which path made it:
+
+* store: ``prefetch.PrefetchFeed``, the side-stream ``DevicePrefetcher`` over the loader;
+* on the fly: ``ring.SlotRing``, the data role's slots filled beside the step.
+
+Each ``iter(feed)`` is one pass (epoch) of the loader and yields ``(batch, real_frames)``:
+the batch on the training device in the model's dtypes (``batch.to_model_dtypes``), and the
+batch's real mel frames as an int. The feed counts them on the host from host-side lengths
+before the batch reaches the device (:func:`real_frames`), so the trainer's throughput
+figures never read a device tensor back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from myxtts.data.batch import Batch
+
+
+@runtime_checkable
+class DeviceFeed(Protocol):
+    """Batches on the training device, one pass per ``iter()``; see the module docstring."""
+
+    def __iter__(self) -> Iterator[tuple[Batch, int]]:
+        """One pass: ``(batch on the device, real mel frames)``."""
+        ...
+
+    def close(self) -> None:
+        """Stop whatever runs ahead (a producer thread); the feed is not iterated again."""
+        ...
+
+    def occupancy(self) -> float | None:
+        """Batches waiting ready whenever the trainer asked for one, averaged since the last
+        call (the progress bar's ``data_ready_slots``); None where the feed cannot tell."""
+        ...
+
+
+@runtime_checkable
+class TrainLoader(Protocol):
+    """A loader the trainer takes batches from: host-side batches (one epoch per pass, for
+    validation and inspection) and the feed that puts them on the training device."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def device_feed(self, device: torch.device, *, hold: int = 1,
+                    copy_log: list | None = None) -> DeviceFeed:
+        """The trainer's feed on ``device``. ``hold``: batches the trainer keeps at once
+        (gradient accumulation); ``copy_log``: receives (start, end) timing events per copied
+        batch (``myxtts profile``)."""
+        ...
+
+
+def real_frames(batch: Batch) -> int:
+    """Real mel frames of a host-side batch (a CPU sum of B lengths, no device read)."""
+    return int(batch["mel_lengths"].sum())
