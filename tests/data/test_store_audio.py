@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from myxtts.audio import load_audio
+from myxtts.audio.frames import frames_for_samples
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.data.prepare import prepare_store
 from myxtts.data.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
-from myxtts.data.store.audio import format_size, frames_for_samples, quantize
+from myxtts.data.store.audio import format_size, quantize
 from myxtts.data.store.reader import require_audio
 from myxtts.data.store.writer import npy_bytes
 from myxtts.synthetic import make_demo_data

@@ -11,7 +11,7 @@ One object, two places, so both data roles compute the same features the same wa
 * ``data.data_device='cuda:N'``: the collate returns the padded wavs and the data role's
   producer thread (``data.ring``) calls it on that GPU, in its own CUDA stream.
 
-Lengths are computed on the host from the wav lengths (the same formula
+Lengths are computed on the host from the wav lengths (``audio.frames``, the formula
 ``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
 back (no host sync per batch on a GPU).
 
@@ -25,14 +25,9 @@ from typing import Any
 
 import torch
 
+from myxtts.audio.frames import n_frames_for
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, stop_targets
-
-
-def frames_of(wav_lengths: torch.Tensor, audio: AudioConfig) -> torch.Tensor:
-    """Mel frames ``MelSpectrogram`` gives clips of these sample counts (int64 [B], host)."""
-    pad = audio.n_fft // 2
-    return 1 + (wav_lengths + 2 * pad - audio.n_fft) // audio.hop_length
 
 
 class Featurizer:
@@ -63,7 +58,7 @@ class Featurizer:
     def __call__(self, raw: dict[str, torch.Tensor], device: torch.device) -> Batch:
         mel_fn = self.module(device)
         n_frames = int(raw["n_frames"])  # bucket edge (an upper bound of every F), on the host
-        mel_lengths = frames_of(raw["wav_lengths"], self.audio).clamp(max=n_frames)  # [B] host
+        mel_lengths = n_frames_for(raw["wav_lengths"], self.audio).clamp(max=n_frames)  # [B] host
         ref_lengths = raw["ref_frames"].clamp(max=self.ref_frames)  # [B] host
         real_frames = int(mel_lengths.sum())
         dev = {k: v.to(device, non_blocking=True) for k, v in raw.items() if k != "n_frames"}
@@ -95,7 +90,7 @@ class Featurizer:
         batched module reflects each clip at its own end)."""
         if wav.device.type != "cpu":
             return mel_fn(wav, lengths)[0]
-        n_frames = int(frames_of(lengths.max(), self.audio))
+        n_frames = int(n_frames_for(lengths.max(), self.audio))
         out = wav.new_zeros(wav.shape[0], n_frames, self.audio.n_mels)  # [B, F, n_mels]
         for i, n in enumerate(lengths.tolist()):
             one, frames = mel_fn(wav[i, :n])  # [F_i, n_mels]
