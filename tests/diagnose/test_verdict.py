@@ -13,7 +13,7 @@ import pytest
 from myxtts.cli.common import config_from_args
 from myxtts.cli.main import build_parser
 from myxtts.cli.train import run_overrides
-from myxtts.diagnose.verdict import COMPUTE, HOST, INPUT, MEMORY, Figures, decide
+from myxtts.diagnose.profile.verdict import COMPUTE, HOST, INPUT, MEMORY, Figures, decide
 
 
 def healthy(**changes) -> Figures:

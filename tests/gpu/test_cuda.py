@@ -227,7 +227,7 @@ def test_a_default_cuda_run_trains_validates_and_synthesises(micro_store, tmp_pa
 def test_profile_times_the_graphed_step_with_cuda_events(micro_store, tmp_path):
     """On a GPU the profile runs the trainer's graphed step: forward and backward are one
     replay, the side-stream copy is timed, and MFU/utilisation come from the package."""
-    from myxtts.diagnose.profile import profile
+    from myxtts.diagnose.profile.run import profile
 
     cfg = micro_config(tmp_path / "run", "train.device=cuda", "train.compile=off",
                        "data.batch_frames=1200")

@@ -1,7 +1,7 @@
 """``myxtts doctor``'s data checks: the store or dataset given, and what its loader needs.
 
-Why apart from ``doctor``: these checks read the data (a store's checksums and read
-speed, a dataset's clip headers) and size the loader, while ``doctor`` asks torch about
+Why apart from ``environment``: these checks read the data (a store's checksums and read
+speed, a dataset's clip headers) and size the loader, while ``environment`` asks torch about
 the machine. ``myxtts.data`` is imported inside the functions: it needs soundfile and
 soxr, and the doctor must still run (and say so) when one of them is missing.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.config import Config, ConfigError
-from myxtts.diagnose.doctor import Check
+from myxtts.diagnose.doctor.check import Check
 
 MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
 READ_LIMIT = 2 << 30  # bytes of the mel file timed at most (keeps doctor in seconds)
