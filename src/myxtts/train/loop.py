@@ -23,7 +23,7 @@ from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch, to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
 from myxtts.observe.flops import batch_key
-from myxtts.observe.loggers import build_logger
+from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.system import FolderError, folder_lock
@@ -172,8 +172,8 @@ class BatchStream:
 
 class _LoopContext:
     def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
-                 manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
-                 out: Path, record: ck.TrainingProgress):
+                 manager: ck.CheckpointManager, logger: MetricLogger, dist: DistInfo,
+                 device: torch.device, out: Path, record: ck.TrainingProgress):
         self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
         self.record = record
