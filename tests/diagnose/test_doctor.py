@@ -345,7 +345,8 @@ def test_an_unreadable_store_file_is_a_failed_check(micro_store, tmp_path, monke
     (2, ["data.data_device=cuda:1"], "ok", ["its own GPU", "3 slots"]),
     (1, ["data.data_device=cuda:0"], "ok", ["a second stream of the training GPU"]),
     (1, ["data.data_device=cuda:3"], "fail", ["1 GPU(s) are visible"]),
-    (1, ["data.data_device=cuda:0", "train.memory_fraction=0.8", "data.memory_fraction=0.3"],
+    (1, ["data.data_device=cuda:0", "train.device_memory_cap=0.8",
+         "data.data_device_memory_cap=0.3"],
      "fail", ["1.1 > 1.0"]),
 ])
 def test_the_doctor_says_which_gpu_mode_fits_raw_audio(gpus, sets, status, words):

@@ -323,10 +323,10 @@ def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
     where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "
              f"tokens, data.batch_frames={cfg.data.batch_frames})")
     if cfg.data.batch_frames == "auto":  # measured to fit: something else took memory
-        fraction = max(0.05, round(cfg.data.auto_memory_fraction - 0.15, 2))
+        fraction = max(0.05, round(cfg.data.auto_batch_memory_share - 0.15, 2))
         return (f"out of GPU memory on {where}, although every bucket's worst case fitted "
                 f"before step 1 (another process on the GPU?); try --set "
-                f"data.auto_memory_fraction={fraction} (the sizes are measured again)")
+                f"data.auto_batch_memory_share={fraction} (the sizes are measured again)")
     suggest = int(cfg.data.batch_frames * 0.7)
     return (f"out of GPU memory on {where}; try --batch-frames {suggest} or --set "
             f"train.grad_accum_steps={cfg.train.grad_accum_steps * 2} with a smaller batch")

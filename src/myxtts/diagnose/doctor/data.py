@@ -296,8 +296,8 @@ def check_roles(cfg: Config, plan: DataPlan, n_gpus: int, train_device: str) -> 
     try:
         resolve_caps(cfg, torch.device(train_device), data_device)
     except ConfigError as e:
-        return [Check("memory caps", "fail", str(e), "see train.memory_fraction / "
-                      "data.memory_fraction in `myxtts config show`")]
+        return [Check("memory caps", "fail", str(e), "see train.device_memory_cap / "
+                      "data.data_device_memory_cap in `myxtts config show`")]
     if not plan.on_the_fly:
         how = (f"{n_gpus} GPUs: with a prepared store, DDP (each GPU trains on its shard): "
                f"torchrun --nproc_per_node={n_gpus} -m myxtts.cli.main train STORE" if n_gpus > 1

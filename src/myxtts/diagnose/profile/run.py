@@ -221,7 +221,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         largest_batch_frames=max(b * t for b, _, t in keys),
         batch_capped=cfg.data.max_batch_size > 0 and max(batches) >= cfg.data.max_batch_size,
         max_batch_size=cfg.data.max_batch_size,
-        auto_memory_fraction=cfg.data.auto_memory_fraction, num_workers=setup["num_workers"],
+        auto_batch_memory_share=cfg.data.auto_batch_memory_share, num_workers=setup["num_workers"],
         cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
         on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
         preset=cfg.model.preset, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],
