@@ -72,9 +72,11 @@ def pesq_score(store, indices, vocode, device) -> float | None:
         return None
     import soxr
 
+    from myxtts.audio.io import PCM16_SCALE
+
     scores = []
     for i in indices:
-        ref = store.audio(i).astype(np.float32) / 32767
+        ref = store.audio(i).astype(np.float32) / PCM16_SCALE
         mel = torch.from_numpy(store.mel(i).astype(np.float32))[None].to(device)
         deg = vocode(mel)[0, : len(ref)].float().cpu().numpy()
         sr = store.manifest["audio"]["sample_rate"]
@@ -151,9 +153,9 @@ def streaming_rows(store_path: Path, vocoder_run: Path, frames: int, device: tor
     with torch.no_grad():  # never stop: every run decodes exactly `frames` frames
         model.decoder.stop_head.bias.fill_(-30.0)
     ref = [str(store_path.parent / "ref.wav")]
-    from myxtts.audio.io import save_wav
+    from myxtts.audio.io import PCM16_SCALE, save_wav
 
-    save_wav(Path(ref[0]), store.audio(0).astype(np.float32) / 32767, cfg.audio.sample_rate)
+    save_wav(Path(ref[0]), store.audio(0).astype(np.float32) / PCM16_SCALE, cfg.audio.sample_rate)
     text = "printing, in the only sense with which we are at present concerned."
     rows = []
     for name, voc in (("Griffin-Lim", None), ("vocoder", load_vocoder(vocoder_run, cfg.audio, device))):

@@ -8,6 +8,16 @@ Layers, top to bottom (a module may import its own concern and anything below it
 Within the data/model/observe layer the concerns stay apart, with one exception: the
 model reads the batch contract (``myxtts.data.batch``), which is a leaf of its own.
 Lazy (function-level) imports count: they are dependencies all the same.
+
+No import circles between modules. The graph's nodes are the package's modules (a package
+is its ``__init__``), its edges every import at any depth, ``if TYPE_CHECKING:`` blocks
+included: a circle that only type hints close still ties the two modules together.
+``from myxtts.pkg import sub`` is an edge to the submodule ``pkg.sub``, not to
+``pkg/__init__``; importing ``pkg.sub`` is not counted as an edge to ``pkg/__init__``
+either, although Python runs that first. So a package whose ``__init__`` re-exports its
+submodules' names is no circle; it is one when a submodule takes names that the
+``__init__`` itself provides (``from myxtts.pkg import name``) while the ``__init__``
+imports that submodule, because then the order of imports decides what is defined.
 """
 
 from __future__ import annotations
@@ -35,28 +45,78 @@ def _layer(concern: str) -> int:
     raise AssertionError(f"myxtts.{concern} is in no layer of tests/test_architecture.py")
 
 
-def _modules() -> list[tuple[str, Path]]:
+def _modules(package: Path = PACKAGE) -> list[tuple[str, Path]]:
     out = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).with_suffix("")
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).with_suffix("")
         parts = [p for p in rel.parts if p != "__init__"]
         if parts:  # myxtts/__init__.py itself imports nothing of the package
             out.append((".".join(parts), path))
     return out
 
 
-def _imports(path: Path) -> set[str]:
-    """``myxtts.``-relative names of everything ``path`` imports, at any depth."""
+def _imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """``myxtts.``-relative names of the modules ``path`` imports, at any depth
+    (``from myxtts.a import b`` names ``a.b`` where that is a module of ``package``)."""
+    modules = {name for name, _ in _modules(package)}
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}".removeprefix(
+                "myxtts.") in modules else node.module for a in node.names]
         else:
             continue
         found |= {n.removeprefix("myxtts.") for n in names if n.startswith("myxtts.")}
     return found
+
+
+def _circles(package: Path = PACKAGE) -> list[list[str]]:
+    """Every set of modules that import each other round a circle (Tarjan's strongly
+    connected components of more than one module), each as a path that closes it."""
+    graph = {name: _imports(path, package) - {name} for name, path in _modules(package)}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in sorted(graph[node] & graph.keys()):
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            group = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(group) > 1:
+                circles.append(_closing_path(graph, set(group), node))
+
+    for name in sorted(graph):
+        if name not in order:
+            visit(name)
+    return circles
+
+
+def _closing_path(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
+    """A shortest path ``start -> ... -> start`` inside ``group`` (breadth first)."""
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt_frontier = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    return paths[node] + [start]
+                if nxt not in paths:
+                    paths[nxt] = paths[node] + [nxt]
+                    nxt_frontier.append(nxt)
+        frontier = nxt_frontier
+    raise AssertionError(f"no circle through {start}")  # pragma: no cover - Tarjan's group
 
 
 def test_every_import_points_down_or_stays_in_its_concern():
@@ -80,6 +140,27 @@ def test_the_layering_check_sees_lazy_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from myxtts.inference.synthesizer import Synthesizer\n")
     assert _imports(probe) == {"inference.synthesizer"}
+
+
+def test_no_import_circles():
+    circles = _circles()
+    assert not circles, "modules importing each other:\n" + "\n".join(
+        " -> ".join(f"myxtts.{m}" for m in c) for c in circles)
+
+
+def test_the_circle_check_sees_a_circle(tmp_path):
+    package = tmp_path / "myxtts"
+    (package / "pkg").mkdir(parents=True)
+    (package / "pkg" / "__init__.py").write_text("from myxtts.pkg.leaf import LEAF\n")
+    (package / "pkg" / "leaf.py").write_text("LEAF = 1\n")
+    (package / "pkg" / "down.py").write_text("from myxtts.pkg import leaf\n")
+    (package / "a.py").write_text("import myxtts.b\n")
+    (package / "b.py").write_text("def f():\n    from myxtts.c import g\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from myxtts.a import A\n")
+    assert _circles(package) == [["a", "b", "c", "a"]]
+    (package / "pkg" / "leaf.py").write_text("from myxtts.pkg import LEAF as OTHER\nLEAF = 1\n")
+    assert _circles(package) == [["a", "b", "c", "a"], ["pkg", "pkg.leaf", "pkg"]]
 
 
 def test_modules_stay_readable():

@@ -6,11 +6,11 @@ import pytest
 import soundfile as sf
 import torch
 
+from myxtts.audio.frames import n_frames_for
 from myxtts.audio.mel import (
     MelSpectrogram,
     compute_mel,
     mel_filterbank,
-    n_frames_for,
     reflect_pad,
 )
 from myxtts.config import AudioConfig

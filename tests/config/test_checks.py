@@ -64,8 +64,8 @@ def test_batch_frames_is_a_positive_integer_or_auto():
     with pytest.raises(ConfigError, match="data.batch_frames must be > 0, got 0"):
         load_config(overrides=["data.batch_frames=0"])
     for bad in (0, 1.5):
-        with pytest.raises(ConfigError, match=rf"data.auto_memory_fraction .* got {bad}"):
-            load_config(overrides=[f"data.auto_memory_fraction={bad}"])
+        with pytest.raises(ConfigError, match=rf"data.auto_batch_memory_share .* got {bad}"):
+            load_config(overrides=[f"data.auto_batch_memory_share={bad}"])
 
 
 def test_cuda_graphs_resolve_per_device_and_explain_when_forced():
@@ -85,7 +85,8 @@ def test_cuda_graphs_resolve_per_device_and_explain_when_forced():
 
 @pytest.mark.parametrize("override, key", [
     ("train.lr=nan", "train.lr"), ("audio.fmax=inf", "audio.fmax"),
-    ("train.grad_clip=-inf", "train.grad_clip"), ("data.memory_fraction=.nan", "data.memory_fraction"),
+    ("train.grad_clip=-inf", "train.grad_clip"),
+    ("data.data_device_memory_cap=.nan", "data.data_device_memory_cap"),
     ("vocoder.mel_weight=.inf", "vocoder.mel_weight"),
 ])
 def test_non_finite_numbers_are_refused_naming_the_key(override, key):

@@ -7,6 +7,7 @@ import yaml
 from myxtts.cli.main import main
 from myxtts.config import (
     MODEL_PRESETS,
+    RENAMED_KEYS,
     Config,
     ConfigError,
     config_from_dict,
@@ -120,3 +121,29 @@ def test_train_cli_compile_flags_reach_the_config():
         args = parser.parse_args(["train", "STORE", flag])
         cfg = config_from_args(args, base_overrides=[f"train.compile={args.compile}"])
         assert cfg.train.compile == expected
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED_KEYS.items()))
+def test_a_renamed_key_is_refused_naming_the_new_one(old, new, tmp_path, capsys):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[f"{old}=0.5"])
+    assert str(e.value) == f"config key '{old}' is renamed '{new}'; write {new} instead"
+    section, key = old.split(".")
+    p = tmp_path / "old.yaml"
+    p.write_text(f"{section}:\n  {key}: 0.5\n")
+    with pytest.raises(ConfigError, match=rf"^{p}: config key '{old}' is renamed '{new}'"):
+        load_config(p)
+    assert main(["config", "show", "--set", f"{old}=0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and old in err and new in err
+    assert load_config(overrides=[f"{new}=0.5"]).to_dict()[section][new.split(".")[1]] == 0.5
+
+
+def test_a_stored_config_with_a_renamed_key_reads_under_the_new_name():
+    stored = Config().to_dict()
+    del stored["train"]["device_memory_cap"]
+    stored["train"]["memory_fraction"] = 0.5
+    assert config_from_dict(stored).train.device_memory_cap == 0.5
+    stored["train"]["device_memory_cap"] = 0.5
+    with pytest.raises(ConfigError, match="both 'train.memory_fraction' and its present name"):
+        config_from_dict(stored)

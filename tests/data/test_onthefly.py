@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from myxtts.audio.mel import MelSpectrogram, n_frames_for
+from myxtts.audio.frames import n_frames_for
+from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, ConfigError, load_config
 from myxtts.data.batch import check_batch
 from myxtts.data.dataset import StoreDataset

@@ -16,6 +16,7 @@ from myxtts.data.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.synthetic import make_demo_data
 from myxtts.text import clean_text
+from tests.data.store_damage import flip_a_byte_is_found, truncation_is_named
 
 
 @pytest.fixture(scope="module")
@@ -146,22 +147,12 @@ def test_missing_store_names_the_command(tmp_path):
 
 
 def test_verify_detects_a_flipped_byte(store_copy):
-    f = store_copy / "train" / "mel.f16"
-    data = bytearray(f.read_bytes())
-    data[len(data) // 2] ^= 0x40
-    f.write_bytes(bytes(data))
-    problems = verify_store(store_copy)
-    assert len(problems) == 1 and "train/mel.f16" in problems[0] and "sha256" in problems[0]
+    flip_a_byte_is_found(store_copy, "train/mel.f16", 0x40)
     assert verify_store(store_copy, check_hashes=False) == []  # sizes and index still agree
 
 
 def test_truncated_file_is_named(store_copy):
-    f = store_copy / "train" / "tokens.i32"
-    f.write_bytes(f.read_bytes()[:-8])
-    problems = verify_store(store_copy)
-    assert any("tokens.i32" in p and "bytes" in p for p in problems)
-    with pytest.raises(StoreError, match=r"tokens\.i32.*truncated"):
-        FeatureStore.open(store_copy)
+    truncation_is_named(store_copy, "train/tokens.i32", 8)
 
 
 def test_verify_detects_inconsistent_index(store_copy):

@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 
 from myxtts.audio import load_audio
+from myxtts.audio.frames import frames_for_samples
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.data.prepare import prepare_store
 from myxtts.data.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
-from myxtts.data.store.audio import format_size, frames_for_samples, quantize
+from myxtts.data.store.audio import format_size, quantize
 from myxtts.data.store.reader import require_audio
 from myxtts.data.store.writer import npy_bytes
 from myxtts.synthetic import make_demo_data
+from tests.data.store_damage import flip_a_byte_is_found, truncation_is_named
 
 QUIET = {"progress": False, "echo": lambda s: None}
 AUDIO = ["data.store_audio=true"]
@@ -122,21 +124,11 @@ def test_a_manifest_from_before_audio_reads_as_no_audio(demo, tmp_path):
 
 
 def test_verify_detects_a_corrupted_audio_file(audio_copy):
-    f = audio_copy / "val" / "audio.i16"
-    blob = bytearray(f.read_bytes())
-    blob[len(blob) // 2] ^= 0x10
-    f.write_bytes(bytes(blob))
-    problems = verify_store(audio_copy)
-    assert len(problems) == 1 and "val/audio.i16" in problems[0] and "sha256" in problems[0]
+    flip_a_byte_is_found(audio_copy, "val/audio.i16", 0x10)
 
 
 def test_truncated_audio_file_is_named(audio_copy):
-    f = audio_copy / "train" / "audio.i16"
-    f.write_bytes(f.read_bytes()[:-2])
-    problems = verify_store(audio_copy)
-    assert any("train/audio.i16" in p and "truncated" in p for p in problems)
-    with pytest.raises(StoreError, match=r"audio\.i16.*truncated"):
-        FeatureStore.open(audio_copy)
+    truncation_is_named(audio_copy, "train/audio.i16", 2)
 
 
 def test_verify_detects_audio_lengths_that_disagree_with_the_mels(audio_copy):

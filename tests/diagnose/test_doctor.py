@@ -12,9 +12,11 @@ import pytest
 
 from myxtts.cli.main import main
 from myxtts.config import load_config
-from myxtts.diagnose import doctor
-from myxtts.diagnose import doctor_data as dd
-from myxtts.diagnose.doctor import Check, GpuFacts, TorchFacts
+from myxtts.diagnose.doctor import data as dd
+from myxtts.diagnose.doctor import environment as env
+from myxtts.diagnose.doctor.check import Check, exit_code, format_checks
+from myxtts.diagnose.doctor.environment import GpuFacts, TorchFacts
+from myxtts.diagnose.doctor.run import run_checks
 
 MIB = 2**20
 H100 = GpuFacts(0, "NVIDIA H100 80GB HBM3", 79.1, (9, 0))
@@ -52,94 +54,94 @@ def _line(out: str, name: str) -> str:
 @pytest.fixture
 def no_compile(monkeypatch):
     """The real compile check costs seconds: every CLI run but the compile test fakes it."""
-    monkeypatch.setattr(doctor, "compile_probe", _fast_compile)
+    monkeypatch.setattr(env, "compile_probe", _fast_compile)
 
 
 # ---------------------------------------------------------------- versions and GPUs
 
 def test_python_and_torch_versions():
-    assert doctor.check_python((3, 9, 18)).status == "fail"
-    assert doctor.check_python((3, 11, 7)) == Check("python", "ok", "3.11.7")
-    old = doctor.check_torch(TorchFacts("2.3.1+cu121", "12.1"))
+    assert env.check_python((3, 9, 18)).status == "fail"
+    assert env.check_python((3, 11, 7)) == Check("python", "ok", "3.11.7")
+    old = env.check_torch(TorchFacts("2.3.1+cu121", "12.1"))
     assert old.status == "fail" and "torch>=2.4" in old.fix
-    cpu = doctor.check_torch(CPU_TORCH)
+    cpu = env.check_torch(CPU_TORCH)
     assert cpu.status == "ok" and "2.13.0+cpu (CPU-only build)" in cpu.found
-    assert "CUDA 12.4 build" in doctor.check_torch(_cuda(H100)).found
+    assert "CUDA 12.4 build" in env.check_torch(_cuda(H100)).found
 
 
 def test_no_gpu_warns_unless_the_config_asks_for_cuda():
-    [auto] = doctor.check_gpus(CPU_TORCH, "auto")
+    [auto] = env.check_gpus(CPU_TORCH, "auto")
     assert auto.status == "warn" and "CPU-only build" in auto.found and "CUDA build" in auto.fix
-    [asked] = doctor.check_gpus(CPU_TORCH, "cuda:0")
+    [asked] = env.check_gpus(CPU_TORCH, "cuda:0")
     assert asked.status == "fail" and "--set train.device=cpu" in asked.fix
-    [hidden] = doctor.check_gpus(_cuda(), "auto", {"CUDA_VISIBLE_DEVICES": ""})
+    [hidden] = env.check_gpus(_cuda(), "auto", {"CUDA_VISIBLE_DEVICES": ""})
     assert hidden.status == "warn" and "CUDA_VISIBLE_DEVICES=''" in hidden.found
     assert "nvidia-smi" in hidden.fix
 
 
 def test_gpus_are_listed_and_a_missing_device_index_blocks():
-    checks = doctor.check_gpus(_cuda(H100), "auto")
+    checks = env.check_gpus(_cuda(H100), "auto")
     assert [c.status for c in checks] == ["ok", "ok"]
     assert "CUDA 12.4" in checks[0].found and "550.54.15" in checks[0].found
     assert "H100" in checks[1].found and "79.1 GiB" in checks[1].found and "9.0" in checks[1].found
-    bad = doctor.check_gpus(_cuda(H100), "cuda:1")[-1]
+    bad = env.check_gpus(_cuda(H100), "cuda:1")[-1]
     assert bad.name == "train.device" and bad.status == "fail" and "cuda:0" in bad.fix
-    assert doctor.training_device("auto", 0) == "cpu"
-    assert doctor.training_device("auto", 2) == "cuda:0"
-    assert doctor.training_device("cuda", 1) == "cuda:0"
+    assert env.training_device("auto", 0) == "cpu"
+    assert env.training_device("auto", 2) == "cuda:0"
+    assert env.training_device("cuda", 1) == "cuda:0"
     with pytest.raises(ValueError, match="not a device"):
-        doctor.training_device("tpu", 1)
+        env.training_device("tpu", 1)
 
 
 def test_bf16_tf32_by_compute_capability_and_precision():
-    assert doctor.check_precision(CPU_TORCH, "auto").status == "skip"
-    assert doctor.check_precision(_cuda(H100), "auto").status == "ok"
-    scaled = doctor.check_precision(_cuda(V100, auto="fp16"), "auto")
+    assert env.check_precision(CPU_TORCH, "auto").status == "skip"
+    assert env.check_precision(_cuda(H100), "auto").status == "ok"
+    scaled = env.check_precision(_cuda(V100, auto="fp16"), "auto")
     assert scaled.status == "warn" and "fp16 with a loss scaler will be used" in scaled.found
     assert scaled.fix
-    emulated = doctor.check_precision(_cuda(V100, auto="bf16"), "auto")
+    emulated = env.check_precision(_cuda(V100, auto="bf16"), "auto")
     assert emulated.status == "warn" and "--set train.precision=fp16" in emulated.fix
-    assert doctor.check_precision(_cuda(V100), "fp16").status == "ok"
+    assert env.check_precision(_cuda(V100), "fp16").status == "ok"
 
 
 def test_nccl_only_matters_with_several_gpus():
-    assert doctor.check_nccl(_cuda(H100, nccl=False)).status == "skip"
-    assert doctor.check_nccl(_cuda(H100, H100)).status == "ok"
-    missing = doctor.check_nccl(_cuda(H100, H100, nccl=False))
+    assert env.check_nccl(_cuda(H100, nccl=False)).status == "skip"
+    assert env.check_nccl(_cuda(H100, H100)).status == "ok"
+    missing = env.check_nccl(_cuda(H100, H100, nccl=False))
     assert missing.status == "warn" and "NCCL" in missing.fix and "one GPU still trains" in missing.found
 
 
 def test_compile_check_branches():
-    ok = doctor.check_compile("cpu", "auto", _fast_compile)
+    ok = env.check_compile("cpu", "auto", _fast_compile)
     assert ok.status == "ok" and "0.2 s" in ok.found and "eagerly on CPU" in ok.found
 
     def broken(device: str) -> float:
         raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nlong details")
 
-    cpu = doctor.check_compile("cpu", "on", broken)
+    cpu = env.check_compile("cpu", "on", broken)
     assert cpu.status == "warn" and "No working C++ compiler" in cpu.found
     assert "long details" not in cpu.found
     assert "train.compile=off" in cpu.fix and "g++" in cpu.fix
-    gpu = doctor.check_compile("cuda:0", "auto", broken)
+    gpu = env.check_compile("cuda:0", "auto", broken)
     assert "train.compile=off" in gpu.fix and "g++" not in gpu.fix
-    assert doctor.check_compile("cpu", "off", broken).status == "skip"  # probe never called
+    assert env.check_compile("cpu", "off", broken).status == "skip"  # probe never called
 
 
 def test_compile_probe_really_compiles_on_this_machine():
-    check = doctor.check_compile("cpu", "on", doctor.compile_probe)
+    check = env.check_compile("cpu", "on", env.compile_probe)
     assert check.status == "ok", check
 
 
 # ---------------------------------------------------------------- packages
 
 def test_missing_packages():
-    by_name = {c.name: c for c in doctor.check_packages(
+    by_name = {c.name: c for c in env.check_packages(
         1, True, _importer_without("soundfile", "soxr", "tensorboard", "pynvml"))}
     assert by_name["soundfile"].status == "fail" and "pip install soundfile" in by_name["soundfile"].fix
     assert by_name["soxr"].status == "fail" and "pip install soxr" in by_name["soxr"].fix
     assert by_name["tensorboard"].status == "warn" and "tensorboard" in by_name["tensorboard"].fix
     assert by_name["NVML"].status == "warn" and "nvidia-ml-py" in by_name["NVML"].fix
-    quiet = {c.name: c for c in doctor.check_packages(0, False, _importer_without("tensorboard",
+    quiet = {c.name: c for c in env.check_packages(0, False, _importer_without("tensorboard",
                                                                                  "pynvml"))}
     assert quiet["tensorboard"].status == "ok" and quiet["NVML"].status == "ok"
     import soundfile
@@ -217,18 +219,18 @@ def test_format_fixes_summary_and_exit_code():
     checks = [Check("a", "ok", "fine"), Check("b", "warn", "slow", "--fix-b"),
               Check("c", "warn", "slower", "--fix-c"), Check("d", "fail", "broken", "--fix-d"),
               Check("e", "skip", "n/a")]
-    text = doctor.format_checks(checks)
+    text = format_checks(checks)
     assert text.splitlines() == ["✔ a: fine", "⚠ b: slow — --fix-b", "⚠ c: slower — --fix-c",
                                  "✗ d: broken — --fix-d", "- e: skipped (n/a)",
                                  "4 checks: 1 ok, 2 warnings, 1 blocking (1 skipped)"]
-    assert doctor.format_checks(checks, ascii_only=True).splitlines()[3] == "[XX] d: broken - --fix-d"
-    assert doctor.exit_code(checks) == 1
-    assert doctor.exit_code(checks[:3]) == 0  # warnings never block
+    assert format_checks(checks, ascii_only=True).splitlines()[3] == "[XX] d: broken - --fix-d"
+    assert exit_code(checks) == 1
+    assert exit_code(checks[:3]) == 0  # warnings never block
 
 
 def test_a_faked_multi_gpu_machine_with_every_problem():
     cfg = load_config(overrides=["data.num_workers=4"])
-    checks = doctor.run_checks(
+    checks = run_checks(
         cfg, None, facts=_cuda(V100, V100, nccl=False, auto="fp16"), python=(3, 11, 7), cpus=4,
         shm_probe=lambda: 64 * MIB, compile_fn=_fast_compile, importer=_importer_without("soxr", "pynvml"))
     status = {c.name: c.status for c in checks}
@@ -239,7 +241,7 @@ def test_a_faked_multi_gpu_machine_with_every_problem():
     assert "torchrun --nproc_per_node=2" in next(c for c in checks if c.name == "GPU roles").found
     assert "x 2 ranks" in next(c for c in checks if c.name == "/dev/shm").found
     assert all(c.fix for c in checks if c.status in ("warn", "fail"))
-    assert doctor.exit_code(checks) == 1
+    assert exit_code(checks) == 1
 
 
 # ---------------------------------------------------------------- real runs through the CLI
@@ -303,10 +305,10 @@ def test_missing_path_and_bad_config(capsys, no_compile, tmp_path):
 
 def test_nvml_that_cannot_start_with_a_gpu_warns():
     fake = lambda name: object()  # noqa: E731 - every package importable
-    checks = doctor.check_packages(1, True, fake, nvml_note="NVML found no NVIDIA driver")
+    checks = env.check_packages(1, True, fake, nvml_note="NVML found no NVIDIA driver")
     nvml = next(c for c in checks if c.name == "NVML")
     assert nvml.status == "warn" and "no NVIDIA driver" in nvml.found and "nvidia-smi" in nvml.fix
-    ok = next(c for c in doctor.check_packages(1, True, fake) if c.name == "NVML")
+    ok = next(c for c in env.check_packages(1, True, fake) if c.name == "NVML")
     assert ok.status == "ok"
 
 
@@ -314,11 +316,11 @@ def test_a_torch_that_cannot_import_is_a_blocking_line(monkeypatch):
     def broken():
         raise OSError("libcudart.so.12: cannot open shared object file")
 
-    monkeypatch.setattr(doctor, "probe_torch", broken)
-    checks = doctor.run_checks(load_config())
+    monkeypatch.setattr(env, "probe_torch", broken)
+    checks = run_checks(load_config())
     assert [c.name for c in checks] == ["python", "torch"]
     assert checks[1].status == "fail" and "libcudart" in checks[1].found
-    assert doctor.exit_code(checks) == 1
+    assert exit_code(checks) == 1
 
 
 def test_an_unreadable_store_file_is_a_failed_check(micro_store, tmp_path, monkeypatch):
@@ -343,11 +345,12 @@ def test_an_unreadable_store_file_is_a_failed_check(micro_store, tmp_path, monke
     (2, ["data.data_device=cuda:1"], "ok", ["its own GPU", "3 slots"]),
     (1, ["data.data_device=cuda:0"], "ok", ["a second stream of the training GPU"]),
     (1, ["data.data_device=cuda:3"], "fail", ["1 GPU(s) are visible"]),
-    (1, ["data.data_device=cuda:0", "train.memory_fraction=0.8", "data.memory_fraction=0.3"],
+    (1, ["data.data_device=cuda:0", "train.device_memory_cap=0.8",
+         "data.data_device_memory_cap=0.3"],
      "fail", ["1.1 > 1.0"]),
 ])
 def test_the_doctor_says_which_gpu_mode_fits_raw_audio(gpus, sets, status, words):
-    from myxtts.diagnose.doctor_data import DataPlan, check_roles
+    from myxtts.diagnose.doctor.data import DataPlan, check_roles
 
     checks = check_roles(load_config(overrides=sets), DataPlan(on_the_fly=True), gpus, "cuda:0")
     assert [c.status for c in checks] == [status]

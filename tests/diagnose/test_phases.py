@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from myxtts.diagnose.phases import COPY, PhaseClock, Spread, phase_stats
+from myxtts.diagnose.profile.phases import COPY, PhaseClock, Spread, phase_stats
 
 
 def scripted(times):

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from myxtts.cli.main import main
-from myxtts.diagnose.profile import profile
-from myxtts.diagnose.report import format_report
-from myxtts.diagnose.verdict import COMPUTE, HOST, INPUT, MEMORY
+from myxtts.diagnose.profile.report import format_report
+from myxtts.diagnose.profile.run import profile
+from myxtts.diagnose.profile.verdict import COMPUTE, HOST, INPUT, MEMORY
 from tests.helpers import micro_config
 
 

@@ -13,7 +13,7 @@ import pytest
 from myxtts.cli.common import config_from_args
 from myxtts.cli.main import build_parser
 from myxtts.cli.train import run_overrides
-from myxtts.diagnose.verdict import COMPUTE, HOST, INPUT, MEMORY, Figures, decide
+from myxtts.diagnose.profile.verdict import COMPUTE, HOST, INPUT, MEMORY, Figures, decide
 
 
 def healthy(**changes) -> Figures:
@@ -24,7 +24,7 @@ def healthy(**changes) -> Figures:
         padding_efficiency=0.93, step_mode="graphed", compile_setting="auto",
         graphs_setting="auto", graphs_blocker=None, precision="bf16", bf16_supported=True,
         batch_frames="auto", largest_batch_frames=40000, batch_capped=False, max_batch_size=64,
-        auto_memory_fraction=0.85, num_workers=2, cpus=16, prefetch_batches=2,
+        auto_batch_memory_share=0.85, num_workers=2, cpus=16, prefetch_batches=2,
         on_the_fly=False, max_duration_s=20.0, preset="base")
     return dataclasses.replace(base, **changes)
 
@@ -150,7 +150,7 @@ def _variants() -> list[Figures]:
         common = dict(device=device, step_mode=mode, compile_setting=compile_, graphs_setting=graphs,
                       graphs_blocker=blocker, precision=precision, batch_frames=bf,
                       batch_capped=capped, num_workers=workers, on_the_fly=fly,
-                      preset="small", auto_memory_fraction=0.9, padding_efficiency=0.7)
+                      preset="small", auto_batch_memory_share=0.9, padding_efficiency=0.7)
         out += [healthy(**common),
                 healthy(**common, data_wait_s=0.05),
                 healthy(**common, copy_s=0.2),

@@ -149,7 +149,7 @@ def test_the_loader_sends_float16_and_the_prefetcher_casts_on_the_gpu(micro_stor
 
 
 def test_auto_budget_sizes_run_without_running_out_of_memory(tmp_path):
-    (step,) = _steps(tmp_path, 1, "data.auto_memory_fraction=0.05", "data.max_batch_size=0")
+    (step,) = _steps(tmp_path, 1, "data.auto_batch_memory_share=0.05", "data.max_batch_size=0")
     sizes = auto_batch_sizes(step, SHAPES, [4, 4], step.cfg, tmp_path / "run", N_TOKENS, 1,
                              DistInfo(), echo=print)
     limit = 0.05 * torch.cuda.get_device_properties(CUDA).total_memory
@@ -227,7 +227,7 @@ def test_a_default_cuda_run_trains_validates_and_synthesises(micro_store, tmp_pa
 def test_profile_times_the_graphed_step_with_cuda_events(micro_store, tmp_path):
     """On a GPU the profile runs the trainer's graphed step: forward and backward are one
     replay, the side-stream copy is timed, and MFU/utilisation come from the package."""
-    from myxtts.diagnose.profile import profile
+    from myxtts.diagnose.profile.run import profile
 
     cfg = micro_config(tmp_path / "run", "train.device=cuda", "train.compile=off",
                        "data.batch_frames=1200")

@@ -16,20 +16,10 @@ from myxtts.inference import longform
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.model.vocos import VocosGenerator
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import train
-from tests.helpers import micro_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PARAGRAPH = ("lamo tesi kunapo. miresu fato. kali mo tesi, pana lumi sotu kanefa! "
              "memo tarisu pekafo nilo. sumati kelo rapina.")
-
-
-@pytest.fixture(scope="module")
-def run(micro_store, tmp_path_factory):
-    out = tmp_path_factory.mktemp("longform") / "run"
-    train(micro_config(out, "train.max_steps=2", "model.max_decoder_frames=40"), micro_store,
-          progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -138,4 +128,4 @@ def test_stream_cli_writes_the_wav_and_reports_latency(run, refs, tmp_path, caps
     err = capsys.readouterr().err
     assert "first audio after" in err and "real-time factor" in err
     wav, sr = sf.read(out)
-    assert sr == 22050 and len(wav) > 2 * 40 * 256  # two sentences of 40 frames + a pause
+    assert sr == 22050 and len(wav) > 2 * 48 * 256  # two sentences of 48 frames + a pause

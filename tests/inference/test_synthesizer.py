@@ -9,18 +9,8 @@ import torch
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.train.checkpoint import resolve_checkpoint
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import train
-from tests.helpers import micro_config
 
 SENTENCES = ["lamo tesi kunapo.", "miresu."]  # the demo language the micro store speaks
-
-
-@pytest.fixture(scope="module")
-def run(micro_store, tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth") / "run"
-    train(micro_config(out, "train.max_steps=4", "model.max_decoder_frames=48"), micro_store,
-          progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")

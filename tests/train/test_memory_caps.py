@@ -24,7 +24,8 @@ CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cu
 
 
 def caps(train: float, data: float, train_device=GPU0, data_device=None) -> MemoryCaps:
-    cfg = micro_config(".", f"train.memory_fraction={train}", f"data.memory_fraction={data}")
+    cfg = micro_config(".", f"train.device_memory_cap={train}",
+                       f"data.data_device_memory_cap={data}")
     return resolve_caps(cfg, train_device, data_device)
 
 
@@ -39,12 +40,13 @@ def test_two_gpus_get_one_cap_each_and_a_shared_gpu_gets_the_sum():
 
 
 @pytest.mark.parametrize("train, data, train_device, data_device, message", [
-    (0.5, 0.0, CPU, None, r"train.memory_fraction=0.5 caps a GPU's memory, but training runs on cpu"),
-    (0.0, 0.3, GPU0, None, r"data.memory_fraction=0.3 .* reads a prepared store"),
-    (0.0, 0.3, GPU0, CPU, r"data.memory_fraction=0.3 .* data.data_device is cpu"),
-    (0.7, 0.4, GPU0, GPU0, r"0.7 \+ data.memory_fraction=0.4 = 1.1 > 1.0 on cuda:0"),
-    (0.0, 0.2, GPU0, GPU0, r"data.memory_fraction=0.2 on the training GPU .* needs "
-                           r"train.memory_fraction too"),
+    (0.5, 0.0, CPU, None, r"train.device_memory_cap=0.5 caps a GPU's memory, but training runs "
+                          r"on cpu"),
+    (0.0, 0.3, GPU0, None, r"data.data_device_memory_cap=0.3 .* reads a prepared store"),
+    (0.0, 0.3, GPU0, CPU, r"data.data_device_memory_cap=0.3 .* data.data_device is cpu"),
+    (0.7, 0.4, GPU0, GPU0, r"0.7 \+ data.data_device_memory_cap=0.4 = 1.1 > 1.0 on cuda:0"),
+    (0.0, 0.2, GPU0, GPU0, r"data.data_device_memory_cap=0.2 on the training GPU .* needs "
+                           r"train.device_memory_cap too"),
 ])
 def test_impossible_caps_are_one_line_errors(train, data, train_device, data_device, message):
     with pytest.raises(ConfigError, match=message) as err:
@@ -53,8 +55,8 @@ def test_impossible_caps_are_one_line_errors(train, data, train_device, data_dev
 
 
 def test_a_share_outside_0_1_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"train.memory_fraction is a share .* got 1.5"):
-        micro_config(".", "train.memory_fraction=1.5")
+    with pytest.raises(ConfigError, match=r"train.device_memory_cap is a share .* got 1.5"):
+        micro_config(".", "train.device_memory_cap=1.5")
     with pytest.raises(ConfigError, match=r"data.ring_slots must be >= 2"):
         micro_config(".", "data.ring_slots=1")
 
@@ -71,10 +73,10 @@ def test_the_auto_budget_plans_within_the_training_share(tmp_path, one_thread):
     sizes = auto_batch_sizes(_step(uncapped), SHAPES, [4, 4, 4], uncapped, tmp_path / "a",
                              N_TOKENS, 1, DistInfo(), memory=BigPeak(), echo=lambda s: None)
     assert all(s >= 1 for s in sizes)
-    capped = micro_config(tmp_path / "b", f"audio.n_mels={N_MELS}", "train.memory_fraction=0.5")
+    capped = micro_config(tmp_path / "b", f"audio.n_mels={N_MELS}", "train.device_memory_cap=0.5")
     with pytest.raises(TrainError, match=r"not even one utterance fits in 10.2 GiB \(42% of Fake "
                                          r"GPU 24GB, 24.0 GiB, capped at "
-                                         r"train.memory_fraction=0.5\)"):
+                                         r"train.device_memory_cap=0.5\)"):
         auto_batch_sizes(_step(capped), SHAPES, [4, 4, 4], capped, tmp_path / "b", N_TOKENS, 1,
                          DistInfo(), memory=BigPeak(), echo=lambda s: None)
 
@@ -82,12 +84,12 @@ def test_the_auto_budget_plans_within_the_training_share(tmp_path, one_thread):
 def test_the_cli_refuses_a_cap_on_cpu_training_in_one_line(micro_store, tmp_path):
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
            "--output-dir", str(tmp_path / "run"), "--max-steps", "1"]
-    for item in [*MICRO_MODEL, "train.device=cpu", "train.memory_fraction=0.5"]:
+    for item in [*MICRO_MODEL, "train.device=cpu", "train.device_memory_cap=0.5"]:
         cmd += ["--set", item]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert lines == ["myxtts train: error: train.memory_fraction=0.5 caps a GPU's memory, but "
+    assert lines == ["myxtts train: error: train.device_memory_cap=0.5 caps a GPU's memory, but "
                      "training runs on cpu; remove it (or train on a GPU)"], out.stderr
 
 
@@ -96,8 +98,8 @@ def test_a_data_share_too_small_for_the_features_is_refused_on_a_gpu():
     from myxtts.config import load_config
     from myxtts.data.features import Featurizer
 
-    cfg = load_config(overrides=["data.memory_fraction=0.000001", "train.device=cuda:0",
-                                 "data.data_device=cuda:0", "train.memory_fraction=0.9"])
+    cfg = load_config(overrides=["data.data_device_memory_cap=0.000001", "train.device=cuda:0",
+                                 "data.data_device=cuda:0", "train.device_memory_cap=0.9"])
     cap = resolve_caps(cfg, GPU0, GPU0)
     b, n = 16, 22050 * 10
     raw = {"wav": torch.zeros(b, n), "wav_lengths": torch.full((b,), n),
@@ -107,8 +109,8 @@ def test_a_data_share_too_small_for_the_features_is_refused_on_a_gpu():
            "speaker_ids": torch.zeros(b, dtype=torch.long),
            "language_ids": torch.zeros(b, dtype=torch.long),
            "indices": torch.zeros(b, dtype=torch.long), "n_frames": torch.tensor(1 + n // 256)}
-    with pytest.raises(ConfigError, match="raise data.memory_fraction"):
+    with pytest.raises(ConfigError, match="raise data.data_device_memory_cap"):
         check_feature_memory(Featurizer(cfg.audio, 256), raw, cap)
-    roomy = resolve_caps(load_config(overrides=["data.memory_fraction=0.5",
-                                                "train.memory_fraction=0.4"]), GPU0, GPU0)
+    roomy = resolve_caps(load_config(overrides=["data.data_device_memory_cap=0.5",
+                                                "train.device_memory_cap=0.4"]), GPU0, GPU0)
     assert 0 < check_feature_memory(Featurizer(cfg.audio, 256), raw, roomy) < 0.5 * 2**40

@@ -33,6 +33,10 @@ UNREADABLE_AUDIO = "unreadable audio"
 WRONG_SAMPLE_RATE = "wrong sample rate"
 SILENT_AUDIO = "silent audio"
 
+# 16-bit PCM from float audio: sample x in [-1, 1] becomes clip(round(x * PCM16_SCALE)), and
+# int16 samples divide by it to come back (the store's audio, raw PCM on stdout).
+PCM16_SCALE = 32767.0
+
 
 class AudioError(ValueError):
     """A clip cannot be used: unreadable, empty, non-finite, silent or at the wrong rate.

@@ -9,7 +9,8 @@ common LJSpeech/XTTS recipes.
 
 Conventions (binding for the whole project):
 - time-major: a clip's mel is ``[n_frames, n_mels]``, a batch ``[B, frames, n_mels]``;
-- ``n_frames = 1 + n_samples // hop_length`` (centered frames, even n_fft);
+- ``n_frames = 1 + n_samples // hop_length`` (centered frames, even n_fft;
+  ``audio.frames`` computes it without the audio);
 - ``log_mel = log(clamp(|STFT| @ mel_basis, min=log_floor))`` (magnitude, not power);
 - in a padded batch, frames past a clip's own ``n_frames`` are exactly ``0.0`` (the same
   value collate pads with), so masks, not sentinel values, mark padding.
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from myxtts.audio.frames import frames_for_samples
 from myxtts.config import AudioConfig
 
 # Slaney's "auditory toolbox" mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic
@@ -69,12 +71,6 @@ def mel_filterbank(cfg: AudioConfig) -> torch.Tensor:
     weights = np.maximum(0.0, np.minimum(rising, falling))  # [n_mels, n_freqs]
     weights *= (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
     return torch.from_numpy(np.ascontiguousarray(weights.T, dtype=np.float32))  # [n_freqs, n_mels]
-
-
-def n_frames_for(n_samples: int, cfg: AudioConfig) -> int:
-    """Frames ``MelSpectrogram`` gives a clip of ``n_samples`` (no audio needed: for budgets)."""
-    pad = cfg.n_fft // 2
-    return 1 + (n_samples + 2 * pad - cfg.n_fft) // cfg.hop_length
 
 
 def _mirror(pos: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
@@ -230,7 +226,7 @@ class MelSpectrogram(nn.Module):
         if lengths is None:
             n_frames = torch.full((batch,), mel.shape[1], dtype=torch.long, device=wav.device)
         else:
-            n_frames = 1 + (lengths + 2 * pad - self.n_fft) // self.hop_length  # [B]
+            n_frames = frames_for_samples(lengths, self.n_fft, self.hop_length)  # [B]
         return mel, n_frames
 
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor | None = None

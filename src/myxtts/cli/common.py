@@ -1,14 +1,26 @@
-"""Flags shared by every subcommand that needs a config, and the one way to turn them into one."""
+"""What subcommands share: how one is added, the flags of every subcommand that needs a
+config, and the one way to turn them into one."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+from collections.abc import Callable
 
 from myxtts.config import Config, load_config
 
 
 class CLIError(Exception):
     """A user error: printed as one line, exit code 2, no traceback."""
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int],
+                summary: str) -> argparse.ArgumentParser:
+    """The subcommand ``name``: ``summary`` in the command list, ``run``'s docstring as its
+    ``--help`` description (argparse re-flows it), and ``run`` called with the parsed args."""
+    p = sub.add_parser(name, help=summary, description=inspect.getdoc(run))
+    p.set_defaults(func=run)
+    return p
 
 
 def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:

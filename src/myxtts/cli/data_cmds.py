@@ -6,16 +6,12 @@ import argparse
 import time
 from pathlib import Path
 
-from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "make-demo-data",
-        help="write a small synthetic multi-speaker corpus (LJSpeech layout) that trains in minutes",
-        description="Write a deterministic synthetic corpus: a 14-letter made-up language (and, with "
-                    "--languages en,fa, a second one in Persian letters) spoken by N voices that "
-                    "differ in pitch and timbre. Same arguments -> identical files.")
+    p = add_command(sub, "make-demo-data", _make_demo, "write a small synthetic multi-speaker "
+                    "corpus (LJSpeech layout) that trains in minutes")
     p.add_argument("out", metavar="OUT", help="folder to create (must be empty or absent)")
     p.add_argument("--speakers", type=int, default=4, help="number of voices (default 4)")
     p.add_argument("--utterances", type=int, default=300, help="utterances per speaker (default 300)")
@@ -26,23 +22,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "some voices speak one, some the other, some both, and metadata.csv gets "
                         "a language column; train with --set text.languages=[en,fa]")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder (overwrites)")
-    p.set_defaults(func=_make_demo)
 
-    q = sub.add_parser(
-        "inspect-data",
-        help="summarise a dataset (counts, hours, speakers, durations) and list its problems",
-        description="Read a dataset and every clip's header; print counts per split, hours, "
-                    "per-speaker totals, a duration histogram, sample rates and the problems "
-                    "found (file:line and the fix). Exit code 0 even when problems are found.")
+    q = add_command(sub, "inspect-data", _inspect, "summarise a dataset (counts, hours, speakers, "
+                    "durations) and list its problems")
     q.add_argument("path", metavar="PATH", help="dataset folder or manifest file")
     q.add_argument("--max-problems", type=int, default=5, metavar="N",
                    help="problems listed per reason (default 5; all are counted)")
     q.add_argument("--json", metavar="FILE", help="also write every problem to FILE as JSON")
     add_config_args(q, training=False)
-    q.set_defaults(func=_inspect)
 
 
 def _make_demo(args: argparse.Namespace) -> int:
+    """Write a deterministic synthetic corpus: a 14-letter made-up language (and, with
+    --languages en,fa, a second one in Persian letters) spoken by N voices that differ in
+    pitch and timbre. Same arguments -> identical files."""
     from myxtts.synthetic import DEMO_LANGUAGES, make_demo_data
 
     out = Path(args.out)
@@ -69,6 +62,9 @@ def _make_demo(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    """Read a dataset and every clip's header; print counts per split, hours, per-speaker
+    totals, a duration histogram, sample rates and the problems found (file:line and the
+    fix). Exit code 0 even when problems are found."""
     from myxtts.data.inspect import format_inspection, inspect_dataset
     from myxtts.data.records import DatasetError
     from myxtts.system import atomic_write, writable_folder

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, base_overrides=[f"train.device={args.device}"] if args.device
                            else None)
-    from myxtts.diagnose.doctor import exit_code, format_checks, run_checks
+    from myxtts.diagnose.doctor.check import exit_code, format_checks
+    from myxtts.diagnose.doctor.run import run_checks
 
     checks = run_checks(cfg, args.data)
     try:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "prepare", help="extract features from a dataset into a packed store (resumable)",
-        description="Read DATA (LJSpeech folder, speaker folders or a manifest), clean and "
-                    "tokenize the texts, extract log-mels in parallel and pack them into STORE. "
-                    "A killed prepare resumes where it stopped when re-run with the same command.")
+    p = add_command(sub, "prepare", _run,
+                    "extract features from a dataset into a packed store (resumable)")
     p.add_argument("data", nargs="?", help="dataset folder or manifest file")
     p.add_argument("--out", "-o", metavar="STORE", help="store folder to write")
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -27,10 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="check an existing store (sizes, sha256 checksums, index) and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(p, training=False)
-    p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Read DATA (LJSpeech folder, speaker folders or a manifest), clean and tokenize the
+    texts, extract log-mels in parallel and pack them into STORE. A killed prepare resumes
+    where it stopped when re-run with the same command."""
     from myxtts.system import available_cpus
 
     if args.verify:

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
     cfg = config_from_args(args, base_overrides=run_overrides(args))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from myxtts.diagnose.profile import profile
-    from myxtts.diagnose.report import format_report
+    from myxtts.diagnose.profile.report import format_report
+    from myxtts.diagnose.profile.run import profile
 
     result = profile(cfg, args.data, args.steps, args.trace,
                      echo=lambda s: print(s, file=sys.stderr, flush=True))

@@ -113,6 +113,8 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
     import numpy as np
     import soundfile as sf
 
+    from myxtts.audio.io import PCM16_SCALE
+
     sr = synth.cfg.audio.sample_rate
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
@@ -125,7 +127,7 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
                 first = time.perf_counter() - t0
             n_samples += chunk.size
             if raw:
-                pcm = np.clip(np.round(chunk * 32767), -32768, 32767).astype("<i2")
+                pcm = np.clip(np.round(chunk * PCM16_SCALE), -32768, 32767).astype("<i2")
                 sys.stdout.buffer.write(pcm.tobytes())
                 sys.stdout.buffer.flush()
             else:

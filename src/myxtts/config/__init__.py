@@ -13,6 +13,7 @@ impossible values and resolves devices. Import everything from here.
 
 from myxtts.config.checks import resolve_device, validate
 from myxtts.config.parse import (
+    RENAMED_KEYS,
     apply_override,
     config_from_dict,
     load_config,
@@ -35,7 +36,7 @@ from myxtts.config.sections import (
 )
 
 __all__ = [
-    "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
+    "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "RENAMED_KEYS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
     "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "VOCODER_PRESETS", "VocoderConfig", "apply_override",
     "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml", "validate",
 ]

@@ -42,9 +42,9 @@ def validate(cfg: Config) -> None:
              "ref_frames", "num_buckets")
     if dt.batch_frames != "auto":
         positive("data", dt, "batch_frames")
-    if not 0.0 < dt.auto_memory_fraction <= 1.0:
-        raise ConfigError(f"data.auto_memory_fraction is a share of GPU memory in (0, 1], got "
-                          f"{dt.auto_memory_fraction} (0.85 leaves room for fragmentation)")
+    if not 0.0 < dt.auto_batch_memory_share <= 1.0:
+        raise ConfigError(f"data.auto_batch_memory_share is a share of GPU memory in (0, 1], got "
+                          f"{dt.auto_batch_memory_share} (0.85 leaves room for fragmentation)")
     positive("data", dt, "max_batch_size", "prefetch_batches", "min_val_utterances", allow_zero=True)
     if dt.num_workers < -1:
         raise ConfigError(f"data.num_workers must be -1 (auto) or >= 0, got {dt.num_workers}")
@@ -56,8 +56,8 @@ def validate(cfg: Config) -> None:
     if dt.ring_slots < 2:
         raise ConfigError(f"data.ring_slots must be >= 2 (one slot filled while one is trained "
                           f"on; 3 also overlaps the transfer), got {dt.ring_slots}")
-    for key, share in (("data.memory_fraction", dt.memory_fraction),
-                       ("train.memory_fraction", t.memory_fraction)):
+    for key, share in (("data.data_device_memory_cap", dt.data_device_memory_cap),
+                       ("train.device_memory_cap", t.device_memory_cap)):
         if not 0.0 <= share <= 1.0:
             raise ConfigError(f"{key} is a share of a GPU's memory in (0, 1], or 0 for no cap; "
                               f"got {share}")

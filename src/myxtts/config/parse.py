@@ -4,6 +4,11 @@
 Every value is checked against its field's annotation (int -> float is the only
 conversion; YAML's on/off booleans read as the "on"/"off" choices), and an unknown key
 is an error naming the closest valid one.
+
+A renamed key (``RENAMED_KEYS``) in a YAML file or an override is refused with a one-line
+error that names the key to write instead; a stored config (a checkpoint's, read by
+``config_from_dict``) that carries such a key is read under the key's present name, since
+nobody can edit it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ import yaml
 from myxtts.config.checks import validate
 from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
 from myxtts.system import atomic_write
+
+# Renamed keys: a former name -> the key's name (which GPU and which role a share caps).
+RENAMED_KEYS = {
+    "data.auto_memory_fraction": "data.auto_batch_memory_share",
+    "data.memory_fraction": "data.data_device_memory_cap",
+    "train.memory_fraction": "train.device_memory_cap",
+}
 
 # ---------------------------------------------------------------- type checking
 
@@ -96,10 +108,35 @@ def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
     return ConfigError(f"unknown config key '{where}{key}'{hint}")
 
 
+def _renamed(dotted: str, where: str = "") -> ConfigError:
+    return ConfigError(f"{where}config key '{dotted}' is renamed '{RENAMED_KEYS[dotted]}'; write "
+                       f"{RENAMED_KEYS[dotted]} instead")
+
+
+def _refuse_renamed(d: dict[str, Any], where: str) -> None:
+    for section, values in d.items():
+        for key in values if isinstance(values, dict) else ():
+            if f"{section}.{key}" in RENAMED_KEYS:
+                raise _renamed(f"{section}.{key}", where)
+
+
+def _present_names(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A stored section's values with any renamed key under its present name."""
+    out = {}
+    for k, v in values.items():
+        new = RENAMED_KEYS.get(f"{name}.{k}", f"{name}.{k}").split(".", 1)[1]
+        if new in out or (new != k and new in values):
+            raise ConfigError(f"{name}: both '{name}.{k}' and its present name '{name}.{new}' "
+                              f"are set")
+        out[new] = v
+    return out
+
+
 def _build_section(name: str, values: dict[str, Any]) -> Any:
     cls = SECTIONS[name]
     if not isinstance(values, dict):
         raise ConfigError(f"{name}: expected a mapping of keys, got {type(values).__name__}")
+    values = _present_names(name, values)
     hints = _hints(cls)
     valid = [f.name for f in fields(cls)]
     kwargs: dict[str, Any] = {}
@@ -143,6 +180,7 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
             raise ConfigError(f"{p}: not valid YAML: {e}".replace("\n", " ")) from e
         if not isinstance(d, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
+        _refuse_renamed(d, f"{p}: ")
     if preset is not None:
         d.setdefault("model", {})
         # A preset on the command line wins over the file's: drop the file's explicit
@@ -162,6 +200,8 @@ def apply_override(d: dict[str, Any], item: str) -> None:
     if len(parts) != 2:
         raise ConfigError(f"override {item!r}: key must be section.key, e.g. data.batch_frames")
     section, key = parts
+    if f"{section}.{key}" in RENAMED_KEYS:
+        raise _renamed(f"{section}.{key}")
     if section not in SECTIONS:
         raise _unknown(section, list(SECTIONS), "")
     valid = [f.name for f in fields(SECTIONS[section])]

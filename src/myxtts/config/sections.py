@@ -74,10 +74,11 @@ class DataConfig:
     ref_frames: int = _f(256, "frames of the reference mel crop fed to the conditioning encoder")
     batch_frames: int | Literal["auto"] = _f(
         "auto", "frame budget of a batch: batch_size x padded mel length <= this; auto = on a GPU "
-        "the largest batch per bucket that fits in auto_memory_fraction of its memory (probed "
+        "the largest batch per bucket that fits in auto_batch_memory_share of its memory (probed "
         "before step 1, cached in the run folder), on a CPU 12000")
-    auto_memory_fraction: float = _f(0.85, "batch_frames=auto: share of the GPU's memory a "
-                                     "bucket's worst-case step may use (the rest is headroom)")
+    auto_batch_memory_share: float = _f(0.85, "batch_frames=auto: share of the training GPU's "
+                                        "memory a bucket's worst-case step may use (the rest is "
+                                        "headroom)")
     max_batch_size: int = _f(64, "upper bound on utterances per batch (0 = only batch_frames "
                              "or, with auto, the GPU's memory)")
     num_buckets: int = _f(16, "length buckets; each pads to its upper edge, bounding distinct shapes")
@@ -88,8 +89,9 @@ class DataConfig:
                           "CUDA stream of its own; may be the training GPU)")
     ring_slots: int = _f(3, "on-the-fly mode: pre-allocated batch slots between the data role and "
                          "the training device (one filled, one in transfer, one trained on); >= 2")
-    memory_fraction: float = _f(0.0, "cap on data.data_device's GPU memory, as a share of it "
-                                "(torch.cuda.set_per_process_memory_fraction); 0 = no cap")
+    data_device_memory_cap: float = _f(0.0, "cap on data.data_device's GPU memory, as a share "
+                                       "of it (torch.cuda.set_per_process_memory_fraction); "
+                                       "0 = no cap")
     shuffle_seed: int = _f(0, "seed of the batch order; each epoch reshuffles from (seed, epoch)")
     store_audio: bool = _f(False, "prepare also keeps each clip's trimmed, resampled waveform "
                            "(int16) in the store: needed by `myxtts train-vocoder`")
@@ -185,9 +187,9 @@ class TrainConfig:
     tensorboard: bool = _f(True, "write TensorBoard logs when tensorboard is installed")
     vocoder: str = _f("", "a `myxtts train-vocoder` run (folder or .pt) that voices the validation "
                       "samples; '' = Griffin-Lim")
-    memory_fraction: float = _f(0.0, "cap on the training GPU's memory, as a share of it "
-                                "(torch.cuda.set_per_process_memory_fraction; batch_frames=auto "
-                                "plans within it); 0 = no cap")
+    device_memory_cap: float = _f(0.0, "cap on train.device's GPU memory, as a share of it "
+                                  "(torch.cuda.set_per_process_memory_fraction; "
+                                  "batch_frames=auto plans within it); 0 = no cap")
     activation_checkpointing: bool = _f(False, "recompute each transformer block's activations in "
                                         "the backward pass instead of keeping them: less memory "
                                         "(bigger batches or presets) for more compute")

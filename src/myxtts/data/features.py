@@ -11,9 +11,9 @@ One object, two places, so both data roles compute the same features the same wa
 * ``data.data_device='cuda:N'``: the collate returns the padded wavs and the data role's
   producer thread (``data.ring``) calls it on that GPU, in its own CUDA stream.
 
-Lengths are computed on the host from the wav lengths (the same formula
-``MelSpectrogram`` uses, :meth:`Featurizer.mel_lengths`), so the trainer's real-frame count
-never reads a device tensor back (no host sync per batch on a GPU).
+Lengths are computed on the host from the wav lengths (``audio.frames``, the formula
+``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
+back (no host sync per batch on a GPU).
 
 Reference crops: the worker cut each reference wav with a margin (``onthefly.crop_window``)
 so that its STFT frames equal the full clip's; the wanted frames are gathered from them.
@@ -25,14 +25,9 @@ from typing import Any
 
 import torch
 
+from myxtts.audio.frames import n_frames_for
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, RawBatch, stop_targets
-
-
-def frames_of(wav_lengths: torch.Tensor, audio: AudioConfig) -> torch.Tensor:
-    """Mel frames ``MelSpectrogram`` gives clips of these sample counts (int64 [B], host)."""
-    pad = audio.n_fft // 2
-    return 1 + (wav_lengths + 2 * pad - audio.n_fft) // audio.hop_length
 
 
 class Featurizer:
@@ -60,7 +55,7 @@ class Featurizer:
 
     def mel_lengths(self, raw: RawBatch) -> torch.Tensor:
         """int64 [B], host: the mel frames of each clip of ``raw``, within its bucket's edge."""
-        return frames_of(raw["wav_lengths"], self.audio).clamp(max=int(raw["n_frames"]))
+        return n_frames_for(raw["wav_lengths"], self.audio).clamp(max=int(raw["n_frames"]))
 
     def real_frames(self, raw: RawBatch) -> int:
         """Real mel frames of a raw batch (host lengths only: no device read)."""
@@ -100,7 +95,7 @@ class Featurizer:
         batched module reflects each clip at its own end)."""
         if wav.device.type != "cpu":
             return mel_fn(wav, lengths)[0]
-        n_frames = int(frames_of(lengths.max(), self.audio))
+        n_frames = int(n_frames_for(lengths.max(), self.audio))
         out = wav.new_zeros(wav.shape[0], n_frames, self.audio.n_mels)  # [B, F, n_mels]
         for i, n in enumerate(lengths.tolist()):
             one, frames = mel_fn(wav[i, :n])  # [F_i, n_mels]

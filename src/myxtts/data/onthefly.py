@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from myxtts.audio.mel import n_frames_for
+from myxtts.audio.frames import n_frames_for
 from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.buckets import ShapeTable

@@ -24,26 +24,43 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from myxtts.config import Config
 from myxtts.inference import longform
-
-if TYPE_CHECKING:
-    from myxtts.inference.synthesizer import Synthesizer
+from myxtts.text import Tokenizer
 
 log = logging.getLogger(__name__)
 CROSSFADE_FRAMES = 2
 GRIFFIN_LIM_CONTEXT = 6  # frames of context on each side of a Griffin-Lim window
 
 
-def vocoder_context(synth: Synthesizer) -> int:
+class SynthesizerLike(Protocol):
+    """What streaming reads of an ``inference.synthesizer.Synthesizer`` (which calls in here
+    with itself, so this module needs no import of it)."""
+
+    model: Any  # the XTTS model: encode, decode_steps, postnet_mel, decode_limits
+    cfg: Config
+    tokenizer: Tokenizer
+    device: torch.device
+    vocoder: Any  # mel [B, F, n_mels] -> wav [B, F * hop]
+    neural: bool  # a neural vocoder (exact chunks), else Griffin-Lim (cross-faded chunks)
+    max_frames: int
+
+    def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor: ...
+
+    def encode(self, texts: Sequence[str], language: str, check: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def vocoder_context(synth: SynthesizerLike) -> int:
     return synth.vocoder.receptive_field_frames if synth.neural else GRIFFIN_LIM_CONTEXT
 
 
-def stream_speech(synth: Synthesizer, text: str, reference: Sequence[str | Path] | torch.Tensor,
+def stream_speech(synth: SynthesizerLike, text: str, reference: Sequence[str | Path] | torch.Tensor,
                   language: str, seed: int | None, first_frames: int = 8,
                   chunk_frames: int = 32) -> Iterator[np.ndarray]:
     """float32 audio chunks of ``text`` in ``language`` with the voice of ``reference``."""
@@ -61,7 +78,7 @@ def stream_speech(synth: Synthesizer, text: str, reference: Sequence[str | Path]
 
 
 @torch.inference_mode()
-def _stream_sentence(synth: Synthesizer, text: str, latents: torch.Tensor, language: str,
+def _stream_sentence(synth: SynthesizerLike, text: str, latents: torch.Tensor, language: str,
                      seed: int | None, first_frames: int, chunk_frames: int
                      ) -> Iterator[np.ndarray]:
     model, dev, hop = synth.model, synth.device, synth.cfg.audio.hop_length
@@ -103,7 +120,7 @@ def _stream_sentence(synth: Synthesizer, text: str, latents: torch.Tensor, langu
         yield tail
 
 
-def _window_audio(synth: Synthesizer, pre: torch.Tensor, speaker: torch.Tensor, start: int,
+def _window_audio(synth: SynthesizerLike, pre: torch.Tensor, speaker: torch.Tensor, start: int,
                   end: int, ctx_post: int, ctx_voc: int, xfade: int) -> np.ndarray:
     """Audio of frames ``[start, end)`` (plus ``xfade`` samples before ``start`` when
     cross-fading), computed on a window with full context."""

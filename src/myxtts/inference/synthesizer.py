@@ -26,6 +26,7 @@ from myxtts.audio.io import load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
+from myxtts.inference.streaming import stream_speech
 from myxtts.model.vocoder import GriffinLim
 from myxtts.text import Tokenizer, clean_text
 from myxtts.text.scripts import describe
@@ -183,8 +184,6 @@ class Synthesizer:
                ) -> Iterator[np.ndarray]:
         """float32 audio chunks of ``text`` while it is being decoded (see
         ``inference.streaming``); their concatenation is ``synthesize([text], ...)[0]``."""
-        from myxtts.inference.streaming import stream_speech
-
         return stream_speech(self, text, reference, language or self.cfg.text.default_language,
                              seed, first_frames, chunk_frames)
 

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class MetricLogger(Protocol):
+    """Where training's metrics go: what ``build_logger`` returns and the loops hold."""
+
     def scalars(self, step: int, values: dict[str, float], prefix: str = "") -> None: ...
     def image(self, tag: str, image: np.ndarray, step: int) -> None: ...
     def audio(self, tag: str, wav: np.ndarray, sample_rate: int, step: int) -> None: ...
@@ -81,7 +83,7 @@ class TensorBoardLogger(NullLogger):
 
 
 class FanOut(NullLogger):
-    def __init__(self, sinks: list[NullLogger]):
+    def __init__(self, sinks: list[MetricLogger]):
         self.sinks = sinks
 
     def scalars(self, step: int, values: dict[str, float], prefix: str = "") -> None:
@@ -101,10 +103,10 @@ class FanOut(NullLogger):
             s.close()
 
 
-def build_logger(output_dir: Path, rank: int, tensorboard: bool) -> NullLogger:
+def build_logger(output_dir: Path, rank: int, tensorboard: bool) -> MetricLogger:
     if rank != 0:
         return NullLogger()
-    sinks: list[NullLogger] = [JSONLLogger(output_dir / "metrics.jsonl")]
+    sinks: list[MetricLogger] = [JSONLLogger(output_dir / "metrics.jsonl")]
     if tensorboard:
         try:
             sinks.append(TensorBoardLogger(output_dir / "tensorboard"))

@@ -10,8 +10,8 @@ How: bucket by bucket, longest first, the bucket's worst case (``warmup.worst_ca
 every utterance at the padded shape) runs a full step -- forward, backward, clip, AdamW, in
 the run's precision and compile mode -- at batch sizes found by doubling, then bisection
 (:func:`largest_fitting`). A size fits when the step does not run out of memory and its
-peak allocation stays within ``data.auto_memory_fraction`` of the device's memory (of its
-``train.memory_fraction`` share when one is set: ``train.memory``; of what other processes
+peak allocation stays within ``data.auto_batch_memory_share`` of the device's memory (of its
+``train.device_memory_cap`` share when one is set: ``train.memory``; of what other processes
 leave free, when they hold some); an out-of-memory error (also cuBLAS/cuDNN failing to
 allocate) is caught and the size lowered. Sizes are capped by
 ``data.max_batch_size``. The steps run on the real model inside a ``StateSnapshot``, so
@@ -150,8 +150,8 @@ def cache_key(step: TrainStep, memory: Any, shapes: list[BatchShape], cfg: Any, 
             "cuda_graphs": cfg.train.cuda_graphs, "distributed": distributed,
             "activation_checkpointing": cfg.train.activation_checkpointing,
             "self_feed": cfg.train.self_feed > 0,  # a second decoder pass
-            "memory_fraction": cfg.data.auto_memory_fraction,
-            "train_memory_fraction": cfg.train.memory_fraction,
+            "memory_fraction": cfg.data.auto_batch_memory_share,
+            "train_memory_fraction": cfg.train.device_memory_cap,
             "max_batch_size": cfg.data.max_batch_size,
             "buckets": [[s.frames, s.text, s.ref_frames, s.n_mels] for s in shapes]}
 
@@ -229,7 +229,7 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
                     f"bucket {k} ({s.frames} mel frames, {s.text} text tokens): not even one "
                     f"utterance fits in {describe}; lower data.max_duration_s, use a smaller "
                     f"--model-size, turn on train.activation_checkpointing, or raise "
-                    f"data.auto_memory_fraction / train.memory_fraction ({describe})")
+                    f"data.auto_batch_memory_share / train.device_memory_cap ({describe})")
             sizes[k], peaks[k] = b, probe.peaks.get(replace(s, batch=b))
             frames_fitted = b * s.frames
             echo(f"auto batch sizes {done}/{len(order)}: bucket {k} ({s.frames} frames) fits "
@@ -248,11 +248,11 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
     the ranks agree on the smallest size per bucket. Prints the per-bucket table."""
     memory = memory or CudaMemory(step.device)
     cap = cfg.data.max_batch_size or UNCAPPED
-    training = MemoryCaps(step.device, None, cfg.train.memory_fraction, 0.0).training_share()
-    share = cfg.data.auto_memory_fraction * training
-    limit = int(min(share * memory.total, cfg.data.auto_memory_fraction * memory.available))
-    capped = f", capped at train.memory_fraction={cfg.train.memory_fraction}" \
-        if cfg.train.memory_fraction else ""
+    training = MemoryCaps(step.device, None, cfg.train.device_memory_cap, 0.0).training_share()
+    share = cfg.data.auto_batch_memory_share * training
+    limit = int(min(share * memory.total, cfg.data.auto_batch_memory_share * memory.available))
+    capped = f", capped at train.device_memory_cap={cfg.train.device_memory_cap}" \
+        if cfg.train.device_memory_cap else ""
     others = memory.total - memory.available
     if others > 0.02 * memory.total:
         capped += f"; {others / GIB:.1f} GiB held by other processes"

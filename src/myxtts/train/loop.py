@@ -23,7 +23,7 @@ from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed import DeviceFeed
 from myxtts.observe.flops import batch_key
-from myxtts.observe.loggers import build_logger
+from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.system import FolderError, folder_lock
@@ -165,8 +165,8 @@ class BatchStream:
 
 class _LoopContext:
     def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
-                 manager: ck.CheckpointManager, logger: Any, dist: DistInfo, device: torch.device,
-                 out: Path, record: ck.TrainingProgress):
+                 manager: ck.CheckpointManager, logger: MetricLogger, dist: DistInfo,
+                 device: torch.device, out: Path, record: ck.TrainingProgress):
         self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
         self.record = record
@@ -310,10 +310,10 @@ def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
     where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "
              f"tokens, data.batch_frames={cfg.data.batch_frames})")
     if cfg.data.batch_frames == "auto":  # measured to fit: something else took memory
-        fraction = max(0.05, round(cfg.data.auto_memory_fraction - 0.15, 2))
+        fraction = max(0.05, round(cfg.data.auto_batch_memory_share - 0.15, 2))
         return (f"out of GPU memory on {where}, although every bucket's worst case fitted "
                 f"before step 1 (another process on the GPU?); try --set "
-                f"data.auto_memory_fraction={fraction} (the sizes are measured again)")
+                f"data.auto_batch_memory_share={fraction} (the sizes are measured again)")
     suggest = int(cfg.data.batch_frames * 0.7)
     return (f"out of GPU memory on {where}; try --batch-frames {suggest} or --set "
             f"train.grad_accum_steps={cfg.train.grad_accum_steps * 2} with a smaller batch")

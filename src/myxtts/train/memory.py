@@ -1,4 +1,4 @@
-"""Memory caps per GPU role: ``train.memory_fraction`` and ``data.memory_fraction``.
+"""Memory caps per GPU role: ``train.device_memory_cap`` and ``data.data_device_memory_cap``.
 
 Why: two GPUs of a desktop often also drive a display, run a second job, or hold the data
 role's features next to another model; a cap keeps this run inside its share instead of
@@ -9,7 +9,7 @@ those while it measures; see ``train.budget``).
 
 A cap is per process and per device, so when both roles share one GPU (on-the-fly data with
 ``data.data_device`` = the training GPU) the process gets one cap, the sum of the two
-shares: training plans its batches within ``train.memory_fraction`` and the features use
+shares: training plans its batches within ``train.device_memory_cap`` and the features use
 the rest. Checks, each a one-line error naming the key: a cap on a role that does not run
 on a GPU, shares adding up to more than 1.0 on one device, and (measured before step 1) a
 data role whose largest batch of features does not fit its share. The training role is
@@ -61,27 +61,27 @@ def resolve_caps(cfg: Config, train_device: torch.device,
                  data_device: torch.device | None) -> MemoryCaps:
     """Check the two shares against where the roles run (``data_device``: the on-the-fly
     data role's device; None for a prepared store)."""
-    t, d = cfg.train.memory_fraction, cfg.data.memory_fraction
+    t, d = cfg.train.device_memory_cap, cfg.data.data_device_memory_cap
     if train_device.type == "cuda" and train_device.index is None:
         train_device = torch.device("cuda", torch.cuda.current_device())
     if data_device is not None and data_device.type == "cuda" and data_device.index is None:
         data_device = torch.device("cuda", torch.cuda.current_device())
     if t and train_device.type != "cuda":
-        raise ConfigError(f"train.memory_fraction={t} caps a GPU's memory, but training runs on "
-                          f"{train_device}; remove it (or train on a GPU)")
+        raise ConfigError(f"train.device_memory_cap={t} caps a GPU's memory, but training runs "
+                          f"on {train_device}; remove it (or train on a GPU)")
     if d and (data_device is None or data_device.type != "cuda"):
         where = ("this run reads a prepared store (no data role on a GPU)" if data_device is None
                  else f"data.data_device is {data_device}")
-        raise ConfigError(f"data.memory_fraction={d} caps the on-the-fly data GPU's memory, but "
-                          f"{where}; remove it")
+        raise ConfigError(f"data.data_device_memory_cap={d} caps the on-the-fly data GPU's "
+                          f"memory, but {where}; remove it")
     caps = MemoryCaps(train_device, data_device, t, d)
     if caps.shared and d and not t:
-        raise ConfigError(f"data.memory_fraction={d} on the training GPU ({train_device}) needs "
-                          f"train.memory_fraction too: both roles share one process cap there "
+        raise ConfigError(f"data.data_device_memory_cap={d} on the training GPU ({train_device}) "
+                          f"needs train.device_memory_cap too: both roles share one process cap there "
                           f"(their sum); set both, or neither")
     if caps.shared and t + d > 1.0:
-        raise ConfigError(f"train.memory_fraction={t} + data.memory_fraction={d} = {t + d:g} > 1.0 "
-                          f"on {train_device}, which both roles share; lower them so they add "
+        raise ConfigError(f"train.device_memory_cap={t} + data.data_device_memory_cap={d} = "
+                          f"{t + d:g} > 1.0 on {train_device}, which both roles share; lower them so they add "
                           f"up to at most 1.0")
     return caps
 
@@ -95,7 +95,7 @@ def apply_caps(caps: MemoryCaps) -> None:
 
 def check_feature_memory(featurizer, raw_batch: dict, caps: MemoryCaps) -> int:
     """Run the data role on its largest batch (``raw_batch``: a worst-case ``WavCollator``
-    batch) and refuse a ``data.memory_fraction`` it does not fit. Returns the peak bytes
+    batch) and refuse a ``data.data_device_memory_cap`` it does not fit. Returns the peak bytes
     the features took (0 when the data role is not capped on a GPU)."""
     device = caps.data_device
     if not caps.data or device is None:
@@ -114,8 +114,8 @@ def check_feature_memory(featurizer, raw_batch: dict, caps: MemoryCaps) -> int:
     torch.cuda.empty_cache()
     if need is None or need > limit:
         shown = "more than that" if need is None else f"{need / GIB:.2f} GiB"
-        raise ConfigError(f"data.memory_fraction={caps.data} gives the data role "
+        raise ConfigError(f"data.data_device_memory_cap={caps.data} gives the data role "
                           f"{limit / GIB:.2f} GiB on {device}, but the features of the largest "
-                          f"bucket take {shown}; raise data.memory_fraction or lower "
+                          f"bucket take {shown}; raise data.data_device_memory_cap or lower "
                           f"data.batch_frames / data.max_batch_size")
     return int(need)

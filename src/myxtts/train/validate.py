@@ -17,6 +17,7 @@ import torch
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.observe.loggers import MetricLogger
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     return sums, real if sums else 0
 
 
-def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Config, logger: Any,
-                       step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
+def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Config,
+                       logger: MetricLogger, step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
     """Free-running synthesis of fixed validation sentences with their own reference speakers.
     Compiled blocks run eagerly here (``step_fn.eager()``): generation's one-frame steps would
     otherwise compile graphs of their own in the middle of the run."""

@@ -179,11 +179,11 @@ def _run_worst_case(step: TrainStep, shape: BatchShape, n_tokens: int, n_languag
         if not is_out_of_memory(e):
             raise
         data = step.cfg.data
-        fix = (f"lower --set data.auto_memory_fraction (now {data.auto_memory_fraction})"
+        fix = (f"lower --set data.auto_batch_memory_share (now {data.auto_batch_memory_share})"
                if data.batch_frames == "auto" else "lower --batch-frames, or use --set "
                "data.batch_frames=auto to measure what fits")
-        if step.cfg.train.memory_fraction:
-            fix += f", or raise train.memory_fraction (now {step.cfg.train.memory_fraction})"
+        if step.cfg.train.device_memory_cap:
+            fix += f", or raise train.device_memory_cap (now {step.cfg.train.device_memory_cap})"
         raise TrainError(f"out of GPU memory before step 1 on the worst case of a bucket "
                          f"({_describe(shape)}, data.batch_frames={data.batch_frames}); "
                          f"{fix}") from e

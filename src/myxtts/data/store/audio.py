@@ -3,30 +3,22 @@
 Why a module of its own: the waveform rides along the whole pipeline -- a worker
 quantises it into the chunk, resume must tell an audio chunk from a mel-only one, the
 writer packs it, the reader maps it, verify checks it. Each of those sides needs the
-same few definitions (the int16 quantisation, how many mel frames a clip of n samples
-has, what a consistent audio index looks like); keeping them here means the rule that
+same few definitions (the int16 quantisation, what a consistent audio index looks like,
+and, from ``audio.frames``, how many mel frames a clip of n samples has), so the rule that
 ties ``store.audio(i)`` to ``store.mel(i)`` is written down once.
 
-This module reads nothing of the store by itself and imports only ``store.format``, so
-the chunk code (worker side) and the store code can both use it without a cycle.
+This module reads nothing of the store by itself and imports only ``store.format`` and
+``audio.frames``, so the chunk code (worker side), the reader and verify can all use it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from myxtts.data.store.format import (
-    AUDIO_DTYPE,
-    AUDIO_FILE,
-    AUDIO_INDEX_FILE,
-    AUDIO_SCALE,
-    INDEX_FILE,
-)
-
-if TYPE_CHECKING:
-    from myxtts.data.store.reader import FeatureStore
+from myxtts.audio.frames import frames_for_samples
+from myxtts.data.store.format import AUDIO_DTYPE, AUDIO_SCALE
 
 
 def stores_audio(manifest: dict[str, Any]) -> bool:
@@ -39,13 +31,6 @@ def quantize(wav: np.ndarray) -> np.ndarray:
     Saturation, not wrap-around: a loudness-normalised clip may exceed 1.0 by a hair."""
     scaled = np.round(np.asarray(wav, np.float32) * np.float32(AUDIO_SCALE))
     return np.clip(scaled, -32768, 32767).astype(AUDIO_DTYPE)
-
-
-def frames_for_samples(n_samples: np.ndarray | int, n_fft: int, hop_length: int) -> np.ndarray:
-    """Mel frames ``MelSpectrogram`` gives a clip of ``n_samples`` (centred frames):
-    ``1 + n_samples // hop_length`` for an even ``n_fft``. Vectorised over clips."""
-    pad = int(n_fft) // 2
-    return 1 + (np.asarray(n_samples, np.int64) + 2 * pad - int(n_fft)) // int(hop_length)
 
 
 def audio_index(lengths: np.ndarray) -> np.ndarray:
@@ -72,39 +57,8 @@ def chunk_audio_ok(arrays: dict[str, np.ndarray], n_frames: np.ndarray, n_fft: i
                 and n_samples.shape == n_frames.shape
                 and audio.shape[0] == int(n_samples.sum())
                 and ((n_samples > 0) == kept).all()
-                and (frames_for_samples(n_samples[kept], n_fft, hop_length)
+                and (frames_for_samples(n_samples[kept], int(n_fft), int(hop_length))
                      == n_frames[kept]).all())
-
-
-def check_audio(store: FeatureStore) -> list[str]:
-    """verify's audio checks for one split of a store with audio: lengths positive, offsets
-    contiguous from 0, the manifest's sample count, and every utterance's mel length equal
-    to the frames its samples give (the contract between ``audio(i)`` and ``mel(i)``)."""
-    where = f"{store.path / store.split}"
-    out: list[str] = []
-    offsets, lengths = store.audio_offsets, store.audio_lengths
-    if len(lengths) == 0:
-        return out
-    if (lengths <= 0).any():
-        out.append(f"{where}/{AUDIO_INDEX_FILE}: {int((lengths <= 0).sum())} utterances have "
-                   f"no samples")
-    bad = np.flatnonzero(offsets != audio_index(lengths)[:, 0])
-    if len(bad):
-        out.append(f"{where}/{AUDIO_INDEX_FILE}: offsets not contiguous/monotone from 0 (first "
-                   f"bad utterance {int(bad[0])})")
-    stats = store.manifest.get("splits", {}).get(store.split, {})
-    if int(lengths.sum()) != stats.get("audio_samples"):
-        out.append(f"{where}/{AUDIO_FILE}: {int(lengths.sum())} samples but the manifest says "
-                   f"{stats.get('audio_samples')}")
-    audio_cfg = store.manifest["audio"]
-    expected = frames_for_samples(lengths, audio_cfg["n_fft"], audio_cfg["hop_length"])
-    bad = np.flatnonzero(expected != store.mel_lengths)
-    if len(bad):
-        i = int(bad[0])
-        out.append(f"{where}: {len(bad)} utterances whose audio and mel lengths disagree (first: "
-                   f"{store.ids[i]}, {int(lengths[i])} samples give {int(expected[i])} frames, "
-                   f"{INDEX_FILE} says {int(store.mel_lengths[i])})")
-    return out
 
 
 def format_size(n_bytes: int) -> str:

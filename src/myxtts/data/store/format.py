@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from myxtts.audio.io import PCM16_SCALE
 from myxtts.data.records import SPLITS as SPLITS
 from myxtts.system import LOCK_FILE as LOCK_FILE  # prepare holds it (system.folder_lock)
 
@@ -78,7 +79,7 @@ AUDIO_FILE, AUDIO_INDEX_FILE = "audio.i16", "audio_index.npy"
 AUDIO_FILES = (AUDIO_FILE, AUDIO_INDEX_FILE)  # per split, only in stores with store_audio
 AUDIO_DTYPE = np.dtype("<i2")
 AUDIO_INDEX_DTYPE = np.dtype("<i8")  # audio_index.npy: [N, 2] = (offset, length) in samples
-AUDIO_SCALE = 32767.0  # float sample x is stored as clip(round(x * AUDIO_SCALE))
+AUDIO_SCALE = PCM16_SCALE  # float sample x is stored as clip(round(x * AUDIO_SCALE))
 MEL_DTYPE = np.dtype("<f2")
 TOKEN_DTYPE = np.dtype("<i4")
 INDEX_DTYPE = np.dtype([

@@ -13,9 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from myxtts.data.store.audio import check_audio, stores_audio
+from myxtts.audio.frames import frames_for_samples
+from myxtts.data.store.audio import audio_index, stores_audio
 from myxtts.data.store.format import (
+    AUDIO_FILE,
     AUDIO_FILES,
+    AUDIO_INDEX_FILE,
     INDEX_FILE,
     MANIFEST,
     REFS_FILE,
@@ -39,7 +42,7 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
     language ids in range, tokens within the vocabulary, references in range, of the same
     speaker, and not the utterance itself unless its speaker has a single clip. With
     audio (manifest ``store_audio``): its files listed, its index contiguous, and every
-    utterance's mel length the one its samples give (``store.audio.check_audio``).
+    utterance's mel length the one its samples give (``_check_audio``).
     """
     path = Path(path)
     try:
@@ -92,8 +95,40 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             except StoreError as e:
                 problems.append(str(e))
         if store.has_audio:
-            problems += check_audio(store)
+            problems += _check_audio(store)
     return problems
+
+
+def _check_audio(store: FeatureStore) -> list[str]:
+    """The audio checks for one split of a store with audio: lengths positive, offsets
+    contiguous from 0, the manifest's sample count, and every utterance's mel length equal
+    to the frames its samples give (the contract between ``audio(i)`` and ``mel(i)``)."""
+    where = f"{store.path / store.split}"
+    out: list[str] = []
+    offsets, lengths = store.audio_offsets, store.audio_lengths
+    if len(lengths) == 0:
+        return out
+    if (lengths <= 0).any():
+        out.append(f"{where}/{AUDIO_INDEX_FILE}: {int((lengths <= 0).sum())} utterances have "
+                   f"no samples")
+    bad = np.flatnonzero(offsets != audio_index(lengths)[:, 0])
+    if len(bad):
+        out.append(f"{where}/{AUDIO_INDEX_FILE}: offsets not contiguous/monotone from 0 (first "
+                   f"bad utterance {int(bad[0])})")
+    stats = store.manifest.get("splits", {}).get(store.split, {})
+    if int(lengths.sum()) != stats.get("audio_samples"):
+        out.append(f"{where}/{AUDIO_FILE}: {int(lengths.sum())} samples but the manifest says "
+                   f"{stats.get('audio_samples')}")
+    audio_cfg = store.manifest["audio"]
+    expected = frames_for_samples(lengths.astype(np.int64), int(audio_cfg["n_fft"]),
+                                  int(audio_cfg["hop_length"]))
+    bad = np.flatnonzero(expected != store.mel_lengths)
+    if len(bad):
+        i = int(bad[0])
+        out.append(f"{where}: {len(bad)} utterances whose audio and mel lengths disagree (first: "
+                   f"{store.ids[i]}, {int(lengths[i])} samples give {int(expected[i])} frames, "
+                   f"{INDEX_FILE} says {int(store.mel_lengths[i])})")
+    return out
 
 
 def _check_feature_hash(path: Path, manifest: dict[str, Any]) -> list[str]:

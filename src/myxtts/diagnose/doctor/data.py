@@ -1,7 +1,7 @@
 """``myxtts doctor``'s data checks: the store or dataset given, and what its loader needs.
 
-Why apart from ``doctor``: these checks read the data (a store's checksums and read
-speed, a dataset's clip headers) and size the loader, while ``doctor`` asks torch about
+Why apart from ``environment``: these checks read the data (a store's checksums and read
+speed, a dataset's clip headers) and size the loader, while ``environment`` asks torch about
 the machine. ``myxtts.data`` is imported inside the functions: it needs soundfile and
 soxr, and the doctor must still run (and say so) when one of them is missing.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.config import Config, ConfigError
-from myxtts.diagnose.doctor import Check
+from myxtts.diagnose.doctor.check import Check
 
 MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
 READ_LIMIT = 2 << 30  # bytes of the mel file timed at most (keeps doctor in seconds)
@@ -296,8 +296,8 @@ def check_roles(cfg: Config, plan: DataPlan, n_gpus: int, train_device: str) -> 
     try:
         resolve_caps(cfg, torch.device(train_device), data_device)
     except ConfigError as e:
-        return [Check("memory caps", "fail", str(e), "see train.memory_fraction / "
-                      "data.memory_fraction in `myxtts config show`")]
+        return [Check("memory caps", "fail", str(e), "see train.device_memory_cap / "
+                      "data.data_device_memory_cap in `myxtts config show`")]
     if not plan.on_the_fly:
         how = (f"{n_gpus} GPUs: with a prepared store, DDP (each GPU trains on its shard): "
                f"torchrun --nproc_per_node={n_gpus} -m myxtts.cli.main train STORE" if n_gpus > 1

@@ -1,54 +1,26 @@
-"""``myxtts doctor``: can this machine train, and what will limit it? One line per check.
+"""``myxtts doctor``'s environment checks: Python, torch, the GPUs, bf16/TF32, NCCL,
+``torch.compile`` and the optional packages.
 
-Why a command of its own: the things that stop or slow a run -- a CPU-only torch, no
-GPU visible, a GPU without bf16, a broken inductor toolchain, a /dev/shm too small for
-the loader workers (Docker's default is 64 MB), a damaged store -- otherwise surface
-minutes into a run, one at a time, as a traceback or as a GPU that quietly waits. Here
-every check runs in seconds and each finding carries its fix (the command, flag or
-config key), so one pass repairs them all.
-
-Statuses: ``ok``; ``warn`` (training works, but slower or without a feature); ``fail``
-(training cannot start, or the data is unusable); ``skip`` (does not apply here, e.g.
-GPU checks without a GPU). Exit code 1 iff a ``fail``.
-
-Every check is a function of plain facts passed in (:class:`TorchFacts`, CPU count,
-free /dev/shm bytes, an importer, the compile probe), so tests drive each branch without
-the hardware; :func:`run_checks` gathers the real facts. torch and ``myxtts.data`` are
-imported inside the functions that need them, so a broken install is reported, not a
-traceback. The data, store and loader checks live in ``doctor_data``.
+Every check is a function of plain facts passed in (:class:`TorchFacts`, an importer, the
+compile probe), so tests drive each branch without the hardware; :func:`probe_torch`
+gathers the real facts. torch is imported inside the functions that need it, so a broken
+install is reported, not a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from myxtts.config import Config
-from myxtts.system import available_cpus
+from myxtts.diagnose.doctor.check import Check
 
-Status = Literal["ok", "warn", "fail", "skip"]
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 4)
-SYMBOLS = {"ok": "✔", "warn": "⚠", "fail": "✗", "skip": "-"}
-ASCII_SYMBOLS = {"ok": "[ok]", "warn": "[!!]", "fail": "[XX]", "skip": "[--]"}
 TORCH_INSTALL = "a CUDA build of torch (https://pytorch.org/get-started/locally/)"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One finding. ``fix`` (the command, flag or config key) is set for warn and fail."""
-
-    name: str
-    status: Status
-    found: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -297,61 +269,3 @@ def check_packages(n_gpus: int, tensorboard: bool,
     else:
         out.append(Check("NVML", "ok", "not installed; not needed without a GPU"))
     return out
-
-
-def run_checks(cfg: Config, path: str | Path | None = None, *,
-               facts: TorchFacts | None = None, python: tuple[int, ...] | None = None,
-               cpus: int | None = None, shm_probe: Callable[[], int | None] | None = None,
-               compile_fn: Callable[[str], float] | None = None,
-               importer: Callable[[str], Any] | None = None) -> list[Check]:
-    """Every check for ``cfg`` (and the store or dataset at ``path``), in display order.
-    Keyword arguments replace the real facts (tests); left out, they are measured."""
-    if facts is None:
-        try:
-            facts = probe_torch()
-        except (ImportError, OSError) as e:  # no torch, or a CUDA build whose libraries fail
-            return [check_python(python or tuple(sys.version_info[:3])),
-                    Check("torch", "fail", f"cannot import torch ({type(e).__name__}: {e})",
-                          "pip install 'torch>=2.4' (" + TORCH_INSTALL + ")")]
-    cpus = available_cpus() if cpus is None else cpus
-    try:
-        device = training_device(cfg.train.device, len(facts.gpus))
-    except ValueError:
-        device = "cpu"  # check_gpus reports the setting
-    out = [check_python(python or tuple(sys.version_info[:3])), check_torch(facts)]
-    out += check_gpus(facts, cfg.train.device, dict(os.environ))
-    out += [check_precision(facts, cfg.train.precision), check_nccl(facts),
-            check_compile(device, cfg.train.compile, compile_fn or compile_probe)]
-    out += check_packages(len(facts.gpus), cfg.train.tensorboard,
-                          importer or importlib.import_module, facts.nvml_note)
-    from myxtts.diagnose import doctor_data as dd
-
-    data_checks, plan = dd.check_data(cfg, path)
-    ranks = len(facts.gpus) if device != "cpu" and len(facts.gpus) > 1 else 1
-    out += dd.check_loader(cfg, plan, cpus, transfer=device != "cpu", ranks=ranks,
-                           shm_free=(shm_probe or dd.shm_free_bytes)())
-    out += dd.check_roles(cfg, plan, len(facts.gpus), device)
-    return out + data_checks
-
-
-def exit_code(checks: list[Check]) -> int:
-    """1 when anything blocks training (a ``fail``), else 0."""
-    return 1 if any(c.status == "fail" for c in checks) else 0
-
-
-def format_checks(checks: list[Check], ascii_only: bool = False) -> str:
-    """One line per check, then the summary line."""
-    symbols, dash = (ASCII_SYMBOLS, "-") if ascii_only else (SYMBOLS, "—")
-    lines = []
-    for c in checks:
-        line = f"{symbols[c.status]} {c.name}: "
-        line += f"skipped ({c.found})" if c.status == "skip" else c.found
-        if c.status in ("warn", "fail"):
-            line += f" {dash} {c.fix}"
-        lines.append(line)
-    n = {s: sum(c.status == s for c in checks) for s in SYMBOLS}
-    summary = (f"{len(checks) - n['skip']} checks: {n['ok']} ok, {n['warn']} warning"
-               f"{'' if n['warn'] == 1 else 's'}, {n['fail']} blocking")
-    if n["skip"]:
-        summary += f" ({n['skip']} skipped)"
-    return "\n".join(lines + [summary])

@@ -1,6 +1,6 @@
 """The profile as a person reads it: the per-phase table, the device figures, the verdict.
 
-Input is the dict ``diagnose.profile.profile`` returns (also what ``--json`` prints), so
+Input is the dict ``diagnose.profile.run.profile`` returns (also what ``--json`` prints), so
 the text and the JSON can never disagree.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from myxtts.diagnose.phases import COPY, TIMELINE
+from myxtts.diagnose.profile.phases import COPY, TIMELINE
 
 
 def _ms(seconds: float) -> str:

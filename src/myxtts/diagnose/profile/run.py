@@ -5,8 +5,8 @@ The run is built by ``train.setup.build_setup``, exactly as ``myxtts train`` bui
 of every bucket shape), fed by the trainer's own input path (``BatchStream``), and never
 writes a checkpoint. After ``WARMUP_STEPS`` untimed steps (loader workers started, the
 prefetch queue full, the allocator warm), ``steps`` steps are timed phase by phase
-(``diagnose.phases``) while NVML samples the GPU; then the figures go to the rules of
-``diagnose.verdict``. ``trace_dir``: a few more steps under ``torch.profiler``, written as a
+(``profile.phases``) while NVML samples the GPU; then the figures go to the rules of
+``profile.verdict``. ``trace_dir``: a few more steps under ``torch.profiler``, written as a
 Chrome trace that TensorBoard's profiler plugin and Perfetto open.
 """
 
@@ -24,8 +24,8 @@ import torch
 
 from myxtts.config import Config, ConfigError
 from myxtts.data.loader import default_num_workers
-from myxtts.diagnose.phases import COPY, PhaseClock, copy_seconds, phase_stats
-from myxtts.diagnose.verdict import Figures, decide
+from myxtts.diagnose.profile.phases import COPY, PhaseClock, copy_seconds, phase_stats
+from myxtts.diagnose.profile.verdict import Figures, decide
 from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
 from myxtts.observe.gpu import GpuUtilSampler
 from myxtts.system import available_cpus
@@ -221,7 +221,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         largest_batch_frames=max(b * t for b, _, t in keys),
         batch_capped=cfg.data.max_batch_size > 0 and max(batches) >= cfg.data.max_batch_size,
         max_batch_size=cfg.data.max_batch_size,
-        auto_memory_fraction=cfg.data.auto_memory_fraction, num_workers=setup["num_workers"],
+        auto_batch_memory_share=cfg.data.auto_batch_memory_share, num_workers=setup["num_workers"],
         cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
         on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
         preset=cfg.model.preset, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],

@@ -61,7 +61,7 @@ class Figures:
     largest_batch_frames: int  # max over batches of B x T (padded frames per step)
     batch_capped: bool  # some bucket's batch sits at data.max_batch_size
     max_batch_size: int
-    auto_memory_fraction: float
+    auto_batch_memory_share: float
     num_workers: int
     cpus: int
     prefetch_batches: int
@@ -145,9 +145,9 @@ def _memory_limited(f: Figures, mem: float) -> Verdict:
     if f.device == "cuda" and f.precision == "fp32" and f.bf16_supported:
         advice.append("--precision bf16 (halves the activations' memory)")
     if f.batch_frames == "auto":
-        if f.auto_memory_fraction > 0.8:
-            advice.append(f"--set data.auto_memory_fraction="
-                          f"{round(f.auto_memory_fraction - 0.1, 2)} (headroom for "
+        if f.auto_batch_memory_share > 0.8:
+            advice.append(f"--set data.auto_batch_memory_share="
+                          f"{round(f.auto_batch_memory_share - 0.1, 2)} (headroom for "
                           f"fragmentation and other processes)")
     else:
         current = int(f.batch_frames)

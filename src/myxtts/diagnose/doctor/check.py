@@ -1,0 +1,48 @@
+"""A doctor check's record (:class:`Check`) and how a list of them is shown and judged.
+
+Statuses: ``ok``; ``warn`` (training works, but slower or without a feature); ``fail``
+(training cannot start, or the data is unusable); ``skip`` (does not apply here, e.g.
+GPU checks without a GPU). Exit code 1 iff a ``fail``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["ok", "warn", "fail", "skip"]
+SYMBOLS = {"ok": "✔", "warn": "⚠", "fail": "✗", "skip": "-"}
+ASCII_SYMBOLS = {"ok": "[ok]", "warn": "[!!]", "fail": "[XX]", "skip": "[--]"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding. ``fix`` (the command, flag or config key) is set for warn and fail."""
+
+    name: str
+    status: Status
+    found: str
+    fix: str = ""
+
+
+def exit_code(checks: list[Check]) -> int:
+    """1 when anything blocks training (a ``fail``), else 0."""
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def format_checks(checks: list[Check], ascii_only: bool = False) -> str:
+    """One line per check, then the summary line."""
+    symbols, dash = (ASCII_SYMBOLS, "-") if ascii_only else (SYMBOLS, "—")
+    lines = []
+    for c in checks:
+        line = f"{symbols[c.status]} {c.name}: "
+        line += f"skipped ({c.found})" if c.status == "skip" else c.found
+        if c.status in ("warn", "fail"):
+            line += f" {dash} {c.fix}"
+        lines.append(line)
+    n = {s: sum(c.status == s for c in checks) for s in SYMBOLS}
+    summary = (f"{len(checks) - n['skip']} checks: {n['ok']} ok, {n['warn']} warning"
+               f"{'' if n['warn'] == 1 else 's'}, {n['fail']} blocking")
+    if n["skip"]:
+        summary += f" ({n['skip']} skipped)"
+    return "\n".join(lines + [summary])
