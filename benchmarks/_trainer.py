@@ -97,11 +97,11 @@ class Trainer:
 
     def ready(self, name: str, run_dir: Path) -> Any:
         """The step ``train()`` runs: ``train.compile``'s mode, batch sizes fitted, warmed up
-        (compiled, captured) when compiled or on a GPU. Sets ``probe_s`` (step and sizes)."""
-        start = time.perf_counter()
+        (compiled, captured) when compiled or on a GPU. Sets ``fitted_at`` (``perf_counter``
+        once the sizes are known) and ``report`` (the ``WarmupReport``, None: no warm-up)."""
         step = self.step()
         self.fit(step, run_dir)
-        self.probe_s = time.perf_counter() - start
+        self.fitted_at = time.perf_counter()
         graphs = self.graphs(step)
         say(f"{name}: warming up ({step.mode}{', graphs' if graphs else ''})")
         self.report = self.warm_up(step, graphs) if step.compiled or self.cuda else None

@@ -55,8 +55,8 @@ def warmup_main(args: argparse.Namespace) -> None:
     t = Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args))
     t0, g0 = time.perf_counter(), compiled_graphs()
     step = t.ready(args.warmup_of, args.run_dir)
-    total, report = time.perf_counter() - t0, t.report
-    print(json.dumps({"probe_s": t.probe_s, "warmup_s": total - t.probe_s, "total_s": total,
+    t2, report = time.perf_counter(), t.report
+    print(json.dumps({"probe_s": t.fitted_at - t0, "warmup_s": t2 - t.fitted_at, "total_s": t2 - t0,
                       "graphs": compiled_graphs() - g0,
                       "captured": report.shapes_captured if report else 0,
                       "capture_error": report.capture_error if report else None,
