@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+from _trainer import Trainer
 
 ARMS = ("off", "on")  # checkpointing; "off" is the baseline
 MIB = 2**20
@@ -54,24 +55,21 @@ def pick(shapes: list[Any], k: int) -> list[Any]:
     return [shapes[round(i * (len(shapes) - 1) / (k - 1))] for i in range(k)]
 
 
-def build_arm(t: common.Trainer, checkpointing: bool, shapes: list[Any]) -> Any:
+def build_arm(t: Trainer, checkpointing: bool, shapes: list[Any]) -> Any:
     """The trainer's step with checkpointing on or off, warmed up (compiled, captured) on
     ``shapes`` the way ``train()`` warms up its buckets."""
-    from myxtts.train.step import resolve_compile, resolve_graphs
+    from myxtts.train.graphs import CudaCapture
     from myxtts.train.warmup import warm_up
 
-    step = t.step(compiled=resolve_compile(t.cfg.train.compile, t.device))
-    step.model.set_activation_checkpointing(checkpointing)  # what train.setup does
-    graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
+    step = t.step()
+    step.model.set_activation_checkpointing(checkpointing)  # train.activation_checkpointing
     if step.compiled or t.cuda:
-        from myxtts.train.graphs import CudaCapture
-
         warm_up(step, shapes, t.data.vocab_size, len(t.data.languages),
-                capture=CudaCapture(t.device) if graphs else None, echo=common.say)
+                capture=CudaCapture(t.device) if t.graphs(step) else None, echo=common.say)
     return step
 
 
-def memory(t: common.Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
+def memory(t: Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
     """(bytes saved for backward, CUDA peak above the resident state or None) of one
     uncaptured step."""
     import torch
@@ -91,7 +89,7 @@ def memory(t: common.Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
     return saved.nbytes, peak
 
 
-def timed(t: common.Trainer, step: Any, batch: dict, n: int) -> list[float]:
+def timed(t: Trainer, step: Any, batch: dict, n: int) -> list[float]:
     """Seconds of each of ``n`` training steps (replayed as a CUDA graph where captured)."""
     out = []
     for _ in range(n):
@@ -103,7 +101,7 @@ def timed(t: common.Trainer, step: Any, batch: dict, n: int) -> list[float]:
     return out
 
 
-def measure(t: common.Trainer, shapes: list[Any], args: argparse.Namespace
+def measure(t: Trainer, shapes: list[Any], args: argparse.Namespace
             ) -> tuple[list[dict], str]:
     """Per shape: each arm's (saved bytes, CUDA peak) and step times, the per-round time
     ratios; and how the steps ran (mode, precision)."""
@@ -168,19 +166,14 @@ def main() -> None:
     p.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
     p.add_argument("--device", default="auto", help="train.device: auto (CUDA if present), cpu, "
                    "cuda, cuda:N")
-    p.add_argument("--data", type=Path, help="dataset to prepare (default: ../shared/data/ljspeech-mini)")
-    p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
-    p.add_argument("--batch-frames", type=int, help="data.batch_frames (default: CPU "
-                   f"{common.CPU_BATCH_FRAMES}; CUDA the config's, auto planning at 12000)")
+    common.add_arguments(
+        p, presets=None, steps="timed steps per round (default 5 CPU, 10 CUDA)",
+        rounds="rounds per arm, interleaved (default 4 CPU, 5 CUDA)",
+        batch_frames=f"data.batch_frames (default: CPU {common.CPU_BATCH_FRAMES}; CUDA the "
+                     "config's, auto planning at 12000)", set="config override (repeatable)")
     p.add_argument("--shapes", type=int, default=3, help="bucket shapes measured, spread from "
                    "the longest to the shortest; 0 = all (default 3)")
-    p.add_argument("--steps", type=int, help="timed steps per round (default 5 CPU, 10 CUDA)")
-    p.add_argument("--rounds", type=int, help="rounds per arm, interleaved (default 4 CPU, 5 CUDA)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per arm and shape")
-    p.add_argument("--threads", type=int, help="torch threads; 0 = torch's default (default: 1 on "
-                   "CPU, 0 on CUDA)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="config override (repeatable)")
     args = p.parse_args()
 
     import torch
@@ -193,7 +186,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-ckpt-"))
     try:
         data, store = common.prepare(args.data, args.store, tmp)
-        t = common.Trainer(store, args.preset, batch_frames,
+        t = Trainer(store, args.preset, batch_frames,
                            [f"train.device={args.device}", *args.set], threads)
         shapes = pick(t.shapes(), args.shapes)
         results, how = measure(t, shapes, args)

@@ -34,212 +34,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import common
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "ljspeech-mini"
-LJSPEECH_SIZE = 13100
-
-
-def _source_audio_s(data: Path) -> tuple[float, list[str]]:
-    from myxtts.audio.io import audio_info
-    from myxtts.config import Config
-    from myxtts.data.readers import read_dataset
-
-    utts = read_dataset(data, Config()).all
-    paths = [str(u.audio_path) for u in utts]
-    return sum(audio_info(p).duration_s for p in paths), paths
-
-
-# ---------------------------------------------------------------- parts (subprocesses)
-
-def part_prepare(args: argparse.Namespace) -> dict:
-    import torch  # noqa: F401  (imported before timing: the baseline's imports are not timed either)
-
-    from myxtts.config import Config
-    from myxtts.data.prepare import prepare_store
-
-    audio_s, _ = _source_audio_s(args.data)
-
-    def run() -> tuple[float, float]:
-        """(wall seconds, CPU seconds of this process and its finished workers)."""
-        shutil.rmtree(args.out, ignore_errors=True)
-        cpu0 = time.process_time() + _children_cpu_s()
-        start = time.perf_counter()
-        prepare_store(args.data, args.out, Config(), workers=args.workers, progress=False,
-                      echo=lambda s: None)
-        return time.perf_counter() - start, time.process_time() + _children_cpu_s() - cpu0
-
-    warm_s, _ = run()  # warm-up, like the baseline's: lazy imports and first-call set-up
-    seconds, cpu_s = run()
-    return {"seconds": seconds, "cpu_s": cpu_s, "audio_s": audio_s, "cold_s": warm_s}
-
-
-def _children_cpu_s() -> float:
-    """User + system CPU seconds of this process's exited (and reaped) children."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _blas_threads() -> str:
-    """BLAS/OpenMP threads numpy uses in this process (as threadpoolctl reports them)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # optional: only for the table's footnote
-        return "?"
-    return ",".join(f"{i['internal_api']}={i['num_threads']}" for i in threadpool_info()) or "none"
-
-
-def part_baseline(args: argparse.Namespace) -> dict:
-    import librosa
-    import numpy as np
-
-    from myxtts.config import Config
-
-    a = Config().audio
-    audio_s, paths = _source_audio_s(args.data)
-
-    def featurize(path: str) -> np.ndarray:
-        y, sr = librosa.load(path, sr=a.sample_rate)
-        m = librosa.feature.melspectrogram(y=y, sr=sr, n_fft=a.n_fft, hop_length=a.hop_length,
-                                           win_length=a.win_length, n_mels=a.n_mels, fmin=a.fmin,
-                                           fmax=a.fmax, power=1.0)
-        return np.log(np.maximum(m, a.log_floor)).T.astype(np.float16)
-
-    start = time.perf_counter()
-    featurize(paths[0])  # librosa's lazy imports and numba JIT happen here
-    cold_s = time.perf_counter() - start
-    cpu0 = time.process_time()  # every thread of this process (BLAS threads included)
-    start = time.perf_counter()
-    for p in paths:
-        featurize(p)
-    return {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu0,
-            "audio_s": audio_s, "cold_first_clip_s": cold_s, "threads": _blas_threads()}
-
-
-def part_loader(args: argparse.Namespace) -> dict:
-    from myxtts.config import Config
-    from myxtts.data.loader import build_loader
-
-    cfg = Config()
-    loader, _ = build_loader(args.store, cfg, num_workers=args.workers)
-    out = common.drain(loader, args.seconds, cfg.audio.frames_per_second)
-    out["workers"] = loader.num_workers
-    return out
-
-
-def part_naive(args: argparse.Namespace) -> dict:
-    """The common hand-written loader (``common.librosa_loader``): batch 16, shuffled."""
-    from myxtts.config import Config
-    from myxtts.data.readers import read_dataset
-
-    cfg = Config()
-    clips = [(u.audio_path, [ord(c) % 256 for c in u.text]) for u in read_dataset(args.data, cfg).train]
-    loader = common.librosa_loader(clips, cfg.audio, batch_size=16, shuffle=True,
-                                   num_workers=args.workers, persistent_workers=args.workers > 0)
-    out = common.drain(loader, args.seconds, cfg.audio.frames_per_second)
-    out["workers"] = args.workers
-    return out
-
-
-def _raw_train(data: Path, cfg) -> tuple:
-    """The on-the-fly loader's train split, its bucket sampler (as ``build_onthefly_loader``
-    builds it) and the clips' source durations; ``plan``: the first epochs' batches."""
-    import numpy as np
-
-    from myxtts.audio.io import audio_info
-    from myxtts.data.loader import build_sampler
-    from myxtts.data.onthefly import read_raw_splits
-
-    splits = read_raw_splits(data, cfg)
-    raw = splits[0]["train"]
-    sampler = build_sampler(raw.est_frames, np.array([len(t) for t in raw.tokens], np.int64), cfg,
-                            seed=cfg.data.shuffle_seed)
-    durations = np.array([audio_info(p).duration_s for p in raw.paths])
-    plan = [sampler.batches(e) for e in range(3)]
-    return splits, raw, sampler, durations, plan
-
-
-def _digest(plan: list) -> str:
-    import hashlib
-
-    return hashlib.sha1(json.dumps(plan).encode()).hexdigest()[:12]
-
-
-def _otf_cfg():
-    from myxtts.config import load_config
-
-    return load_config(overrides=["data.data_device=cpu"])
-
-
-def part_onthefly(args: argparse.Namespace) -> dict:
-    """``build_onthefly_loader`` over the raw clips: decode + trim in workers, log-mels batched."""
-    from myxtts.data.onthefly import build_onthefly_loader
-
-    cfg = _otf_cfg()
-    splits, raw, _, durations, plan = _raw_train(args.data, cfg)
-    loader, sampler = build_onthefly_loader(args.data, cfg, num_workers=args.workers,
-                                            raw_splits=splits)
-    if [sampler.batches(e) for e in range(3)] != plan:
-        raise RuntimeError("the on-the-fly sampler's batches differ from the peers' plan")
-    out = common.timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
-    in_workers = args.workers > 0 and getattr(loader, "workers_featurize", False)
-    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths),
-            "mels_in": "the workers' collate" if in_workers else "the main process"}
-
-
-def part_peritem(args: argparse.Namespace) -> dict:
-    """The per-item peer under the same load: ``common.librosa_loader`` (librosa.load +
-    melspectrogram in ``__getitem__``, padded per batch) over the on-the-fly loader's own
-    batches (same clips, same utterances per batch, epoch by epoch), same worker count."""
-    from myxtts.data.loader import worker_init
-
-    cfg = _otf_cfg()
-    _, raw, sampler, durations, plan = _raw_train(args.data, cfg)
-    extra = (dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
-             if args.workers else {})
-    loader = common.librosa_loader(list(zip(raw.paths, raw.tokens)), cfg.audio,
-                                   batch_sampler=sampler, num_workers=args.workers, **extra)
-    out = common.timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
-    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths)}
-
-
-def part_padding(args: argparse.Namespace) -> dict:
-    import numpy as np
-
-    from myxtts.config import Config, load_config
-    from myxtts.data.loader import build_sampler
-    from myxtts.data.store import FeatureStore
-
-    store = FeatureStore.open(args.store)
-    rows = {}
-    rng = np.random.default_rng(0)
-    pick = rng.integers(0, len(store), LJSPEECH_SIZE)
-    jitter = rng.integers(-8, 9, LJSPEECH_SIZE)  # lengths of a bigger corpus are not all equal
-    big_mel = np.maximum(store.mel_lengths[pick] + jitter, 1)
-    big_tok = store.token_lengths[pick]
-    for name, cfg in (("default", Config()),
-                      ("8 buckets", load_config(overrides=["data.num_buckets=8"]))):
-        small = build_sampler(store.mel_lengths, store.token_lengths, cfg)
-        big = build_sampler(big_mel, big_tok, cfg)
-        rows[name] = {"small": [small.padding_efficiency(), len(small.shapes()), len(store)],
-                      "big": [big.padding_efficiency(), len(big.shapes()), LJSPEECH_SIZE],
-                      "num_buckets": cfg.data.num_buckets}
-    return rows
-
+from _pipelines import PARTS, source_audio_s
 
 SECTIONS = ("prepare", "loaders", "padding", "onthefly")  # --parts (table sections a / b+d / c / e)
-PARTS = {"prepare": part_prepare, "baseline": part_baseline, "loader": part_loader,
-         "naive": part_naive, "padding": part_padding, "onthefly": part_onthefly,
-         "peritem": part_peritem}
 
 
 # ---------------------------------------------------------------- driver
@@ -420,7 +224,7 @@ def main() -> None:
     from myxtts.system import available_cpus
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=None, help=f"dataset (default {DEFAULT_DATA})")
+    p.add_argument("--data", type=Path, default=None, help=f"dataset (default {common.DEFAULT_DATA})")
     p.add_argument("--parts", default=",".join(SECTIONS),
                    help=f"comma-separated sections to measure (default: all of {','.join(SECTIONS)})")
     p.add_argument("--workers", type=int, default=None, help="prepare workers (default: all cores)")
@@ -443,14 +247,7 @@ def main() -> None:
     rows: list[str] = []
     notes: list[str] = []
     try:
-        data = args.data or DEFAULT_DATA
-        if not data.exists():
-            if args.data:
-                raise SystemExit(f"--data {data} does not exist")
-            from myxtts.synthetic import make_demo_data
-
-            print(f"{DEFAULT_DATA} not found: using a generated demo corpus", file=sys.stderr)
-            data = make_demo_data(tmp / "demo", speakers=4, utterances=40)
+        data = common.find_data(args.data, tmp)
         for wav in sorted(data.rglob("*.wav")):  # warm the page cache for everybody
             wav.read_bytes()
         if parts & {"prepare", "loaders", "padding"}:
@@ -458,7 +255,7 @@ def main() -> None:
         if "onthefly" in parts:
             more = _onthefly_section(args, data)
             rows, notes = rows + more[0], notes + more[1]
-        audio_s = _source_audio_s(data)[0]
+        audio_s = source_audio_s(data)[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n".join([f"data: {data} ({audio_s / 60:.1f} min of audio), {available_cpus()} CPU "

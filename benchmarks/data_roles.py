@@ -51,11 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import common
+from _trainer import Paired, Trainer
 
 ARMS = ("store", "cpu-role", "gpu-role (same GPU)", "gpu-role (second GPU)")
 
 
-def stage_onthefly(t: common.Trainer) -> dict[tuple, tuple[dict, int]]:
+def stage_onthefly(t: Trainer) -> dict[tuple, tuple[dict, int]]:
     """``Trainer.stage`` for a raw folder: one device batch per bucket shape, features made
     on the arm's data device by a loader of its own (the trainer's sampler stays untouched)."""
     from myxtts.data.onthefly import build_onthefly_loader
@@ -69,87 +70,42 @@ def stage_onthefly(t: common.Trainer) -> dict[tuple, tuple[dict, int]]:
 
 class Arm:
     """One data role for one preset: the trainer's parts, its step, staged batches and its
-    ``BatchStream``, kept open so windows of several arms can interleave."""
+    loader / pre-staged windows (``Paired``), kept open so windows of several arms can
+    interleave."""
 
     def __init__(self, name: str, path: Path, preset: str, sets: list[str],
                  args: argparse.Namespace, cuda: bool) -> None:
         from myxtts.data.loader import PREFETCH_PER_WORKER
         from myxtts.data.onthefly import OnTheFlyLoader
-        from myxtts.train.loop import BatchStream
-        from myxtts.train.step import resolve_compile, resolve_graphs
 
         bf = None if cuda else common.CPU_BATCH_FRAMES[preset]
-        self.name, self.args = name, args
-        self.t = t = common.Trainer(path, preset, bf, sets, args.threads)
-        self.step = step = t.step(resolve_compile(t.cfg.train.compile, t.device))
-        if t.auto:  # as train() does: measure the batch sizes first
-            t.fit_auto(step, args.tmp / f"run-{preset}-{ARMS.index(name)}")
-        graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
-        common.say(f"{preset} {name}: warming up ({step.mode}{', graphs' if graphs else ''})")
-        if step.compiled or graphs:
-            t.warm_up(step, graphs)
+        self.name = name
+        self.t = t = Trainer(path, preset, bf, sets, args.threads)
+        self.step = step = t.ready(f"{preset} {name}", args.tmp / f"run-{preset}-{ARMS.index(name)}")
         self.on_the_fly = isinstance(t.data.loader, OnTheFlyLoader)
-        self.staged = stage_onthefly(t) if self.on_the_fly else t.stage()
-        self.accum = accum = t.cfg.train.grad_accum_steps
-        shapes = [k for k in sorted(self.staged) for _ in range(accum)]  # every shape once
-        t.window(step, common.staged_fetch(self.staged, shapes), len(self.staged))
-        loader = t.data.loader
+        staged = stage_onthefly(t) if self.on_the_fly else t.stage()
+        t.prime(step, staged)  # every shape once (allocations)
+        accum, loader = t.cfg.train.grad_accum_steps, t.data.loader
         self.workers = loader.loader.num_workers if self.on_the_fly else loader.num_workers
         buffered = (t.cfg.data.ring_slots + accum - 1 if self.on_the_fly
                     else t.cfg.data.prefetch_batches) + PREFETCH_PER_WORKER * self.workers
-        self.lead = args.lead if args.lead is not None else -(-buffered // accum)
-        self.stream = iter(BatchStream(t.cfg, t.data, t.device, t.record))
-        self.mismatches = 0
-        self.windows: dict[str, list[dict]] = {"loader": [], "pre-staged": []}
-        self.plan: list[tuple] = []
-        t.window(step, self.loader_fetch(self.lead + args.warmup), self.lead + args.warmup)
-
-    def loader_fetch(self, n_steps: int) -> Any:
-        from myxtts.observe.flops import batch_key
-
-        expected = iter([k for k, _ in self.t.upcoming(n_steps * self.accum)])
-
-        def fetch() -> tuple[dict, int]:
-            batch, frames = next(self.stream)
-            # shapes only: on the fly the plan knows header lengths, not the trimmed frames
-            self.mismatches += batch_key(batch) != next(expected)
-            return batch, frames
-
-        return fetch
-
-    def next_round(self) -> None:
-        """The shapes of the next timed loader window (after its lead steps)."""
-        a = self.accum
-        self.plan = [k for k, _ in self.t.upcoming((self.lead + self.args.steps) * a)][self.lead * a:]
-
-    def run(self, kind: str) -> None:
-        t, steps = self.t, self.args.steps
-        if kind == "loader":
-            if self.lead:  # untimed: use up what was buffered while other windows ran
-                t.window(self.step, self.loader_fetch(self.lead), self.lead)
-            fetch = self.loader_fetch(steps)
-        else:
-            fetch = common.staged_fetch(self.staged, self.plan)
-        self.windows[kind].append(t.window(self.step, fetch, steps))
+        lead = args.lead if args.lead is not None else -(-buffered // accum)
+        # shapes only: on the fly the plan knows header lengths, not the trimmed frames
+        self.pair = Paired(t, step, staged, lead, exact=False)
+        t.window(step, self.pair.loader(lead + args.warmup), lead + args.warmup)
 
     def result(self) -> dict[str, Any]:
         import torch
 
-        t, w = self.t, self.windows
-        out: dict[str, Any] = {k: {m: common.median([x[m] for x in v]) for m in v[0]}
-                               for k, v in w.items()}
-        out.update(ratios=[a["steps_per_s"] / b["steps_per_s"]
-                           for a, b in zip(w["loader"], w["pre-staged"])],
-                   mismatches=self.mismatches, params_m=t.params_m, mode=self.step.mode,
+        t = self.t
+        out = self.pair.result()
+        out.update(params_m=t.params_m, mode=self.step.mode,
                    device=str(t.device), threads=torch.get_num_threads(),
-                   batch_frames=t.cfg.data.batch_frames, shapes=len(self.staged),
+                   batch_frames=t.cfg.data.batch_frames, shapes=len(self.pair.staged),
                    batches=len(t.data.sampler), padding=t.data.sampler.padding_efficiency(),
-                   workers=self.workers, lead=self.lead,
+                   workers=self.workers, lead=self.pair.lead,
                    data_device=t.cfg.data.data_device if self.on_the_fly else "store")
         return out
-
-    def close(self) -> None:
-        self.stream.close()  # stops the ring's producer thread (on the fly)
 
 
 def specs(data: Path, store: Path, n_gpus: int) -> list[tuple[str, Path | None, list[str], str]]:
@@ -182,26 +138,24 @@ def measure(preset: str, data: Path, store: Path, args: argparse.Namespace,
                     traceback.print_exc()
                     results[name] = f"failed: {type(e).__name__}"
             if arms:
-                results.update(interleave(arms, preset, args.rounds))
+                results.update(interleave(arms, preset, args.rounds, args.steps))
         finally:
             while arms:  # no reference may outlive the group (GPU memory, ring threads)
-                arms.pop().close()
+                arms.pop().pair.close()
             gc.collect()
             if n_gpus:
                 torch.cuda.empty_cache()
     return results
 
 
-def interleave(arms: list[Arm], preset: str, rounds: int) -> dict[str, Any]:
+def interleave(arms: list[Arm], preset: str, rounds: int, steps: int) -> dict[str, Any]:
     """Rounds of paired windows per arm (A/B, then B/A), the arms' order rotating."""
     for r in range(rounds):
         for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
-            arm.next_round()
-            for kind in (["loader", "pre-staged"] if r % 2 == 0 else ["pre-staged", "loader"]):
-                arm.run(kind)
+            arm.pair.round(r, steps)
         common.say(f"{preset}: round {r + 1}/{rounds}: " + ", ".join(
-            f"{a.name} {a.windows['loader'][-1]['steps_per_s']:.2f} / "
-            f"{a.windows['pre-staged'][-1]['steps_per_s']:.2f} steps/s" for a in arms))
+            f"{a.name} {a.pair.windows['loader'][-1]['steps_per_s']:.2f} / "
+            f"{a.pair.windows['pre-staged'][-1]['steps_per_s']:.2f} steps/s" for a in arms))
     return {a.name: a.result() for a in arms}
 
 
@@ -239,18 +193,18 @@ def rows_for(preset: str, res: dict[str, Any], na: dict[str, str]) -> list[tuple
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--presets", help="comma-separated (default: tiny on CPU; tiny,base on CUDA)")
-    p.add_argument("--data", type=Path, help="raw dataset folder (default: ../shared/data/ljspeech-mini)")
-    p.add_argument("--steps", type=int, help="optimizer steps per window (default 20 on CPU, 40 on CUDA)")
-    p.add_argument("--rounds", type=int, help="windows per arm and kind (default 12 on CPU, 3 on CUDA)")
-    p.add_argument("--threads", type=int, help="torch threads, 0 = torch's (default: CPU 1, CUDA 0)")
+    common.add_arguments(
+        p, presets="comma-separated (default: tiny on CPU; tiny,base on CUDA)",
+        data="raw dataset folder (default: ../shared/data/ljspeech-mini)", store=None,
+        steps="optimizer steps per window (default 20 on CPU, 40 on CUDA)",
+        rounds="windows per arm and kind (default 12 on CPU, 3 on CUDA)", batch_frames=None,
+        threads="torch threads, 0 = torch's (default: CPU 1, CUDA 0)",
+        set="config override for every arm and preset (repeatable)")
     p.add_argument("--workers", type=int, help="data.num_workers of the on-the-fly arms (default: "
                    "every CPU but one); the store keeps its own default")
     p.add_argument("--lead", type=int, help="untimed loader steps before each loader window "
                    "(default: the batches the arm's input path can hold)")
     p.add_argument("--warmup", type=int, default=2, help="untimed loader steps first (default 2)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="config override for every arm and preset (repeatable)")
     args = p.parse_args()
     import torch
 
@@ -276,12 +230,8 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     na = {name: why for name, path, _, why in specs(data, store, n_gpus) if path is None}
-    width = max(24, *(len(a) + 2 for a in ARMS))
-    line = lambda label, cells: f"{label:<{common.LABEL}}" + "".join(f"{c:>{width}}" for c in cells)  # noqa: E731
-    out = head + ["", line("arm", ARMS), "-" * (common.LABEL + width * len(ARMS))]
-    for preset, res in results.items():
-        out += [line(label, cells) for label, cells in rows_for(preset, res, na)]
-    print("\n".join(out))
+    rows = [row for preset, res in results.items() for row in rows_for(preset, res, na)]
+    print(common.table(list(ARMS), rows, head, "arm", max(24, *(len(a) + 2 for a in ARMS))))
     print("RATIO = loader steps/s / pre-staged steps/s of paired windows of the SAME arm (same shapes,\n"
           "  same order): on the fly, buckets come from header (untrimmed) lengths and pad longer than\n"
           "  the store's, so each arm is compared with its own batches. vs store: ratios of medians;\n"

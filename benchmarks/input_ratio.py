@@ -37,28 +37,18 @@ import tempfile
 from pathlib import Path
 
 import common
+from _trainer import Trainer, loader_ratio
 
 
 def measure(store: Path, preset: str, args: argparse.Namespace, cuda: bool) -> dict:
     import torch
 
-    from myxtts.train.step import resolve_compile, resolve_graphs
-
     bf = args.batch_frames or (None if cuda else common.CPU_BATCH_FRAMES[preset])
-    t = common.Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else (0 if cuda else 1))
-    compiled = resolve_compile(t.cfg.train.compile, t.device)
-    step = t.step(compiled)
-    if t.auto:  # as train() does: measure the batch sizes first
-        t.fit_auto(step, args.tmp / f"run-{preset}")
-    graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
-    common.say(f"{preset}: warming up ({step.mode}{', graphs' if graphs else ''})")
-    if compiled or graphs:
-        t.warm_up(step, graphs)
+    t = Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else (0 if cuda else 1))
+    step = t.ready(preset, args.tmp / f"run-{preset}")
     staged = t.stage()
-    accum = t.cfg.train.grad_accum_steps
-    shapes = [k for k in sorted(staged) for _ in range(accum)]  # every shape once (allocations)
-    t.window(step, common.staged_fetch(staged, shapes), len(staged))
-    out = common.loader_ratio(t, step, staged, args.steps, args.rounds, args.warmup, preset)
+    t.prime(step, staged)  # every shape once (allocations)
+    out = loader_ratio(t, step, staged, args.steps, args.rounds, args.warmup, preset)
     out.update({"preset": preset, "params_m": t.params_m, "mode": step.mode,
                 "device": str(t.device),
                 "threads": torch.get_num_threads(), "batch_frames": t.cfg.data.batch_frames,

@@ -13,7 +13,7 @@ Per preset:
    reserved while it lives): step time, utterances/s, mel frames/s, NVML utilisation, MFU
    from model FLOPs counted once per shape;
 4. with the graphed step, the trainer's real input path against pre-staged batches
-   (``common.loader_ratio``) and the peak memory of that step.
+   (``_trainer.loader_ratio``) and the peak memory of that step.
 
 An arm that fails is reported as failed with its reason, not as a crash of the benchmark.
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+from _trainer import Trainer, loader_ratio, staged_fetch
 
 MODES = ("eager", "compiled", "graphed")
 
@@ -46,29 +47,20 @@ def _cache_env(cache: Path) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
 
 
-def cold_and_warm_up(t: common.Trainer, run_dir: Path) -> tuple[Any, dict]:
-    """What ``train()`` does before step 1, timed: returns the step it readies."""
-    from myxtts.train.compile import compiled_graphs
-    from myxtts.train.step import resolve_compile, resolve_graphs
-
-    t0, g0 = time.perf_counter(), compiled_graphs()
-    step = t.step(compiled=resolve_compile(t.cfg.train.compile, t.device))
-    if t.auto:
-        t.fit_auto(step, run_dir)
-    t1 = time.perf_counter()
-    graphs = resolve_graphs(t.cfg.train.cuda_graphs, t.device, step.dtype, False, step.fused)
-    report = t.warm_up(step, graphs)
-    t2 = time.perf_counter()
-    return step, {"probe_s": t1 - t0, "warmup_s": t2 - t1, "total_s": t2 - t0,
-                  "graphs": compiled_graphs() - g0, "captured": report.shapes_captured,
-                  "capture_error": report.capture_error, "mode": step.mode}
-
-
 def warmup_main(args: argparse.Namespace) -> None:
-    """``train_step.py --warmup-of PRESET``: the trainer's warm-up, as one JSON line."""
-    t = common.Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args))
-    _, timing = cold_and_warm_up(t, args.run_dir)
-    print(json.dumps(timing))
+    """``train_step.py --warmup-of PRESET``: what ``train()`` does before step 1 (batch sizes,
+    compile, capture: ``Trainer.ready``), timed, as one JSON line."""
+    from myxtts.train.compile import compiled_graphs
+
+    t = Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args))
+    t0, g0 = time.perf_counter(), compiled_graphs()
+    step = t.ready(args.warmup_of, args.run_dir)
+    t2, report = time.perf_counter(), t.report
+    print(json.dumps({"probe_s": t.fitted_at - t0, "warmup_s": t2 - t.fitted_at, "total_s": t2 - t0,
+                      "graphs": compiled_graphs() - g0,
+                      "captured": report.shapes_captured if report else 0,
+                      "capture_error": report.capture_error if report else None,
+                      "mode": step.mode}))
 
 
 def warmup_in_new_process(store: Path, preset: str, args: argparse.Namespace, run_dir: Path,
@@ -110,7 +102,6 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     from myxtts.observe.gpu import GpuUtilSampler
     from myxtts.train.compile import reset_compiled
     from myxtts.train.efficiency import meta_step_counter
-    from myxtts.train.step import resolve_compile
 
     cache = args.inductor_cache or args.tmp / f"inductor-{preset}"
     run_dir = args.tmp / f"run-{preset}"
@@ -121,14 +112,14 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     out["warm"] = warmup_in_new_process(store, preset, args, run_dir, cache)
     os.environ.update(_cache_env(cache))  # this process compiles from the warm caches
     reset_compiled()
-    t = common.Trainer(store, preset, args.batch_frames, args.set, _threads(args))
+    t = Trainer(store, preset, args.batch_frames, args.set, _threads(args))
     out.update(params_m=t.params_m, device=str(t.device), batch_frames=t.cfg.data.batch_frames)
     accum = t.cfg.train.grad_accum_steps
     flops = staged = by_frequency = None
     gpu = GpuUtilSampler(t.device)
     if t.auto:  # the trainer's sizes, from the run folder's cache: a step of the kind that
-        # measured them (compiled; an eager step's key differs and would measure again)
-        t.fit_auto(t.step(compiled=resolve_compile(t.cfg.train.compile, t.device)), run_dir)
+        # measured them (train.compile's; an eager step's key differs and would measure again)
+        t.fit(t.step(), run_dir)
         _release()
     for mode in MODES:  # eager first: it counts the FLOPs
         step = t.step(compiled=mode != "eager")
@@ -146,17 +137,16 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
             if mode == "graphed" and report.capture_error:
                 out["capture_error"] = report.capture_error
         out[f"{mode}_is"] = step.mode
-        every_shape = [k for k in by_frequency for _ in range(accum)]
-        t.window(step, common.staged_fetch(staged, every_shape), len(by_frequency))  # untimed
+        t.prime(step, staged, by_frequency)
         n, windows = args.steps * accum, []
         for r in range(args.rounds):
             sequence = [by_frequency[(r * n + i) % len(by_frequency)] for i in range(n)]
-            windows.append(t.window(step, common.staged_fetch(staged, sequence), args.steps,
+            windows.append(t.window(step, staged_fetch(staged, sequence), args.steps,
                                     flops, gpu))
         out[mode] = {k: common.median([w[k] for w in windows if k in w]) for k in windows[0]}
         common.say(f"{preset}: {mode} ({step.mode}): {out[mode]['steps_per_s']:.2f} steps/s")
         if mode == "graphed":
-            out["ratio"] = common.loader_ratio(t, step, staged, args.steps, args.rounds, 2, preset)
+            out["ratio"] = loader_ratio(t, step, staged, args.steps, args.rounds, 2, preset)
             out["workers"] = t.data.loader.num_workers
             out["peak_gib"] = (torch.cuda.max_memory_allocated(t.device) / 2**30 if t.cuda
                                else float("nan"))

@@ -43,6 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 import common
+from _trainer import Trainer, staged_fetch
 
 EAGER, COMPILED = "eager", "compiled"
 
@@ -58,7 +59,7 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
 
     reset_compiled()
     bf = args.batch_frames or common.CPU_BATCH_FRAMES[preset]
-    t = common.Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else 1)
+    t = Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else 1)
     staged = t.stage()
     accum = t.cfg.train.grad_accum_steps
     by_frequency = [k for k, _ in Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
@@ -79,10 +80,10 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
         g0 = compiled_graphs()
         start = time.perf_counter()
         steps[COMPILED] = t.step(compiled=True)
-        t.window(steps[COMPILED], common.staged_fetch(staged, [x for x in keys for _ in range(accum)]), len(keys))
+        t.prime(steps[COMPILED], staged, keys)
         out["warmup_s"], out["graphs_warmup"] = time.perf_counter() - start, compiled_graphs() - g0
         common.say(f"{preset}: compiled {len(keys)} shape(s) in {out['warmup_s']:.0f} s")
-    t.window(steps[EAGER], common.staged_fetch(staged, [x for x in keys for _ in range(accum)]), len(keys))
+    t.prime(steps[EAGER], staged, keys)
     g1 = compiled_graphs()
     cycle = [x for x in by_frequency if x in keys]
     n = args.steps * accum
@@ -91,7 +92,7 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
         sequence = [cycle[(r * n + i) % len(cycle)] for i in range(n)]
         order = list(steps) if r % 2 == 0 else list(steps)[::-1]
         for mode in order:
-            windows[mode].append(t.window(steps[mode], common.staged_fetch(staged, sequence), args.steps,
+            windows[mode].append(t.window(steps[mode], staged_fetch(staged, sequence), args.steps,
                                           flops))
         common.say(f"{preset}: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{m} {windows[m][-1]['steps_per_s']:.2f} steps/s" for m in windows))

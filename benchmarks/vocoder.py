@@ -33,25 +33,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, LABEL, say  # noqa: E402
+from common import LABEL, prepare, say  # noqa: E402
 
 
 def prepare_with_audio(data: Path | None, tmp: Path) -> tuple[Path, Path]:
     from myxtts.config import load_config
-    from myxtts.data.prepare import prepare_store
 
-    if data is None:
-        data = DEFAULT_DATA
-        if not data.exists():
-            from myxtts.synthetic import make_demo_data
-
-            say(f"{DEFAULT_DATA} not found: using a generated demo corpus")
-            data = make_demo_data(tmp / "demo", speakers=4, utterances=40)
-    store = tmp / "store"
-    say(f"preparing {data} -> {store} (with audio)")
-    prepare_store(data, store, load_config(overrides=["data.store_audio=true"]), progress=False,
-                  echo=lambda s: None)
-    return data, store
+    return prepare(data, None, tmp, load_config(overrides=["data.store_audio=true"]),
+                   " (with audio)")
 
 
 def phase_speed(run: Path, first: int, last: int) -> tuple[float, float]:

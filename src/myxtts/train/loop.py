@@ -223,13 +223,7 @@ class _LoopContext:
         self.model.train()
         try:
             while r.step < t.max_steps:
-                micro, frames = [], 0
-                for _ in range(t.grad_accum_steps):
-                    timer.wait_begin()
-                    batch, n_frames = next(stream)
-                    timer.wait_end()
-                    micro.append(batch)
-                    frames += n_frames
+                micro, frames = next_micro(stream, timer, t.grad_accum_steps)
                 try:
                     self.step_fn(micro)
                 except Exception as e:
@@ -302,6 +296,20 @@ class _LoopContext:
             values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.logger.scalars(step, values, prefix="train/")
         bar.update_to(step, values)
+
+
+def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer,
+               accum: int) -> tuple[list[Batch], int]:
+    """The micro-batches of one optimizer step (``train.grad_accum_steps``) from ``stream``
+    and their real frames, each fetch timed as data wait."""
+    micro, frames = [], 0
+    for _ in range(accum):
+        timer.wait_begin()
+        batch, n_frames = next(stream)
+        timer.wait_end()
+        micro.append(batch)
+        frames += n_frames
+    return micro, frames
 
 
 def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:

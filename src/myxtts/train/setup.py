@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,7 +25,10 @@ from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
 from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep, plan_step
+from myxtts.train.step import StepPlan, TrainStep, plan_step
+
+if TYPE_CHECKING:
+    from myxtts.train.warmup import WarmupReport
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +78,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         cfg = _resume_config(cfg, state[ck.CONFIG])
         record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
         log.info("resuming from %s (step %d)", resume_path, record.step)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # events, streams and syncs default to the training GPU
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
+    configure_device(device)
     seed_everything(cfg.train.seed + dist.rank)
     on_the_fly = Path(data_path).is_dir() and not is_store(Path(data_path))
     if dist.enabled and on_the_fly and cfg.data.data_device.startswith("cuda:"):
@@ -99,30 +98,51 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
-    model.set_activation_checkpointing(cfg.train.activation_checkpointing)
-    opt, fused = build_optimizer(model, cfg.train)
-    sched = build_scheduler(opt, cfg.train)
-    plan = plan_step(cfg, device, dist.enabled, fused)
-    step_fn = TrainStep(model, opt, sched, cfg, device, fused, compile_model=plan.compile,
-                        ddp_model=wrap_ddp(model, dist))
+    step_fn, plan = build_step(cfg, model, device, dist)
     if state is not None:
-        ck.restore(state, model, opt, sched, step_fn.scaler, device, dist.rank, dist.world_size)
+        ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
+                   dist.world_size)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
-    _fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
+    fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
     data.continue_from(state, record)
     if on_the_fly:
         check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
     if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
-        _warm_up(step_fn, data, cfg, dist, plan.graphs)
+        warm_up_buckets(step_fn, data, cfg, dist, plan.graphs)
     return TrainSetup(cfg, dist, device, data, model, step_fn, record)
 
 
-def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
-                 out: Path) -> None:
+def configure_device(device: torch.device) -> None:
+    """On a GPU: make it the current device (events, streams and syncs default to the
+    training GPU) and allow TF32 matmuls and convolutions."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def build_step(cfg: Config, model: torch.nn.Module, device: torch.device, dist: DistInfo,
+               compile_model: bool | None = None) -> tuple[TrainStep, StepPlan]:
+    """The training step of ``model`` (on ``device``) and its plan (:func:`plan_step`):
+    activation checkpointing, AdamW and its schedule from ``cfg``; compiled as the plan says
+    unless ``compile_model``."""
+    model.set_activation_checkpointing(cfg.train.activation_checkpointing)
+    opt, fused = build_optimizer(model, cfg.train)
+    plan = plan_step(cfg, device, dist.enabled, fused)
+    if compile_model is not None:
+        plan = replace(plan, compile=compile_model)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, device, fused,
+                     compile_model=plan.compile, ddp_model=wrap_ddp(model, dist))
+    return step, plan
+
+
+def fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
+                out: Path) -> list[int] | None:
     """``data.batch_frames=auto`` on a GPU: measure each bucket's largest batch (or read the
-    run folder's cache) and rebuild the train loader with those sizes."""
+    run folder's cache) and rebuild the train loader with those sizes, which it returns
+    (None: the planned sizes stay)."""
     if cfg.data.batch_frames != "auto" or step_fn.device.type != "cuda":
-        return
+        return None
     from myxtts.train.budget import auto_batch_sizes
 
     planned = bucket_shapes(data.sampler, cfg)
@@ -130,10 +150,11 @@ def _fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInf
     sizes = auto_batch_sizes(step_fn, planned, [s.batch for s in planned], cfg, out,
                              data.vocab_size, len(data.languages), dist, echo=echo)
     data.set_batch_sizes(sizes)
+    return sizes
 
 
-def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
-             graphs: bool) -> None:
+def warm_up_buckets(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
+                    graphs: bool) -> WarmupReport:
     """Every bucket shape before step 1: compile and capture now, with a progress line per
     shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
     fits (``train.warmup``). Under DDP the ranks warm up without DDP's gradient hooks, like
@@ -156,3 +177,4 @@ def _warm_up(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
     echo(f"warm-up: {len(shapes)} bucket shapes in {report.seconds:.1f} s "
          f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
          f"as CUDA graphs); {step_fn.mode} step")
+    return report
