@@ -126,3 +126,62 @@ def test_the_raw_wav_batch_follows_its_table_and_counts_its_frames_on_the_host(d
     feed = loader.device_feed(torch.device("cpu"))
     assert isinstance(feed, DeviceFeed)
     feed.close()
+
+
+@pytest.fixture(scope="module")
+def one_silent_clip(tmp_path_factory):
+    """A demo corpus whose 4th train clip is silent: its header reads (it is bucketed like
+    any clip), its decode is refused -- the way a clip fails only once a worker loads it."""
+    import soundfile as sf
+
+    data = make_demo_data(tmp_path_factory.mktemp("silent") / "demo", speakers=2, utterances=8,
+                          seed=5)
+    cfg = load_config(overrides=["data.batch_frames=3000", "data.ref_frames=48"])
+    splits = read_raw_splits(data, cfg)
+    victim = splits[0]["train"].paths[3]
+    info = sf.info(victim)
+    sf.write(victim, np.zeros(info.frames, np.float32), info.samplerate)
+    return data, cfg, read_raw_splits(data, cfg), 3
+
+
+def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_once(
+        one_silent_clip, monkeypatch, caplog):
+    import myxtts.audio.io as audio_io
+
+    data, cfg, splits, victim = one_silent_clip
+    stats = (np.zeros(80, np.float32), np.ones(80, np.float32))
+    loader, sampler = build_onthefly_loader(data, cfg, mel_stats=stats, num_workers=0,
+                                            raw_splits=splits)
+    dataset, collate = loader.loader.dataset, loader.loader.collate_fn
+    reads = []
+    real_load = audio_io.load_audio
+    monkeypatch.setattr(audio_io, "load_audio", lambda path, a: reads.append(path) or real_load(path, a))
+    hit = 0
+    with caplog.at_level("WARNING", logger="myxtts.data.onthefly"):
+        for epoch in range(3):
+            for indices in sampler.batches(epoch):
+                raw = collate.pad(dataset.__getitems__((epoch, indices)))
+                # the bucket the sampler drew: as many utterances, the same padded frames
+                assert raw["wav"].shape[0] == len(indices)
+                edge = sampler.shape_table().shape_for(int(splits[0]["train"].est_frames[indices].max()))
+                assert int(raw["n_frames"]) == edge[0]
+                got = raw["indices"].tolist()
+                assert victim not in got and set(got) == set(indices) - {victim}
+                hit += victim in indices
+    assert hit >= 3  # the clip was drawn in every epoch ...
+    said = [r for r in caplog.records if "cannot be used" in r.getMessage()]
+    assert len(said) == 1 and "silent" in said[0].getMessage()  # ... said once
+    assert reads.count(splits[0]["train"].paths[victim]) == 1  # ... and read once
+    assert int(dataset.failed.sum()) == 1
+
+
+def test_loader_workers_share_which_clips_failed(one_silent_clip):
+    data, cfg, splits, victim = one_silent_clip
+    stats = (np.zeros(80, np.float32), np.ones(80, np.float32))
+    loader, sampler = build_onthefly_loader(data, cfg, mel_stats=stats, num_workers=2,
+                                            raw_splits=splits)
+    sizes = [len(b) for b in sampler.batches(0)]
+    assert [int(b["mel"].shape[0]) for b in loader] == sizes  # no batch lost an utterance
+    n = len(splits[0]["train"].paths)
+    # the workers marked it in memory the main process (and every worker) reads
+    assert loader.loader.dataset.failed.tolist() == [int(i == victim) for i in range(n)]

@@ -25,8 +25,9 @@ Bucketing needs lengths before any audio is decoded: they come from the file hea
 (untrimmed, so an upper bound of the trimmed length). A batch is padded to the bucket
 the sampler drew it from, so shapes stay bounded; padding is somewhat higher than with
 a store, whose lengths are exact. Clips outside ``data.min/max_duration_s`` by their
-header length are left out; a clip that fails to load in a worker is dropped from its
-batch with a warning (prepare catches such clips up front; here they surface late).
+header length are left out. A clip that fails to load in a worker (prepare catches such
+clips up front; here they surface late) is reported once and skipped from then on, and its
+batch repeats another of its clips in its place: the batch keeps its bucket's shape.
 """
 
 from __future__ import annotations
@@ -92,26 +93,34 @@ class RawAudioDataset(Dataset):
         self.audio = audio
         self.ref_frames = int(ref_frames)
         self.seed = int(seed)
-        self._warned: set[str] = set()
+        # 1 = the clip failed to load once: reported then, skipped from then on. Shared
+        # memory: every loader worker (forked or spawned) and the main process see one map.
+        self.failed = torch.zeros(len(split.paths), dtype=torch.uint8).share_memory_()
 
     def __len__(self) -> int:
         return len(self.split.paths)
 
     def _load(self, i: int) -> np.ndarray | None:
+        """The clip, or None when it cannot be used (said once per clip, across workers
+        and epochs; a clip that failed is not read again)."""
         from myxtts.audio.io import AudioError, load_audio
 
+        if self.failed[i]:
+            return None
         try:
             return load_audio(self.split.paths[i], self.audio)  # float32 [samples]
         except AudioError as e:
-            if self.split.paths[i] not in self._warned:
-                self._warned.add(self.split.paths[i])
-                log.warning("on-the-fly: skipping a clip that cannot be used: %s", e)
+            if not self.failed[i]:
+                self.failed[i] = 1
+                log.warning("on-the-fly: leaving out a clip that cannot be used (its batch "
+                            "repeats another of its clips instead): %s", e)
             return None
 
-    def item(self, i: int, epoch: int) -> dict[str, Any] | None:
+    def item(self, i: int, epoch: int) -> dict[str, Any]:
+        """The clip's fields; ``{"index": i}`` alone when it cannot be used."""
         wav = self._load(i)
         if wav is None:
-            return None
+            return {"index": i}
         h = mix64(self.seed, epoch, i)
         row = self.split.refs[i]
         refs = row[row >= 0]
@@ -127,10 +136,10 @@ class RawAudioDataset(Dataset):
                 "ref_first": first, "ref_frames": want, "speaker_id": int(self.split.speaker_ids[i]),
                 "language_id": int(self.split.language_ids[i]), "index": i}
 
-    def __getitem__(self, i: int) -> dict[str, Any] | None:
+    def __getitem__(self, i: int) -> dict[str, Any]:
         return self.item(int(i), 0)
 
-    def __getitems__(self, indices: Any) -> list[dict[str, Any] | None]:
+    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
         epoch = 0
         if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
             epoch, indices = indices
@@ -148,19 +157,29 @@ class WavCollator:
         self.est_frames = est_frames
         self.featurizer = featurizer
 
-    def __call__(self, items: list[dict[str, Any] | None]) -> RawBatch | Batch | None:
+    def __call__(self, items: list[dict[str, Any]]) -> RawBatch | Batch | None:
         raw = self.pad(items)
         if raw is None or self.featurizer is None:
             return raw
         return self.featurizer(raw, torch.device("cpu"))
 
-    def pad(self, items: list[dict[str, Any] | None]) -> RawBatch | None:
-        items = [it for it in items if it is not None]
-        if not items:
+    def pad(self, items: list[dict[str, Any]]) -> RawBatch | None:
+        """The padded batch of ``items``, always of the bucket the sampler drew them from:
+        a clip that could not be used (``{"index": i}`` alone) is replaced by the next
+        usable clip of the same batch, the way the sampler fills a bucket's last batch (a
+        repeat counts like any utterance in loss and metrics). A batch of fewer utterances
+        would have a shape no CUDA graph was captured for, and would run uncaptured beside
+        the graphs' memory pool. None if no clip of the batch is usable."""
+        # the bucket from every clip drawn, failed ones included: it is the sampler's shape
+        n_frames, n_tokens = self.shape_table.shape_for(
+            int(self.est_frames[[it["index"] for it in items]].max()))
+        usable = [it for it in items if "wav" in it]
+        if not usable:
             return None
-        batch = len(items)
+        items = [it if "wav" in it else usable[k % len(usable)]
+                 for k, it in enumerate(items)]
         index = np.array([it["index"] for it in items], np.int64)
-        n_frames, n_tokens = self.shape_table.shape_for(int(self.est_frames[index].max()))
+        batch = len(items)
         wav_lens = np.array([len(it["wav"]) for it in items], np.int64)
         ref_lens = np.array([len(it["ref_wav"]) for it in items], np.int64)
         tok_lens = np.array([len(it["tokens"]) for it in items], np.int64)
