@@ -105,7 +105,7 @@ class Trainer:
         from myxtts.train.checkpoint import TrainingProgress
         from myxtts.train.data import open_train_data
         from myxtts.train.distributed import DistInfo
-        from myxtts.train.setup import seed_everything
+        from myxtts.train.run import seed_everything
 
         if threads:
             torch.set_num_threads(threads)
