@@ -35,7 +35,8 @@ class Trainer:
         from myxtts.train.checkpoint import TrainingProgress
         from myxtts.train.data import open_train_data
         from myxtts.train.distributed import DistInfo
-        from myxtts.train.setup import configure_device, seed_everything
+        from myxtts.train.run import seed_everything
+        from myxtts.train.setup import configure_device
 
         if threads:
             torch.set_num_threads(threads)

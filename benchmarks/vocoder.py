@@ -98,8 +98,7 @@ def write_listening_set(folder: Path, store, indices, vocoders: dict, audio, dev
     """For each utterance: the recording and every vocoder's re-synthesis as wavs, and one
     PNG with their spectrograms stacked (recording on top; where pillow imports). Why: the
     numbers say how close, the files let a person hear and see how it differs."""
-    from myxtts.audio.io import save_wav
-    from myxtts.train.vocoder_data import INT16_SCALE
+    from myxtts.audio.io import PCM16_SCALE, save_wav
 
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -110,7 +109,7 @@ def write_listening_set(folder: Path, store, indices, vocoders: dict, audio, dev
     for n, i in enumerate(indices):
         mel = torch.from_numpy(np.asarray(store.mel(i), np.float32))[None].to(device)
         samples = mel.shape[1] * audio.hop_length
-        clips = {"recording": store.audio(i)[:samples].astype(np.float32) * INT16_SCALE}
+        clips = {"recording": store.audio(i)[:samples].astype(np.float32) * (1.0 / PCM16_SCALE)}
         with torch.no_grad():
             for name, vocode in vocoders.items():
                 clips[name] = vocode(mel)[0, :samples].float().cpu().numpy()
@@ -132,7 +131,7 @@ def streaming_rows(store_path: Path, vocoder_run: Path, frames: int, device: tor
     from myxtts.data.store import FeatureStore
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.model.xtts import build_model
-    from myxtts.train.vocoder_checkpoint import load_vocoder
+    from myxtts.train.vocoder.checkpoint import load_vocoder
 
     store = FeatureStore.open(store_path, "train")
     cfg = load_config(overrides=[f"model.max_decoder_frames={frames}", "model.stop_threshold=0.999"])
@@ -189,12 +188,12 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     preset = args.preset or ("base" if cuda else "tiny")
+    from myxtts.audio.griffin_lim import GriffinLim
     from myxtts.config import load_config
     from myxtts.data.store import FeatureStore
-    from myxtts.model.vocoder import GriffinLim
-    from myxtts.train.vocoder_checkpoint import load_vocoder
-    from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
-    from myxtts.train.vocoder_loop import train_vocoder
+    from myxtts.train.vocoder.checkpoint import load_vocoder
+    from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
+    from myxtts.train.vocoder.loop import train_vocoder
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

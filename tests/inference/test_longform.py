@@ -14,7 +14,7 @@ from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.inference import longform
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.model.vocos import VocosGenerator
+from myxtts.model.vocoder.generator import VocosGenerator
 from myxtts.train.errors import TrainError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -15,12 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
-from myxtts.model.vocoder import GriffinLim
-from myxtts.train.vocoder_checkpoint import load_vocoder
-from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
-from myxtts.train.vocoder_loop import train_vocoder
+from myxtts.train.vocoder.checkpoint import load_vocoder
+from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
+from myxtts.train.vocoder.loop import train_vocoder
 
 STEPS = 1500
 GAN_STEPS = 0  # measured: 10 adversarial steps right after the reconstruction phase RAISE

@@ -11,10 +11,10 @@ from myxtts.config import load_config
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
-from myxtts.train.vocoder_checkpoint import check_mel_definition, load_vocoder, mel_hash
-from myxtts.train.vocoder_data import SegmentBatches
-from myxtts.train.vocoder_loop import train_vocoder
-from myxtts.train.vocoder_step import VocoderStep
+from myxtts.train.vocoder.checkpoint import check_mel_definition, load_vocoder, mel_hash
+from myxtts.train.vocoder.data import SegmentBatches
+from myxtts.train.vocoder.loop import train_vocoder
+from myxtts.train.vocoder.step import VocoderStep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -101,7 +101,7 @@ def test_another_mel_definition_is_refused_naming_the_keys():
 
 def test_fp16_is_refused_for_the_gan():
     from myxtts.config import ConfigError
-    from myxtts.train.vocoder_step import vocoder_precision
+    from myxtts.train.vocoder.step import vocoder_precision
 
     with pytest.raises(ConfigError, match="bf16 or fp32"):
         vocoder_precision("fp16", torch.device("cpu"))
@@ -110,8 +110,8 @@ def test_fp16_is_refused_for_the_gan():
 
 def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path,
                                                            monkeypatch):
-    import myxtts.train.vocoder_checkpoint as vck_module
-    from myxtts.model.vocos import VocosGenerator
+    import myxtts.train.vocoder.checkpoint as vck_module
+    from myxtts.model.vocoder.generator import VocosGenerator
     from myxtts.train.loop import train
     from tests.helpers import micro_config
 
@@ -141,7 +141,7 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
 
 def test_fine_tuning_reads_the_tts_models_teacher_forced_mels(audio_store, tmp_path):
     from myxtts.train.loop import train
-    from myxtts.train.vocoder_finetune import teacher_forced_mels
+    from myxtts.train.vocoder.finetune import teacher_forced_mels
     from tests.helpers import micro_config
 
     train(micro_config(tmp_path / "tts", "train.max_steps=2"), audio_store, progress=False)

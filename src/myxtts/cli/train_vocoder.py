@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     # Not the TTS run's default folder; --config, --set and --output-dir still win.
     cfg = config_from_args(args, base_overrides=[f"train.output_dir={DEFAULT_OUTPUT}"])
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from myxtts.train.vocoder_loop import train_vocoder
+    from myxtts.train.vocoder.loop import train_vocoder
 
     result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
     print(f"trained the vocoder to step {result.step}; run folder {result.output_dir}; use it "

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.audio.io import load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
 from myxtts.inference.streaming import stream_speech
-from myxtts.model.vocoder import GriffinLim
 from myxtts.text import Tokenizer, clean_text
 from myxtts.text.scripts import describe
 from myxtts.train import checkpoint as ck
@@ -52,7 +52,7 @@ class Synthesizer:
     def from_checkpoint(cls, path: str | Path, device: str = "auto",
                         vocoder: str | Path | None = None) -> Synthesizer:
         from myxtts.model.xtts import build_model
-        from myxtts.train.vocoder_checkpoint import load_vocoder
+        from myxtts.train.vocoder.checkpoint import load_vocoder
 
         dev = resolve_device(device, "--device")
         state = ck.load(ck.resolve_checkpoint(path))

@@ -1,5 +1,5 @@
 """XTTS-style acoustic model: conditioning encoder, text encoder, AR mel decoder, losses,
-Griffin-Lim vocoder.
+neural vocoder.
 
 Map::
 
@@ -9,7 +9,7 @@ Map::
     decoder.py        AR decoder (r frames/step, KV cache), guided-attention moments, postnet
     xtts.py           XTTS (forward / generate / alignment), build_model, count_parameters
     losses.py         compute_losses, per_utterance_losses
-    vocoder.py        GriffinLim (imports myxtts.audio.mel; import it directly)
+    vocoder/          neural vocoder: generator, GAN discriminators and losses
     dummy.py          random batches in the collate contract (tests, benchmarks, dry runs)
 """
 

@@ -2,7 +2,8 @@
 
 Read top to bottom: ``train()`` builds everything from the config and restores a
 checkpoint when the run folder has one (``train.setup``, shared with ``myxtts profile``),
-then runs the loop (``_LoopContext.run``). The rules:
+then runs the loop (``_LoopContext.run``); the folder lock, the stop signal and the result
+are ``train.run``'s, shared with the vocoder trainer. The rules:
 batches arrive already on the device (side-stream prefetch), the step never syncs,
 and the host reads device-side accumulators only every ``log_every`` steps.
 """
@@ -10,12 +11,8 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,12 +23,12 @@ from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
-from myxtts.system import FolderError, folder_lock
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.run import StopFlag, TrainResult, locked_run
 from myxtts.train.setup import build_setup
 from myxtts.train.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
@@ -39,60 +36,11 @@ from myxtts.train.validate import synthesize_samples, validation_loss
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class TrainResult:
-    step: int
-    output_dir: Path
-    last_checkpoint: Path | None
-    best_val_loss: float
-    stopped_by_signal: bool = False
-
-
-class StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits at a step boundary."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old[s] = signal.signal(s, self._handle)
-            except ValueError:  # not the main thread (e.g. inside some test runners)
-                pass
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:  # second signal: stop now
-            raise KeyboardInterrupt
-        self.signum = signum
-        log.warning("received %s: saving a checkpoint at the end of this step",
-                    signal.Signals(signum).name)
-
-    def __exit__(self, *exc: Any) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
           progress: bool = True) -> TrainResult:
     """Train into ``cfg.train.output_dir``, which this process locks while it writes."""
     return locked_run(cfg.train.output_dir, "myxtts train", _train, cfg, data_path, resume,
                       progress)
-
-
-def locked_run(output_dir: str | Path, command: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` while this process holds the run folder's lock (``system.folder_lock``):
-    a second run into the same folder is a one-line error naming the running one. Under
-    DDP rank 0 alone writes the folder, so it alone holds the lock."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return fn(*args)
-    try:
-        with folder_lock(output_dir, command):
-            return fn(*args)
-    except FolderError as e:
-        raise TrainError(f"{e} (--output-dir)") from None
 
 
 def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
@@ -104,7 +52,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
                                                run.dist, run.record)
     if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in
-        from myxtts.train.vocoder_checkpoint import load_vocoder
+        from myxtts.train.vocoder.checkpoint import load_vocoder
 
         load_vocoder(cfg.train.vocoder, cfg.audio, torch.device("cpu"))
     if dist.rank == 0:

@@ -10,12 +10,10 @@ sizes (``data.batch_frames=auto``, ``train.budget``) and the warm-up of every bu
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
@@ -25,6 +23,7 @@ from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
 from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.run import seed_everything
 from myxtts.train.step import StepPlan, TrainStep, plan_step
 
 if TYPE_CHECKING:
@@ -34,12 +33,6 @@ log = logging.getLogger(__name__)
 
 # Architecture keys come from the checkpoint on resume (a changed preset cannot load).
 _ARCH_SECTIONS = ("audio", "text", "model")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 @dataclass

@@ -73,8 +73,8 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
     otherwise compile graphs of their own in the middle of the run."""
     if rank != 0 or not data.synth_batch:
         return []
+    from myxtts.audio.griffin_lim import GriffinLim
     from myxtts.audio.io import save_wav
-    from myxtts.model.vocoder import GriffinLim
     from myxtts.observe.quality import dtw_l1
 
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
@@ -89,7 +89,7 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
     with step_fn.eager(), torch.no_grad():
         align = model.alignment(batch)
     if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
-        from myxtts.train.vocoder_checkpoint import load_vocoder
+        from myxtts.train.vocoder.checkpoint import load_vocoder
 
         vocoder: Any = load_vocoder(cfg.train.vocoder, cfg.audio, device)
     else:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from myxtts.config import AudioConfig, config_from_dict
-from myxtts.model.vocos import VocosGenerator
+from myxtts.model.vocoder.generator import VocosGenerator
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 

@@ -16,7 +16,7 @@ padded: silence in the waveform, the log floor in the mel (what silence looks li
 
 The mel source is the store's (ground truth) or, for fine-tuning on a TTS model's own
 output, any array of the same layout (``mel_source``: teacher-forced mels, see
-``train.vocoder_finetune``).
+``train.vocoder.finetune``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from myxtts.audio.io import PCM16_SCALE
 from myxtts.data.store import FeatureStore
-from myxtts.data.store.format import AUDIO_SCALE
-
-INT16_SCALE = 1.0 / AUDIO_SCALE  # the store's int16 samples -> float
 
 
 class SegmentBatches:
@@ -61,7 +59,7 @@ class SegmentBatches:
         audio = self.store.audio(i)
         wav = np.zeros(n * hop, np.float32)
         piece = audio[start * hop: (start + n) * hop]
-        wav[: piece.shape[0]] = piece * INT16_SCALE
+        wav[: piece.shape[0]] = piece * (1.0 / PCM16_SCALE)  # int16 -> float
         return mel, wav
 
     def batch(self, k: int) -> dict[str, torch.Tensor]:
@@ -85,18 +83,3 @@ class SegmentBatches:
             yield {key: v.pin_memory() for key, v in b.items()} if pin else b
             k += 1
 
-
-def fixed_segments(store: FeatureStore, segment_frames: int, count: int, hop: int,
-                   log_floor: float, mel_source: np.ndarray | None = None
-                   ) -> dict[str, torch.Tensor]:
-    """``count`` deterministic segments spread over ``store`` (validation): the same every
-    time, so validation figures are comparable across steps and runs."""
-    batches = SegmentBatches(store, segment_frames, 1, hop, log_floor, 0, mel_source)
-    picks = np.linspace(0, len(store) - 1, num=min(count, len(store))).round().astype(int)
-    mels, wavs = [], []
-    for i in picks:
-        start = max(0, (int(store.mel_lengths[i]) - segment_frames) // 2)
-        mel, wav = batches.segment(int(i), start)
-        mels.append(mel)
-        wavs.append(wav)
-    return {"mel": torch.from_numpy(np.stack(mels)), "wav": torch.from_numpy(np.stack(wavs))}

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig
-from myxtts.model.vocoder import GriffinLim
 
 CFG = AudioConfig()
 

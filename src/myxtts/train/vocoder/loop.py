@@ -1,123 +1,42 @@
 """``myxtts train-vocoder``: the GAN vocoder's run, from a store (or raw dataset) to
 checkpoints a synthesizer can load.
 
-Read top to bottom: ``train_vocoder`` finds the store (preparing one with audio from a raw
-dataset), builds generator, discriminators and the step, restores the newest checkpoint
-of the run folder, then loops: fetch a device batch (side-stream prefetch), step, and at
+Read top to bottom: ``train_vocoder`` builds the run (``train.vocoder.setup``: the store,
+generator, discriminators and step, restored from the newest checkpoint of the run folder),
+then loops (``_LoopContext.run``): fetch a device batch (side-stream prefetch), step, and at
 intervals log (the one host sync), validate (re-synthesis quality of whole validation
-utterances against Griffin-Lim's), write audio samples and checkpoint. SIGINT/SIGTERM
-save and stop at a step boundary, like the TTS trainer. Batch k depends only on
-(seed, k), so a resumed run continues the exact stream (``train.vocoder_data``).
+utterances against Griffin-Lim's), write audio samples and checkpoint. The folder lock,
+SIGINT/SIGTERM handling (save and stop at a step boundary) and the result are
+``train.run``'s, shared with the TTS trainer. Batch k depends only on (seed, k), so a
+resumed run continues the exact stream (``train.vocoder.data``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from myxtts.config import Config, config_from_dict, resolve_device, save_config
+from myxtts.audio.griffin_lim import GriffinLim
+from myxtts.config import Config, save_config
 from myxtts.data.prefetch import DevicePrefetcher
-from myxtts.data.store import FeatureStore, StoreError, read_manifest
-from myxtts.data.store.format import store_state
-from myxtts.model.discriminators import Discriminators
-from myxtts.model.vocoder import GriffinLim
-from myxtts.model.vocos import VocosGenerator
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train import checkpoint as ck
-from myxtts.train import vocoder_checkpoint as vck
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.loop import StopFlag, TrainResult, locked_run
-from myxtts.train.setup import seed_everything
-from myxtts.train.vocoder_data import SegmentBatches
-from myxtts.train.vocoder_eval import pick_utterances, resynthesis_quality
-from myxtts.train.vocoder_step import VocoderStep
+from myxtts.train.run import StopFlag, TrainResult, locked_run
+from myxtts.train.vocoder import checkpoint as vck
+from myxtts.train.vocoder.data import SegmentBatches
+from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
+from myxtts.train.vocoder.setup import VocoderSetup, build_vocoder_setup
 
 log = logging.getLogger(__name__)
 VAL_UTTERANCES = 8
-ARCHITECTURE_KEYS = ("preset", "dim", "ff_mult", "layers", "kernel", "disc_channels", "periods")
 SAMPLE_UTTERANCES = 2
-
-
-def find_store(cfg: Config, data: str | Path, progress: bool) -> Path:
-    """``data`` if it is a store; a raw dataset is prepared (with audio) into RUN/store."""
-    data = Path(data)
-    if store_state(data) in ("complete", "partial"):  # a partial one: read_manifest explains
-        return data
-    if not data.exists():
-        raise StoreError(f"{data} does not exist; pass a store from `myxtts prepare --audio` "
-                         f"or a dataset folder")
-    from myxtts.data.prepare import prepare_store
-
-    store = Path(cfg.train.output_dir) / "store"
-    log.info("%s is a raw dataset: preparing a store with audio in %s", data, store)
-    prep = config_from_dict({**cfg.to_dict(), "data": {**cfg.to_dict()["data"], "store_audio": True}})
-    prepare_store(data, store, prep, progress=progress, echo=log.info)
-    return store
-
-
-@dataclass
-class _Run:
-    cfg: Config
-    device: torch.device
-    gen: VocosGenerator
-    disc: Discriminators
-    step_fn: VocoderStep
-    train: FeatureStore
-    val: FeatureStore
-    record: ck.TrainingProgress
-
-
-def _setup(cfg: Config, data: str | Path, resume: Path | None, progress: bool) -> _Run:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise TrainError("train-vocoder runs in one process on one device; start it without "
-                         "torchrun (a small GAN vocoder does not need several GPUs)")
-    store = find_store(cfg, data, progress)
-    manifest = read_manifest(store)
-    if cfg.audio != config_from_dict({"audio": manifest["audio"]}).audio:
-        log.info("using the store's audio section (the vocoder learns the store's mel definition)")
-    saved = ck.load(resume) if resume else None
-    wanted = cfg.to_dict()
-    if saved is not None:
-        # The architecture comes from the checkpoint (the weights need it); how the run goes
-        # (steps, device, intervals, losses, lr, fine-tuning source) from today's command
-        # line, so e.g. --tts-checkpoint can start fine-tuning from a trained vocoder.
-        arch = {k: saved[ck.CONFIG]["vocoder"][k] for k in ARCHITECTURE_KEYS}
-        wanted["vocoder"] = {**wanted["vocoder"], **arch}
-    cfg = config_from_dict({**wanted, "audio": manifest["audio"]})
-    device = resolve_device(cfg.train.device, "train.device")
-    if device.type == "cuda":  # events and streams default to the current GPU (cuda:0 else)
-        torch.cuda.set_device(device)
-    train_store = FeatureStore.open(store, "train")
-    train_store.require_audio()
-    val_store = FeatureStore.open(store, "val")
-    if len(val_store) == 0:
-        val_store = train_store
-    seed_everything(cfg.train.seed)
-    mean = torch.as_tensor(train_store.mel_mean)
-    std = torch.as_tensor(train_store.mel_std)
-    gen = VocosGenerator(cfg.audio, cfg.vocoder, mean, std).to(device)
-    disc = Discriminators(cfg.audio, cfg.vocoder).to(device)
-    step_fn = VocoderStep(gen, disc, cfg, device)
-    record = ck.TrainingProgress()
-    if saved is not None:
-        if saved.get(vck.KIND) != vck.VOCODER:
-            raise TrainError(f"{resume} is a TTS checkpoint; a vocoder run resumes from its own "
-                             f"checkpoints (choose another --output-dir)")
-        gen.load_state_dict(saved[vck.GENERATOR])
-        disc.load_state_dict(saved[vck.DISCRIMINATORS])
-        step_fn.load_state_dict(saved[vck.OPTIMIZERS])
-        ck.set_rng_state(saved[ck.RNG], device)
-        record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
-        log.info("resumed from %s at step %d", resume, record.step)
-    return _Run(cfg, device, gen, disc, step_fn, train_store, val_store, record)
 
 
 def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
@@ -132,7 +51,7 @@ def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = No
     out = Path(cfg.train.output_dir)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
-    run = _setup(cfg, data, resume_path, progress)
+    run = build_vocoder_setup(cfg, data, resume_path, progress)
     out.mkdir(parents=True, exist_ok=True)
     save_config(run.cfg, out / "config.yaml")
     n_params = sum(p.numel() for p in run.gen.parameters())
@@ -140,26 +59,26 @@ def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = No
              n_params / 1e6, run.device, str(run.step_fn.dtype).replace("torch.", ""),
              "compiled" if run.step_fn.compiled else "eager")
     logger = build_logger(out, 0, run.cfg.train.tensorboard)
-    loop = _Loop(run, manager, logger, out)
+    ctx = _LoopContext(run, manager, logger, out)
     try:
         with StopFlag() as stop:
-            last = loop.run(stop, progress)
+            last = ctx.run(stop, progress)
         return TrainResult(run.record.step, out, last, run.record.best_val_loss,
                            stopped_by_signal=stop.signum is not None)
     finally:
         logger.close()
 
 
-class _Loop:
-    def __init__(self, run: _Run, manager: ck.CheckpointManager, logger: Any, out: Path) -> None:
-        self.run_, self.manager, self.logger, self.out = run, manager, logger, out
+class _LoopContext:
+    def __init__(self, run: VocoderSetup, manager: ck.CheckpointManager, logger: Any, out: Path) -> None:
+        self.setup, self.manager, self.logger, self.out = run, manager, logger, out
         self.cfg = run.cfg
         self.val_ids = pick_utterances(run.val, VAL_UTTERANCES)
         self.griffin_lim: dict[str, float] | None = None
         self.saved_step = run.record.step if run.record.step else -1
 
     def vocode(self, mel: torch.Tensor) -> torch.Tensor:
-        gen = self.run_.gen
+        gen = self.setup.gen
         gen.eval()
         try:
             with torch.no_grad():
@@ -168,7 +87,7 @@ class _Loop:
             gen.train()
 
     def validate(self, step: int) -> dict[str, float]:
-        r = self.run_
+        r = self.setup
         q = resynthesis_quality(self.vocode, r.val, self.val_ids, self.cfg.audio, r.device)
         if self.griffin_lim is None:  # the baseline does not change: measure it once
             gl = GriffinLim(self.cfg.audio).to(r.device)
@@ -180,7 +99,7 @@ class _Loop:
     def samples(self, step: int) -> None:
         from myxtts.audio.io import save_wav
 
-        r = self.run_
+        r = self.setup
         for k, i in enumerate(self.val_ids[:SAMPLE_UTTERANCES]):
             mel = torch.from_numpy(r.val.mel(i).astype("float32"))[None].to(r.device)
             wav = self.vocode(mel)[0].float().cpu().numpy()
@@ -189,7 +108,7 @@ class _Loop:
             self.logger.audio(f"vocoder/{k}", wav, self.cfg.audio.sample_rate, step)
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path:
-        r = self.run_
+        r = self.setup
         self.saved_step = r.record.step
         state = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
                  vck.GENERATOR: r.gen.state_dict(), vck.DISCRIMINATORS: r.disc.state_dict(),
@@ -198,11 +117,11 @@ class _Loop:
         return self.manager.save(state, r.record.step, val_loss, is_best)
 
     def run(self, stop: StopFlag, show: bool) -> Path | None:
-        r, t = self.run_, self.cfg.train
+        r, t = self.setup, self.cfg.train
         v = self.cfg.vocoder
         mel_source = None
         if v.tts_checkpoint:  # fine-tune on the TTS model's teacher-forced mels
-            from myxtts.train.vocoder_finetune import teacher_forced_mels
+            from myxtts.train.vocoder.finetune import teacher_forced_mels
 
             mel_source = teacher_forced_mels(v.tts_checkpoint, r.train, self.out / "cache",
                                              r.device)
@@ -254,7 +173,7 @@ class _Loop:
         return last
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
-        values = self.run_.step_fn.read()
+        values = self.setup.step_fn.read()
         if not all(math.isfinite(x) for x in values.values()):
             self.save()
             raise TrainError(f"non-finite vocoder loss at step {step}; lower vocoder.lr (now "

@@ -2,8 +2,8 @@
 compared with the recorded audio.
 
 Why whole utterances (not training segments): that is what synthesis does, and it is
-where Griffin-Lim -- the fallback every wav used before -- is measured on equal terms
-(its phase estimate needs the whole clip). Two distances, both lower = closer:
+where Griffin-Lim -- the vocoder used when no neural one is given -- is measured on equal
+terms (its phase estimate needs the whole clip). Two distances, both lower = closer:
 ``mel_l1`` (mean |log-mel difference|, the project's one mel definition) and
 ``stft_distance`` (multi-resolution spectral convergence + log-magnitude L1: sees the
 harmonic detail and noise that a smooth mel hides).
@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from myxtts.audio.io import PCM16_SCALE
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig
 from myxtts.data.store import FeatureStore
-from myxtts.model.gan_losses import MultiResolutionSTFTLoss
-from myxtts.train.vocoder_data import INT16_SCALE
+from myxtts.model.vocoder.losses import MultiResolutionSTFTLoss
 
 Vocode = Callable[[torch.Tensor], torch.Tensor]  # log-mel [1, F, n_mels] -> wav [1, F * hop]
 
@@ -45,7 +45,7 @@ def resynthesis_quality(vocode: Vocode, store: FeatureStore, indices: Sequence[i
         mel = torch.from_numpy(np.asarray(store.mel(i), np.float32))[None].to(device)
         n = mel.shape[1] * audio.hop_length
         real = torch.zeros(1, n, device=device)
-        clip = torch.from_numpy(store.audio(i)[:n].astype(np.float32) * INT16_SCALE)
+        clip = torch.from_numpy(store.audio(i)[:n].astype(np.float32) * (1.0 / PCM16_SCALE))
         real[0, : clip.shape[0]] = clip.to(device)
         fake = vocode(mel).float()[:, :n]  # [1, n]
         mel_l1.append(float((mel_fn(fake)[0] - mel_fn(real)[0]).abs().mean()))

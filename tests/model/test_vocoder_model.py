@@ -11,15 +11,15 @@ import torch
 
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, VocoderConfig
-from myxtts.model.discriminators import Discriminators
-from myxtts.model.gan_losses import (
+from myxtts.model.vocoder.discriminators import Discriminators
+from myxtts.model.vocoder.generator import VocosGenerator
+from myxtts.model.vocoder.losses import (
     MultiResolutionSTFTLoss,
     discriminator_loss,
     feature_matching_loss,
     generator_adv_loss,
     mel_l1,
 )
-from myxtts.model.vocos import VocosGenerator
 
 AUDIO = AudioConfig()
 HOP = AUDIO.hop_length

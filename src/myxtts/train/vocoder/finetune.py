@@ -7,7 +7,7 @@ acoustic model's *teacher-forced* output, which is frame-aligned with the record
 Here the TTS model predicts every training utterance once (postnet output, raw log-mel,
 no prenet dropout) into a float16 array laid out like the store's ``mel.f16``, cached in
 the vocoder run folder and keyed by the TTS checkpoint and the store, so a resumed run
-reuses it. ``train.vocoder_data.SegmentBatches`` then reads segments from it instead of
+reuses it. ``train.vocoder.data.SegmentBatches`` then reads segments from it instead of
 the store's mels, against the same audio.
 """
 
@@ -29,7 +29,7 @@ from myxtts.model.xtts import build_model
 from myxtts.system import atomic_write
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
-from myxtts.train.vocoder_checkpoint import mel_hash
+from myxtts.train.vocoder.checkpoint import mel_hash
 
 log = logging.getLogger(__name__)
 BATCH = 16

@@ -23,7 +23,7 @@ import torch
 
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, ConfigError
-from myxtts.model.gan_losses import (
+from myxtts.model.vocoder.losses import (
     MultiResolutionSTFTLoss,
     discriminator_loss,
     feature_matching_loss,

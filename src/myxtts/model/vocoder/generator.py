@@ -11,12 +11,12 @@ Why this design (Siuzdak 2023, "Vocos"):
   win_length, periodic Hann window, centred frames), so mel frame j and STFT frame j are both
   centred at sample ``j * hop_length``: output sample t lines up with sample t of the clip
   the mel came from, and ``F`` frames give ``F * hop_length`` samples, the same length
-  contract as ``myxtts.model.vocoder.GriffinLim`` (a drop-in replacement behind
+  contract as ``myxtts.audio.griffin_lim.GriffinLim`` (a drop-in replacement behind
   ``forward(log_mel, lengths)`` and ``waveforms(log_mel, lengths)``).
 - The network is non-causal but strictly local: convolutions and the iSTFT overlap only
   reach ``receptive_field_frames`` frames either side. A streaming synthesizer vocodes
   windows padded by that many frames on each side and keeps their centres, which then
-  equal the full-utterance output (tests/model/test_vocos.py checks this).
+  equal the full-utterance output (tests/model/test_vocoder_model.py checks this).
 - Consistency projections (``vocoder.projections``, default 1): the head's output goes
   through the iSTFT, is analysed again with the same STFT, and its phase is kept while its
   magnitude is replaced by the predicted one -- one Griffin-Lim step, trained through.

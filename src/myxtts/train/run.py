@@ -1,0 +1,80 @@
+"""What every trainer's run shares: the folder lock, the stop signal, seeding and the result.
+
+``myxtts train`` (``train.loop``) and ``myxtts train-vocoder`` (``train.vocoder.loop``)
+both run through ``locked_run`` (one writer per run folder), stop at a step boundary on
+SIGINT/SIGTERM (``StopFlag``), seed Python, NumPy and torch the same way
+(``seed_everything``) and return a ``TrainResult``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from myxtts.system import FolderError, folder_lock
+from myxtts.train.errors import TrainError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    output_dir: Path
+    last_checkpoint: Path | None
+    best_val_loss: float
+    stopped_by_signal: bool = False
+
+
+class StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits at a step boundary."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[s] = signal.signal(s, self._handle)
+            except ValueError:  # not the main thread (e.g. inside some test runners)
+                pass
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("received %s: saving a checkpoint at the end of this step",
+                    signal.Signals(signum).name)
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def locked_run(output_dir: str | Path, command: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` while this process holds the run folder's lock (``system.folder_lock``):
+    a second run into the same folder is a one-line error naming the running one. Under
+    DDP rank 0 alone writes the folder, so it alone holds the lock."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return fn(*args)
+    try:
+        with folder_lock(output_dir, command):
+            return fn(*args)
+    except FolderError as e:
+        raise TrainError(f"{e} (--output-dir)") from None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
