@@ -87,7 +87,7 @@ class Trainer:
 
     def graphs(self, step: Any) -> bool:
         """Whether the trainer captures ``step`` as CUDA graphs (``train.cuda_graphs``)."""
-        from myxtts.train.step import plan_step
+        from myxtts.train.mode import plan_step
 
         return plan_step(self.cfg, self.device, False, step.fused).graphs
 

@@ -105,7 +105,7 @@ def measure(t: Trainer, shapes: list[Any], args: argparse.Namespace
             ) -> tuple[list[dict], str]:
     """Per shape: each arm's (saved bytes, CUDA peak) and step times, the per-round time
     ratios; and how the steps ran (mode, precision)."""
-    from myxtts.train.step import resolve_compile
+    from myxtts.train.mode import resolve_compile
     from myxtts.train.warmup import worst_case_batch
 
     steps = {arm: build_arm(t, arm == "on", shapes) for arm in ARMS}

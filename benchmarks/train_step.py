@@ -55,7 +55,7 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
     from myxtts.observe.flops import StepFlops
     from myxtts.train.compile import compiled_graphs, reset_compiled
     from myxtts.train.efficiency import meta_step_counter
-    from myxtts.train.step import resolve_precision
+    from myxtts.train.mode import resolve_precision
 
     reset_compiled()
     bf = args.batch_frames or common.CPU_BATCH_FRAMES[preset]

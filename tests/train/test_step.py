@@ -208,7 +208,7 @@ def test_without_ddp_runs_the_raw_module_and_puts_the_wrapper_back(tmp_path):
 
 def test_the_mode_is_planned_in_one_place(tmp_path):
     from myxtts.config import ConfigError
-    from myxtts.train.step import StepMode, StepPlan, plan_step
+    from myxtts.train.mode import StepMode, StepPlan, plan_step
 
     cpu = torch.device("cpu")
     assert plan_step(micro_config(tmp_path), cpu, False, True) == StepPlan(False, False)
@@ -220,3 +220,28 @@ def test_the_mode_is_planned_in_one_place(tmp_path):
     assert StepPlan(compile=True, graphs=True).mode is StepMode.GRAPHED
     step = _step(micro_config(tmp_path), build_model(micro_config(tmp_path), 40, 1, None, None))
     assert step.mode is StepMode.EAGER and f"{step.mode} step" == "eager step"
+
+
+def test_checkpointed_blocks_with_dropout_are_captured_only_uncompiled(tmp_path, monkeypatch):
+    """The plan for a GPU (planned on any machine: nothing here touches CUDA): compiled blocks
+    draw recomputed dropout from generators a capture does not record, so with activation
+    checkpointing, dropout and graphs the blocks run eagerly; before torch 2.10 a capture
+    cannot rewind the generator at all, so the step is not captured."""
+    import myxtts.train.mode as mode
+    from myxtts.config import ConfigError
+    from myxtts.train.mode import StepPlan, plan_step
+
+    gpu = torch.device("cuda")
+    sets = ["train.precision=bf16", "train.activation_checkpointing=true", "model.dropout=0.1"]
+    assert plan_step(micro_config(tmp_path, *sets[:1]), gpu, False, True) == StepPlan(True, True)
+    plan = plan_step(micro_config(tmp_path, *sets), gpu, False, True)
+    assert (plan.compile, plan.graphs) == (False, True) and "train.cuda_graphs=off" in plan.note
+    no_dropout = plan_step(micro_config(tmp_path, *sets[:2], "model.dropout=0"), gpu, False, True)
+    assert no_dropout == StepPlan(True, True)  # nothing random is recomputed
+    off = plan_step(micro_config(tmp_path, *sets, "train.cuda_graphs=off"), gpu, False, True)
+    assert off == StepPlan(True, False)
+    monkeypatch.setattr(mode, "torch_version", lambda: (2, 9))
+    old = plan_step(micro_config(tmp_path, *sets), gpu, False, True)
+    assert (old.compile, old.graphs) == (True, False) and "torch >= 2.10" in old.note
+    with pytest.raises(ConfigError, match="needs torch >= 2.10"):
+        plan_step(micro_config(tmp_path, *sets, "train.cuda_graphs=on"), gpu, False, True)

@@ -32,6 +32,8 @@ class Progress:
                 f"data-wait {100 * values.get('data_wait_share', 0):.1f}%")
         if "data_ready_slots" in values:  # on-the-fly: batches the data role had ready
             text += f" | ready {values['data_ready_slots']:.1f}"
+        if "uncaptured_steps" in values:  # graphed runs: steps that found no graph (0 is healthy)
+            text += f" | uncaptured {values['uncaptured_steps']:.0f}"
         if "gpu_util" in values:
             text += f" | GPU {values['gpu_util']:.0f}%"
         if "mfu" in values:

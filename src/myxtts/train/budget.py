@@ -43,7 +43,8 @@ from myxtts.system import atomic_write
 from myxtts.train.distributed import agree
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.memory import MemoryCaps
-from myxtts.train.step import StepMode, TrainStep
+from myxtts.train.mode import StepMode
+from myxtts.train.step import TrainStep
 from myxtts.train.warmup import StateSnapshot, drop_half_made_state, worst_case_batch
 
 log = logging.getLogger(__name__)

@@ -237,6 +237,8 @@ class _LoopContext:
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
         if self.eff is not None:
             values.update(self.eff.collect(iv.seconds))
+        if self.step_fn.graphs is not None:
+            values["uncaptured_steps"] = float(self.step_fn.uncaptured_steps)
         ready = self.stream.occupancy()
         if ready is not None:
             values["data_ready_slots"] = ready

@@ -22,9 +22,10 @@ from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_dat
 from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
+from myxtts.train.mode import StepPlan, plan_step
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.run import seed_everything
-from myxtts.train.step import StepPlan, TrainStep, plan_step
+from myxtts.train.step import TrainStep
 
 if TYPE_CHECKING:
     from myxtts.train.warmup import WarmupReport
@@ -101,7 +102,11 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     if on_the_fly:
         check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
     if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
-        warm_up_buckets(step_fn, data, cfg, dist, plan.graphs)
+        report = warm_up_buckets(step_fn, data, cfg, dist, plan.graphs)
+        if report.resized:  # an out-of-memory capture shrank buckets: the loader follows
+            data.set_batch_sizes([report.resized.get(s, s.batch)
+                                  for s in bucket_shapes(data.sampler, cfg)])
+            data.continue_from(state, record)
     return TrainSetup(cfg, dist, device, data, model, step_fn, record)
 
 
@@ -124,6 +129,8 @@ def build_step(cfg: Config, model: torch.nn.Module, device: torch.device, dist: 
     plan = plan_step(cfg, device, dist.enabled, fused)
     if compile_model is not None:
         plan = replace(plan, compile=compile_model)
+    if plan.note and dist.rank == 0:
+        log.warning("%s", plan.note)
     step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, device, fused,
                      compile_model=plan.compile, ddp_model=wrap_ddp(model, dist))
     return step, plan

@@ -12,7 +12,8 @@ the other modes do not need but do not mind: every tensor it writes (parameters,
 AdamW state, loss sums, counters) is updated IN PLACE -- a graph replays kernels on fixed
 addresses, so a tensor rebound in Python would silently stop updating -- and nothing inside
 reads a device value on the host. ``tests/train/test_graphs.py`` checks both on the CPU.
-:func:`plan_step` decides the mode a run asks for; :attr:`TrainStep.mode` is the one running.
+``train.mode.plan_step`` decides the mode a run asks for; :attr:`TrainStep.mode` is the one
+running.
 """
 
 from __future__ import annotations
@@ -21,99 +22,17 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 import torch
 
-from myxtts.config import Config, ConfigError
+from myxtts.config import Config
 from myxtts.model.losses import compute_losses
 from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
 from myxtts.train.errors import error_summary, is_out_of_memory
+from myxtts.train.mode import StepMode, resolve_precision
 
 log = logging.getLogger(__name__)
-
-
-def native_bf16() -> bool:
-    """The current GPU computes bf16 in hardware (Ampere or newer). torch's plain
-    ``is_bf16_supported()`` also says yes where bf16 is only emulated (a V100, a T4), which
-    runs far slower than fp16 there."""
-    try:
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    except TypeError:  # pragma: no cover - torch before the argument existed: native only
-        return torch.cuda.is_bf16_supported()
-
-
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on GPUs that compute it natively, fp16 on older GPUs, fp32 on CPU."""
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
-        return torch.float32
-    if precision == "bf16":
-        return torch.bfloat16
-    if precision == "fp16":
-        return torch.float16
-    with torch.cuda.device(device):
-        return torch.bfloat16 if native_bf16() else torch.float16
-
-
-def resolve_compile(mode: str, device: torch.device) -> bool:
-    return mode == "on" or (mode == "auto" and device.type == "cuda")
-
-
-def resolve_graphs(mode: str, device: torch.device, dtype: torch.dtype, distributed: bool,
-                   fused: bool) -> bool:
-    """Whether to capture the step as CUDA graphs (``train.cuda_graphs``). ``auto``: on a
-    CUDA device for a single process in bf16/fp32 with fused AdamW; ``on`` where that is
-    impossible is an error naming the reason (DDP's gradient hooks and fp16's loss scaler
-    are not captured; the non-fused optimizer reads the skip flag on the host)."""
-    why = None
-    if device.type != "cuda":
-        why = f"training runs on {device.type}"
-    elif distributed:
-        why = "several processes (DDP) train"
-    elif dtype == torch.float16:
-        why = "train.precision is fp16 (its grad scaler steps on the host)"
-    elif not fused:
-        why = "fused AdamW is unavailable"
-    if why is None:
-        return mode != "off"
-    if mode == "on":
-        raise ConfigError(f"train.cuda_graphs=on but {why}; use --set train.cuda_graphs=auto")
-    return False
-
-
-class StepMode(StrEnum):
-    """How a step runs: ``graphed`` (captured CUDA graphs replayed; their blocks may be
-    compiled too), ``compiled`` (the transformer blocks, ``train.compile``) or ``eager``."""
-
-    EAGER = "eager"
-    COMPILED = "compiled"
-    GRAPHED = "graphed"
-
-    @classmethod
-    def of(cls, compiled: bool, graphed: bool) -> StepMode:
-        return cls.GRAPHED if graphed else cls.COMPILED if compiled else cls.EAGER
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """What the config asks of the step on this device (:func:`plan_step`)."""
-
-    compile: bool  # compile the transformer blocks (train.compile)
-    graphs: bool  # capture the step as CUDA graphs in the warm-up (train.cuda_graphs)
-
-    @property
-    def mode(self) -> StepMode:
-        return StepMode.of(self.compile, self.graphs)
-
-
-def plan_step(cfg: Config, device: torch.device, distributed: bool, fused: bool) -> StepPlan:
-    """The step's mode, decided once from ``train.compile``, ``train.cuda_graphs`` and
-    ``train.precision`` for this device, process count and optimizer (``fused``: fused
-    AdamW). ``train.cuda_graphs=on`` where graphs are impossible is a ConfigError."""
-    dtype = resolve_precision(cfg.train.precision, device)
-    return StepPlan(compile=resolve_compile(cfg.train.compile, device),
-                    graphs=resolve_graphs(cfg.train.cuda_graphs, device, dtype, distributed, fused))
 
 
 class GraphReplay(Protocol):
@@ -171,6 +90,7 @@ class TrainStep:
         self._grad_norm_sum = z()
         self._sums: dict[str, torch.Tensor] = {}  # per loss term, since the last read
         self._n = 0  # steps since the last read (host-side)
+        self.uncaptured_steps = 0  # steps of a graphed run that found no graph (host-side)
         # scheduled-sampling probability lives on the device: changing it never recompiles
         # nor re-captures
         self.self_feed = z() if cfg.train.self_feed > 0 else None
@@ -290,9 +210,24 @@ class TrainStep:
         if self.self_feed is not None:  # a kernel launch with a scalar, not a host sync
             self.self_feed.fill_(self.self_feed_probability(self.sched.last_epoch))
         if self.graphs is None or not self.graphs.replay(batches):
+            if self.graphs is not None:
+                self._uncaptured(batches)
             self.run(batches)
         self._n += 1
         self.sched.step()
+
+    def _uncaptured(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        """A graphed run met a shape with no graph: it runs uncaptured, beside the memory
+        pool the graphs hold (about twice one step's memory). Counted (``train/
+        uncaptured_steps``, 0 in a healthy run) and said once, naming the shape."""
+        self.uncaptured_steps += 1
+        if self.uncaptured_steps == 1:
+            shapes = sorted({(b["mel"].shape[0], b["mel"].shape[1], b["tokens"].shape[1])
+                             for b in batches})
+            log.warning("a batch of %s has no captured CUDA graph: this step runs uncaptured "
+                        "beside the graphs' memory pool (later ones are counted in "
+                        "train/uncaptured_steps)", ", ".join(
+                            f"{b} x {t} frames, text {n}" for b, t, n in shapes))
 
     def run(self, batches: list[dict[str, torch.Tensor]]) -> None:
         """The step's device work, without the host bookkeeping of ``__call__`` (schedule,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -29,7 +29,8 @@ from myxtts.model.dummy import random_batch
 from myxtts.train.compile import compiled_graphs
 from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
 from myxtts.train.graphs import Capture, StepGraphs
-from myxtts.train.step import StepMode, TrainStep
+from myxtts.train.mode import StepMode
+from myxtts.train.step import TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,17 @@ class StateSnapshot:
 
 @dataclass
 class WarmupReport:
-    """What the warm-up did: per shape seconds, graphs compiled, graphs captured."""
+    """What the warm-up did: per shape seconds, graphs compiled, shapes captured; the shapes
+    whose capture failed (description -> cause) and the buckets whose batch an out-of-memory
+    capture shrank (planned shape -> the batch size that was captured)."""
 
     seconds: float = 0.0
     shape_seconds: list[float] = field(default_factory=list)
     graphs_compiled: int = 0
     shapes_captured: int = 0
-    capture_error: str | None = None
+    capture_error: str | None = None  # the first failure's cause
+    uncaptured: dict[str, str] = field(default_factory=dict)
+    resized: dict[BatchShape, int] = field(default_factory=dict)
 
 
 def _describe(shape: BatchShape) -> str:
@@ -127,8 +132,8 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
             ) -> WarmupReport:
     """Run every training shape (longest first) through ``step`` and, with ``capture``
     (``graphs.CudaCapture``), capture its CUDA graphs. The training state is restored
-    afterwards. A capture failure leaves the step uncaptured, with one warning naming the
-    cause; a compile failure leaves it eager (``TrainStep.loss``).
+    afterwards. A failed capture costs its shape only (:func:`_capture_shape`); a compile
+    failure leaves the step eager (``TrainStep.loss``).
 
     Two passes, for memory: first every shape runs uncaptured (compiling it and proving its
     worst case fits), then, with the allocator's cache released, every shape is captured,
@@ -150,23 +155,74 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
         _release(step.device)
         for i, shape in enumerate(order if graphs is not None else [], len(order) + 1):
             t0 = time.perf_counter()
-            try:
-                graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
-            except Exception as e:  # any capture problem: train uncaptured, say why
-                report.capture_error = error_summary(e)
-                log.warning("CUDA graph capture failed for a batch of %s (%s); training with "
-                            "the %s step", _describe(shape), report.capture_error,
-                            StepMode.of(step.compiled, graphed=False))
-                step.graphs = None
-                break
+            done = _capture_shape(step, graphs, shape, n_tokens, n_languages, report)
             report.shape_seconds.append(time.perf_counter() - t0)
-            echo(f"warm-up {i}/{total}: captured a batch of {_describe(shape)} as a CUDA graph "
-                 f"in {report.shape_seconds[-1]:.1f} s")
+            if done is not None:
+                echo(f"warm-up {i}/{total}: captured a batch of {_describe(done)} as a CUDA "
+                     f"graph in {report.shape_seconds[-1]:.1f} s")
+    if graphs is not None and not len(graphs):
+        step.graphs = None  # nothing captured: the plain step, without the graphs' lookup
+        log.warning("no CUDA graph was captured; training with the %s step",
+                    StepMode.of(step.compiled, graphed=False))
     _release(step.device)
     report.seconds = time.perf_counter() - t_start
     report.graphs_compiled = compiled_graphs() - g_start
     report.shapes_captured = len(step.graphs) if step.graphs is not None else 0
     return report
+
+
+def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, n_tokens: int,
+                   n_languages: int, report: WarmupReport) -> BatchShape | None:
+    """Capture ``shape``; returns the shape captured, or None. After any failure the device
+    must pass :func:`device_problem` (else the run stops: a capture invalidated by a sync can
+    leave the random generator marked as capturing, and every later step would fail). Out of
+    memory shrinks the bucket's batch by a quarter and tries again (shapes are captured in
+    frame order and the pool is laid out for the first, so a later one can run out); any
+    other cause leaves that shape uncaptured, with one warning naming shape and cause."""
+    planned = shape
+    while True:
+        try:
+            if shape != planned:  # a new batch size: run (and compile) it outside a capture
+                _run_worst_case(step, shape, n_tokens, n_languages)
+                _release(step.device)
+            graphs.capture(worst_case_batch(shape, n_tokens, n_languages, step.device))
+            return shape
+        except Exception as e:
+            cause = error_summary(e)
+            report.capture_error = report.capture_error or cause
+            _release(step.device)
+            problem = device_problem(step.device)
+            if problem is not None:
+                raise TrainError(f"the GPU is unusable after a failed CUDA graph capture of a "
+                                 f"batch of {_describe(shape)} ({cause}; then: {problem}); "
+                                 f"restart with --set train.cuda_graphs=off") from e
+            if is_out_of_memory(e) and shape.batch > 1:
+                smaller = replace(shape, batch=max(1, shape.batch * 3 // 4))
+                log.warning("capturing a batch of %s ran out of GPU memory; that bucket "
+                            "trains with %d utterances per batch", _describe(shape),
+                            smaller.batch)
+                report.resized[planned] = smaller.batch
+                shape = smaller
+                continue
+            report.uncaptured[_describe(shape)] = cause
+            log.warning("CUDA graph capture failed for a batch of %s (%s); that shape trains "
+                        "uncaptured (the other shapes keep their graphs)", _describe(shape),
+                        cause)
+            return None
+
+
+def device_problem(device: torch.device) -> str | None:
+    """What fails on ``device`` now, or None: a random draw, a small allocation and a sync
+    (what every training step needs after a failed capture). None on the CPU."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.randn(16, device=device)
+        torch.empty(1 << 20, dtype=torch.uint8, device=device)
+        torch.cuda.synchronize(device)
+    except Exception as e:
+        return error_summary(e)
+    return None
 
 
 def _run_worst_case(step: TrainStep, shape: BatchShape, n_tokens: int, n_languages: int) -> None:

@@ -34,8 +34,8 @@ from myxtts.train.data import bucket_shapes, is_store
 from myxtts.train.efficiency import meta_step_counter, resolve_peak
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.loop import BatchStream, oom_message
+from myxtts.train.mode import native_bf16, resolve_graphs
 from myxtts.train.setup import TrainSetup, build_setup
-from myxtts.train.step import native_bf16, resolve_graphs
 
 WARMUP_STEPS = 5
 TRACE_STEPS = 5

@@ -30,8 +30,8 @@ from myxtts.model.vocoder.losses import (
     generator_adv_loss,
     mel_l1,
 )
+from myxtts.train.mode import native_bf16, resolve_compile
 from myxtts.train.optim import lr_factor
-from myxtts.train.step import native_bf16, resolve_compile
 
 LOSS_KEYS = ("loss", "mel_l1", "stft", "adv", "fm", "disc")
 
