@@ -134,7 +134,8 @@ def test_any_other_error_while_probing_is_not_taken_for_a_full_gpu(tmp_path, one
 class SharedGpu(FakeMemory):
     """12 of the 24 GiB are held by another process; every size peaks at 11 GiB."""
 
-    available = 12 * 2**30
+    def __init__(self, available: int = 12 * 2**30) -> None:
+        self.available = available
 
     def peak(self) -> int:
         return 11 * 2**30
@@ -298,3 +299,55 @@ def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(t
     assert got[0, 0] == got[0, 1] == expected
     assert "not even one utterance fits" in got[1, 1]
     assert got[1, 0].startswith("rank 1 (of 2) could not start: bucket 2")
+
+
+def test_what_runs_beside_the_graphs_is_kept_out_of_the_budget(tmp_path, one_thread):
+    """An 11 GiB step fits 85 % of 24 GiB, but not once 10 GiB are kept for what runs
+    beside the graphs' pool (validation, samples, the data role)."""
+    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
+    with pytest.raises(TrainError, match=r"fits in 10.4 GiB .*less 10.0 GiB kept beside the "
+                                         r"CUDA graphs for validation"):
+        _probe(tmp_path, _step(cfg), SharedGpu(available=24 * 2**30), reserve=10 * 2**30)
+    assert all(b >= 1 for b in _probe(tmp_path, _step(cfg), SharedGpu(available=24 * 2**30))[0])
+
+
+class CountingMemory(FakeMemory):
+    """Allocated bytes stand at 100; each measured run peaks at the next of ``peaks``."""
+
+    def __init__(self, peaks: list[int]) -> None:
+        self.peaks, self.runs = list(peaks), 0
+
+    def allocated(self) -> int:
+        return 100
+
+    def reset_peak(self) -> None:
+        self.runs += 1
+
+    def peak(self) -> int:
+        return self.peaks[self.runs - 1]
+
+
+def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_thread):
+    from myxtts.train.budget import side_reserve
+
+    step = _step(micro_config(tmp_path, f"audio.n_mels={N_MELS}"))
+    step.model.train()
+    seen = []
+    real = step.loss
+    step.loss = lambda batch: seen.append((step.model.training, torch.is_grad_enabled(),
+                                           batch["mel"].shape[:2])) or real(batch)
+    role = []
+    need = side_reserve(step, SHAPES[2], N_TOKENS, 1, CountingMemory([150, 130]),
+                        data_role=lambda: role.append(1))
+    assert need == 50 + 30 and role == [1]
+    assert seen == [(False, False, (1, 96))]  # eval mode, no gradients, the val worst case
+    assert step.model.training  # put back
+
+
+def test_graphs_that_leave_no_room_beside_them_shrink_every_bucket():
+    from myxtts.train.budget import shrink_for_graphs
+
+    assert shrink_for_graphs([8, 16], reserved=10, reserve=5, cap=20) is None
+    assert shrink_for_graphs([8, 16], reserved=16, reserve=8, cap=20) == [6, 12]  # by a quarter
+    assert shrink_for_graphs([8, 16], reserved=20, reserve=10, cap=20) == [4, 8]  # 10/20 left
+    assert shrink_for_graphs([1, 3], reserved=20, reserve=30, cap=20) == [1, 1]  # never 0

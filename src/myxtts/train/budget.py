@@ -102,6 +102,9 @@ class CudaMemory:
         torch.cuda.synchronize(self.device)
         return int(torch.cuda.max_memory_allocated(self.device))
 
+    def allocated(self) -> int:
+        return int(torch.cuda.memory_allocated(self.device))
+
     def release(self) -> None:
         gc.collect()
         torch.cuda.synchronize(self.device)
@@ -242,11 +245,13 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
 
 def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
                      run_dir: Path, n_tokens: int, n_languages: int, dist: Any,
-                     memory: Any = None, echo: Callable[[str], None] = log.info) -> list[int]:
+                     memory: Any = None, echo: Callable[[str], None] = log.info,
+                     reserve: int = 0) -> list[int]:
     """The batch size of every bucket (``shapes``: each bucket's padded shape, batch
     ignored; ``start_sizes``: where each search starts, e.g. the planning budget's sizes):
     from ``run_dir``'s cache when it matches, else measured. Under DDP (``dist.enabled``)
-    the ranks agree on the smallest size per bucket. Prints the per-bucket table."""
+    the ranks agree on the smallest size per bucket. Prints the per-bucket table.
+    ``reserve``: bytes that must stay free beside the step (:func:`side_reserve`)."""
     memory = memory or CudaMemory(step.device)
     cap = cfg.data.max_batch_size or UNCAPPED
     training = MemoryCaps(step.device, None, cfg.train.device_memory_cap, 0.0).training_share()
@@ -257,10 +262,16 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
     others = memory.total - memory.available
     if others > 0.02 * memory.total:
         capped += f"; {others / GIB:.1f} GiB held by other processes"
+    kept = ""
+    if reserve:
+        limit -= reserve
+        kept = (f" less {reserve / GIB:.1f} GiB kept beside the CUDA graphs for validation, "
+                f"samples and the data role")
     describe = (f"{limit / GIB:.1f} GiB ({share:.0%} of {memory.name}, {memory.total / GIB:.1f} "
-                f"GiB{capped}) with the {cfg.model.preset} preset in "
+                f"GiB{capped}{kept}) with the {cfg.model.preset} preset in "
                 f"{str(step.dtype).replace('torch.', '')}")
-    key = cache_key(step, memory, shapes, cfg, dist.enabled)
+    key = {**cache_key(step, memory, shapes, cfg, dist.enabled),
+           "reserve_gib": round(reserve / GIB, 1)}
     path = run_dir / CACHE_NAME
     sizes, reason = read_cache(path, key)
     if dist.enabled:  # all ranks measure if any must (none waits in a collective meanwhile)
@@ -282,7 +293,8 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
         except TrainError as e:  # e.g. a bucket that does not fit: every rank stops with it
             failure = e
         agree(dist, failure)
-        key = cache_key(step, memory, shapes, cfg, dist.enabled)  # a compile failure: eager
+        key = {**cache_key(step, memory, shapes, cfg, dist.enabled),  # compile failed: eager
+               "reserve_gib": round(reserve / GIB, 1)}
     if dist.enabled:
         agreed = torch.tensor(sizes, dtype=torch.int64, device=step.device)
         torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN)
@@ -293,3 +305,48 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
     echo(format_table(shapes, sizes, peaks, f"auto batch sizes ({source}; {describe}, cap "
                                             f"{cap} utterances):"))
     return sizes
+
+
+def side_reserve(step: TrainStep, val_shape: BatchShape | None, n_tokens: int, n_languages: int,
+                 memory: Any, data_role: Callable[[], None] | None = None) -> int:
+    """Bytes a graphed run needs beside the graphs' pool, which stays reserved for the whole
+    run: the peak of one validation forward on ``val_shape``'s worst case (blocks eager, no
+    gradients; sample synthesis runs the same blocks on a few utterances, one frame at a
+    time, and needs less) plus the peak of ``data_role`` (the on-the-fly features of the
+    largest batch, when they are made on the training GPU)."""
+    runs: list[Callable[[], None]] = []
+    if val_shape is not None:
+        batch = worst_case_batch(val_shape, n_tokens, n_languages, step.device)
+        runs.append(lambda: _validation_forward(step, batch))
+    if data_role is not None:
+        runs.append(data_role)
+    need = 0
+    for run in runs:
+        memory.release()
+        base = memory.allocated()
+        memory.reset_peak()
+        run()
+        need += max(0, memory.peak() - base)
+    memory.release()
+    return need
+
+
+def _validation_forward(step: TrainStep, batch: dict[str, torch.Tensor]) -> None:
+    training = step.model.training
+    step.model.eval()
+    try:
+        with torch.no_grad(), step.eager():
+            step.loss(batch)
+    finally:
+        step.model.train(training)
+
+
+def shrink_for_graphs(sizes: list[int], reserved: int, reserve: int, cap: int) -> list[int] | None:
+    """After the warm-up: the graphs' pool (``reserved`` bytes, all this process's allocator
+    holds then) plus what runs beside it (``reserve``) must fit in ``cap``. None if they do;
+    else every bucket's batch scaled down by the share that is over (and by at least a
+    quarter), for the warm-up to capture again."""
+    if reserved + reserve <= cap:
+        return None
+    scale = min(0.75, max(0.0, cap - reserve) / max(1, reserved))
+    return [max(1, int(b * scale)) for b in sizes]

@@ -97,17 +97,70 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
                    dist.world_size)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
-    fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir))
+    reserve = graphs_reserve(step_fn, data, cfg) if plan.graphs else 0
+    fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir), reserve)
     data.continue_from(state, record)
     if on_the_fly:
         check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
-    if step_fn.compiled or device.type == "cuda":  # (graphs are CUDA-only)
+    for attempt in range(3) if step_fn.compiled or device.type == "cuda" else []:
         report = warm_up_buckets(step_fn, data, cfg, dist, plan.graphs)
-        if report.resized:  # an out-of-memory capture shrank buckets: the loader follows
-            data.set_batch_sizes([report.resized.get(s, s.batch)
-                                  for s in bucket_shapes(data.sampler, cfg)])
+        sizes = [report.resized.get(s, s.batch) for s in bucket_shapes(data.sampler, cfg)]
+        smaller = _shrink_beside_graphs(step_fn, cfg, sizes, reserve)
+        if report.resized or smaller:  # the loader follows what the warm-up captured
+            data.set_batch_sizes(smaller or sizes)
             data.continue_from(state, record)
+        if smaller is None:
+            break
+        if attempt == 2:
+            raise TrainError(f"the CUDA graphs and what runs beside them (validation, samples, "
+                             f"the data role: {reserve / 2**30:.1f} GiB) do not fit this GPU; "
+                             f"lower data.auto_batch_memory_share or use --set "
+                             f"train.cuda_graphs=off")
     return TrainSetup(cfg, dist, device, data, model, step_fn, record)
+
+
+def graphs_reserve(step_fn: TrainStep, data: TrainData, cfg: Config) -> int:
+    """Bytes a graphed run needs beside the graphs' pool (``budget.side_reserve``): the
+    largest validation batch's forward and, on the fly with features on the training GPU,
+    the data role's largest batch. Measured with the random streams put back after."""
+    if step_fn.device.type != "cuda":
+        return 0
+    from myxtts.data.onthefly import OnTheFlyLoader
+    from myxtts.train.budget import CudaMemory, side_reserve
+
+    val = None if data.val_sampler is None else max(
+        bucket_shapes(data.val_sampler, cfg), key=lambda s: s.batch * s.frames)
+    loader, role = data.loader, None
+    if isinstance(loader, OnTheFlyLoader) and loader.device == step_fn.device:
+        role = lambda: loader.featurizer(dict(loader.largest_raw_batch()), loader.device)  # noqa: E731
+    with torch.random.fork_rng(devices=[step_fn.device]):
+        return side_reserve(step_fn, val, data.vocab_size, len(data.languages),
+                            CudaMemory(step_fn.device), role)
+
+
+def _shrink_beside_graphs(step_fn: TrainStep, cfg: Config, sizes: list[int],
+                          reserve: int) -> list[int] | None:
+    """After a graphed warm-up: None if the graphs' pool plus ``reserve`` fit the training
+    GPU's share; else smaller batch sizes (said in one warning), the graphs dropped for the
+    warm-up to capture again."""
+    if step_fn.graphs is None or step_fn.device.type != "cuda":
+        return None
+    from myxtts.train.budget import GIB, CudaMemory, shrink_for_graphs
+    from myxtts.train.memory import MemoryCaps
+
+    memory = CudaMemory(step_fn.device)
+    share = MemoryCaps(step_fn.device, None, cfg.train.device_memory_cap, 0.0).training_share()
+    cap = int(min(share * memory.total, memory.available))
+    pool = int(torch.cuda.memory_reserved(step_fn.device))
+    smaller = shrink_for_graphs(sizes, pool, reserve, cap)
+    if smaller is not None:
+        log.warning("after the warm-up the CUDA graphs hold %.1f GiB and validation, samples and "
+                    "the data role need %.1f GiB beside them: more than the %.1f GiB this run "
+                    "may use; batch sizes %s -> %s, capturing again", pool / GIB, reserve / GIB,
+                    cap / GIB, sizes, smaller)
+        step_fn.graphs = None
+        memory.release()
+    return smaller
 
 
 def configure_device(device: torch.device) -> None:
@@ -137,10 +190,10 @@ def build_step(cfg: Config, model: torch.nn.Module, device: torch.device, dist: 
 
 
 def fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo,
-                out: Path) -> list[int] | None:
+                out: Path, reserve: int = 0) -> list[int] | None:
     """``data.batch_frames=auto`` on a GPU: measure each bucket's largest batch (or read the
     run folder's cache) and rebuild the train loader with those sizes, which it returns
-    (None: the planned sizes stay)."""
+    (None: the planned sizes stay). ``reserve``: bytes kept free beside the step."""
     if cfg.data.batch_frames != "auto" or step_fn.device.type != "cuda":
         return None
     from myxtts.train.budget import auto_batch_sizes
@@ -148,7 +201,8 @@ def fit_batches(step_fn: TrainStep, data: TrainData, cfg: Config, dist: DistInfo
     planned = bucket_shapes(data.sampler, cfg)
     echo = log.info if dist.rank == 0 else (lambda _: None)
     sizes = auto_batch_sizes(step_fn, planned, [s.batch for s in planned], cfg, out,
-                             data.vocab_size, len(data.languages), dist, echo=echo)
+                             data.vocab_size, len(data.languages), dist, echo=echo,
+                             reserve=reserve)
     data.set_batch_sizes(sizes)
     return sizes
 

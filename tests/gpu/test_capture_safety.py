@@ -1,0 +1,142 @@
+"""What can go wrong around CUDA graph capture, on a real device (``pytest -m gpu``; skipped
+without one): activation checkpointing with dropout inside a capture, a shape whose capture
+fails, a shape with no graph at all, a batch that lost a clip on the fly."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.model.xtts import build_model
+from myxtts.train.distributed import DistInfo
+from myxtts.train.errors import TrainError
+from myxtts.train.graphs import CudaCapture
+from myxtts.train.mode import CHECKPOINT_CAPTURE_TORCH, torch_version
+from myxtts.train.setup import build_step
+from myxtts.train.warmup import warm_up, worst_case_batch
+from tests.helpers import micro_config
+
+pytestmark = pytest.mark.gpu
+
+N_MELS, N_TOKENS = 80, 40
+SHAPES = [BatchShape(4, 24, 96, 64, N_MELS), BatchShape(2, 40, 192, 64, N_MELS)]
+CUDA = torch.device("cuda", 0)
+
+
+def _step(tmp_path, *overrides: str):
+    """A step built the way training builds it (``setup.build_step``: the plan decides)."""
+    cfg = micro_config(tmp_path, "train.device=cuda", "train.precision=fp32",
+                       "model.prenet_dropout=0", "train.warmup_steps=3", *overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg, N_TOKENS, 1, None, None).to(CUDA)
+    return build_step(cfg, model, CUDA, DistInfo())
+
+
+def _batch(shape: BatchShape, seed: int) -> dict[str, torch.Tensor]:
+    from myxtts.model.dummy import random_batch
+
+    return random_batch(N_MELS, N_TOKENS, [shape.text - 3] * shape.batch,
+                        [shape.frames - seed % 5] * shape.batch, [shape.ref_frames] * shape.batch,
+                        n_text=shape.text, n_frames=shape.frames, n_ref=shape.ref_frames,
+                        seed=seed, device=CUDA)
+
+
+@pytest.mark.skipif(torch_version() < CHECKPOINT_CAPTURE_TORCH,
+                    reason="this torch cannot capture checkpointed blocks (the plan says so)")
+def test_checkpointed_blocks_with_dropout_capture_and_equal_the_uncaptured_step(tmp_path):
+    """Checkpointing on, dropout 0.1, compile on, graphs on: the plan runs the blocks
+    uncompiled, the capture succeeds, and from the same random state a replayed step and an
+    uncaptured one draw the same masks in the forward and its recomputation: same weights."""
+    sets = ("train.activation_checkpointing=true", "model.dropout=0.1", "train.compile=on",
+            "train.cuda_graphs=on")
+    (eager, _), (graphed, plan) = _step(tmp_path, *sets), _step(tmp_path, *sets)
+    assert (plan.compile, plan.graphs) == (False, True) and not graphed.compiled
+    report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    assert report.capture_error is None and report.shapes_captured == 2
+    for i in range(4):
+        batch = _batch(SHAPES[i % 2], i)
+        assert graphed.graphs.ready([batch])
+        state = torch.cuda.get_rng_state(CUDA)
+        eager([batch])
+        torch.cuda.set_rng_state(state, CUDA)
+        graphed([batch])
+    for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"{name} differs")
+    assert graphed.uncaptured_steps == 0
+
+
+def test_a_shape_without_a_graph_is_counted(tmp_path, caplog):
+    step, _ = _step(tmp_path, "model.dropout=0")
+    warm_up(step, SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+        step([_batch(SHAPES[0], 0)])
+        step([_batch(SHAPES[1], 1)])
+    assert step.uncaptured_steps == 1
+    assert any("2 x 192 frames" in r.getMessage() for r in caplog.records)
+    assert torch.isfinite(torch.tensor(step.read()["loss"]))
+
+
+def test_a_capture_broken_by_a_sync_costs_its_shape_and_never_poisons_the_run(tmp_path,
+                                                                              monkeypatch):
+    """The batch-2 shape's micro-step syncs while capturing (what CUDA_LAUNCH_BLOCKING or a
+    stray .item() does): that capture fails. Either the device passes the health check and
+    the other shape keeps its graph while the failed one trains uncaptured, or the run stops
+    with the one line naming train.cuda_graphs=off -- never a failure at step 1."""
+    step, _ = _step(tmp_path, "model.dropout=0.1")
+    micro = step.micro
+
+    def syncing(batch, n_micro, last=True):
+        if batch["mel"].shape[0] == 2 and torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+        return micro(batch, n_micro, last)
+
+    monkeypatch.setattr(step, "micro", syncing)
+    try:
+        report = warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    except TrainError as e:
+        assert "train.cuda_graphs=off" in str(e)
+        return
+    assert report.shapes_captured == 1 and list(report.uncaptured) == ["2 x 192 frames, text 40"]
+    for i in range(4):
+        step([_batch(SHAPES[i % 2], i)])
+    torch.cuda.synchronize()
+    assert step.uncaptured_steps == 2 and torch.isfinite(torch.tensor(step.read()["loss"]))
+
+
+def test_the_worst_case_of_a_shrunk_bucket_is_captured(tmp_path):
+    """The retry an out-of-memory capture makes: a smaller batch of the same bucket captures
+    beside the graphs already in the pool, and replays."""
+    step, _ = _step(tmp_path, "model.dropout=0")
+    smaller = BatchShape(3, *[getattr(SHAPES[0], k) for k in ("text", "frames", "ref_frames",
+                                                              "n_mels")])
+    warm_up(step, [SHAPES[0], smaller], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    assert step.graphs.ready([worst_case_batch(smaller, N_TOKENS, 1, CUDA)])
+
+
+def test_a_graphed_run_on_the_fly_with_a_broken_clip_never_leaves_its_graphs(tmp_path):
+    """Raw audio with one silent clip (it passes the header scan and fails in a worker),
+    graphed on the GPU: every batch keeps its bucket's shape, so every step replays a graph
+    (train/uncaptured_steps stays 0 in metrics.jsonl)."""
+    import json
+
+    import numpy as np
+    import soundfile as sf
+
+    from myxtts.synthetic import make_demo_data
+    from myxtts.train.loop import train
+
+    data = make_demo_data(tmp_path / "demo", speakers=2, utterances=8, seed=5)
+    victim = sorted(data.rglob("*.wav"))[2]
+    info = sf.info(victim)
+    sf.write(victim, np.zeros(info.frames, np.float32), info.samplerate)
+    cfg = micro_config(tmp_path / "run", "train.device=cuda", "train.cuda_graphs=on",
+                       "train.compile=off", "train.precision=auto", "train.max_steps=12",
+                       "train.log_every=4", "train.val_every=100", "data.data_device=cpu",
+                       "data.num_workers=1")
+    train(cfg, data, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    logged = [r["train/uncaptured_steps"] for r in rows if "train/uncaptured_steps" in r]
+    assert logged and all(v == 0 for v in logged)
