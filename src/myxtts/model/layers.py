@@ -198,11 +198,10 @@ class CheckpointedBlock(nn.Module):
     replayed too. Under ``torch.compile`` (``train.compile`` compiles each block, this call
     included) dynamo traces the checkpoint as a region of the block's graph, whose backward
     graph recomputes it (random ops replayed from their saved RNG state); the flag is a
-    guard of that graph (changing it compiles the block again, once). CUDA graphs of the
-    step (``train.graphs``) capture either form: nothing here reads a device value on the
-    host, and eager blocks read and rewind the CUDA RNG offset, which capture allows since
-    torch 2.10 (on an older torch the capture of eager checkpointed blocks fails, and the
-    warm-up trains uncaptured with a warning).
+    guard of that graph (changing it compiles the block again, once). Inside CUDA graphs of
+    the step, checkpointed blocks with dropout run uncompiled: eager blocks rewind the
+    default CUDA generator, which a capture records (torch >= 2.10), while compiled ones
+    draw from private generators it does not (``train.mode.plan_step`` decides).
     """
 
     activation_checkpointing: bool = False  # per instance, set by set_activation_checkpointing
