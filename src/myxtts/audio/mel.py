@@ -99,7 +99,7 @@ def reflect_pad(wav: torch.Tensor, lengths: torch.Tensor, pad: int) -> torch.Ten
 
 
 # Mel bands per block of the banded filterbank product (CPU). 16 output columns keep
-# MKL's small-matrix kernels efficient; narrower blocks were measured slower, wider ones
+# MKL's small-matrix kernels efficient; narrower blocks measure slower, wider ones
 # multiply more zeros.
 _BANDS_PER_BLOCK = 16
 
@@ -131,7 +131,7 @@ def _band_blocks(mel_basis: torch.Tensor, bands_per_block: int = _BANDS_PER_BLOC
 def _stft_magnitude(spec: torch.Tensor, n_used: int) -> torch.Tensor:
     """|STFT| of the first ``n_used`` bins, time-major: complex [B, n_freqs, F] -> [B, F, n_used].
 
-    torch's complex ``abs`` (a scalar hypot loop on CPU) was measured ~3x slower than
+    torch's complex ``abs`` (a scalar hypot loop on CPU) measures ~3x slower than
     either path here. On CPU without autograd, numpy's SIMD complex abs (fastest, shares
     memory, no copy of the input); elsewhere ``sqrt(re^2 + im^2)`` on the real view
     (|STFT| of float32 audio is nowhere near float32's range limits). Both agree with

@@ -86,7 +86,7 @@ def write_chunk(path: str | Path, data: bytes) -> None:
     against an OS crash or power loss, and chunks do not need it: they are a cache that
     the store writer turns into fsync'd store files, and ``chunk_ok`` sends a chunk damaged
     by such a crash (typically renamed but empty) back to extraction. The fsync, plus the
-    slower unlink of fsync'd files when ``.work`` goes, was measured at ~1/6 of a small
+    slower unlink of fsync'd files when ``.work`` goes, measures ~1/6 of a small
     prepare's wall time.
     """
     atomic_write(path, data, fsync=False)
@@ -222,7 +222,7 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
                            f"{min_s if too_short else max_s} s")})
             continue
         # One clip per call: grouping a chunk's clips into length-sorted padded batches
-        # gives the same features but was measured 1.3-4x slower on CPU (the per-clip
+        # gives the same features but measures 1.3-4x slower on CPU (the per-clip
         # reflect padding copies and the bigger working set cost more than the calls saved).
         wav = np.require(wav, np.float32, ["C", "W"])
         with torch.no_grad():

@@ -199,7 +199,7 @@ class SlotCollator:
         for (key, t), n in zip(batch.items(), sizes):
             src = t.numpy()
             # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_ with a busy
-            # second core was measured 15x slower than memcpy speed).
+            # second core measures 15x slower than memcpy speed).
             np.copyto(buf[offset:offset + n].view(src.dtype).reshape(src.shape), src)
             layout.append((key, t.dtype, tuple(t.shape), offset))
             offset += round_up(n, _ALIGN)

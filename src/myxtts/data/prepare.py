@@ -70,8 +70,8 @@ def prepare_key(data: Path, cfg: Config) -> dict[str, Any]:
     store."""
     sections = config_sections(cfg)
     data_keys = {k: getattr(cfg.data, k) for k in PREPARE_DATA_KEYS}
-    # store_audio joined the key later: left out while false, the key of a store without
-    # audio is the one it always was, so stores prepared before stay current (no --force).
+    # store_audio enters the key only when true: a store without audio has one key whether
+    # or not its manifest names store_audio, so it stays current (no --force).
     if not data_keys["store_audio"]:
         del data_keys["store_audio"]
     return {"source": str(Path(data).expanduser().resolve()), "feature_hash": cfg.feature_hash(),

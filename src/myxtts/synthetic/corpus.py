@@ -131,8 +131,8 @@ def make_demo_data(out_dir: str | Path, speakers: int = 4, utterances: int = 300
 
     With two ``languages`` (e.g. ``("en", "fa")``) voices speak them as
     ``speaker_languages`` says and every row gets a fifth column, its language
-    (``id|text|text|speaker|language``); one language keeps the four-column layout, so
-    the default corpus is exactly what it was before there was a second language.
+    (``id|text|text|speaker|language``); one language keeps the four-column layout (the
+    default corpus has no language column).
     """
     if speakers < 1 or utterances < 1:
         raise ValueError(f"need at least 1 speaker and 1 utterance, got {speakers} and {utterances}")

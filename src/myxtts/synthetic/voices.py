@@ -38,7 +38,7 @@ CROSSFADE_S = 0.008
 # ------------------------------------------------------------- the sound inventory
 # Phones are what gets synthesised; a letter is one phone, or two for the stops
 # (closure + burst). Phone 0 is silence (no voiced and no noise energy). fa's own phones
-# come last, so adding them changed no en phone id (en corpora stay byte-identical).
+# come last, so en phone ids are those of an en-only inventory (en corpora stay the same bytes).
 _PHONES = ["sil", "a", "e", "i", "o", "u", "m", "n", "l", "r", "s", "f", "t", "k", "p", *FA_PHONES]
 _P = {name: i for i, name in enumerate(_PHONES)}
 
