@@ -163,7 +163,7 @@ def test_auto_budget_sizes_run_without_running_out_of_memory(tmp_path):
 
 def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path):
     """CUDA kernels with atomics (embedding and attention backward) are not bit-reproducible,
-    so resume on CUDA is equal within a tolerance (the README states it): after 10 graphed
+    so resume on CUDA is equal within a tolerance (docs/gpus.md, "Measured"): after 10 graphed
     bf16 steps, each weight tensor within 1e-3 of its norm (relative L2 distance), and the
     step counts and the data position exact. A per-element bound would be fragile: AdamW's
     normalised update turns a sign flip of a near-zero gradient into a full +-lr step."""

@@ -224,7 +224,7 @@ def test_manager_keeps_the_newest_and_the_best(tmp_path):
 
 
 def test_format_1_checkpoints_still_load_and_resume_where_they_stood(tmp_path):
-    """Checkpoints written before the progress record (format 1) load into today's layout."""
+    """Checkpoints written before the progress record (format 1) load into the current layout."""
     sampler = {"version": 1, "epoch": 3, "position": 5, "num_batches": 9, "seed": 0,
                "world_size": 1, "num_buckets": 4, "plan": "abc", "fingerprint": "def"}
     old = {ck.FORMAT: 1, "model": {}, "step": 40, "best_val_loss": 0.7, "sampler": sampler,

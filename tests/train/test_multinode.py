@@ -42,7 +42,7 @@ def _two_nodes(port: int, run_id: str, args_a: list[str], args_b: list[str]
     """Both launchers join a rendezvous store this process hosts (``is_host=false``). Hosted
     by a launcher, the store closes when that launcher exits, and the other launcher, still
     polling it while its worker shuts down, fails the run after training succeeded (torchrun's
-    agent, seen in CI on a loaded machine); the README's recipe says so. Output goes to files:
+    agent, seen in CI on a loaded machine); docs/gpus.md ("Several machines") says so. Output goes to files:
     a full pipe not read while waiting on the other node would stall that node."""
     store = TCPStore("localhost", port, is_master=True, multi_tenant=True,
                      wait_for_workers=False, timeout=timedelta(seconds=120))

@@ -1,26 +1,14 @@
 """Griffin-Lim: log-mel -> waveform by signal processing alone, the inverse of ``audio.mel``.
 
-What: a vocoder that needs no training. It inverts the project's one mel definition
-(``myxtts.audio.mel``) with that definition's own filterbank and framing, so it can voice
-any mel the TTS model predicts. Synthesis and training samples use it when no neural
-vocoder is given (``--vocoder`` / ``train.vocoder``), and vocoder validation measures the
-neural vocoder against it; it shares the neural vocoder's
-``forward(log_mel, lengths) -> wav`` and ``waveforms`` contract.
-
-Steps: (1) log-mel -> mel magnitude (exp); (2) mel -> linear magnitude by a non-negative
-pseudo-inverse of the mel filterbank (``mel_filterbank``): the least-squares pseudo-inverse
-clamped at zero, refined by a few multiplicative non-negative least-squares updates (Lee &
-Seung), which keep every bin >= 0 and lower the mel reconstruction error; (3) fast
-Griffin-Lim (Perraudin et al. 2013): alternate projections between "has this magnitude" and
-"is a consistent STFT", with momentum on the consistent estimate, using exactly
-AudioConfig's n_fft / hop_length / win_length / Hann window / centred reflect framing, so
-the frame grid matches ``MelSpectrogram``.
-
-Cost: ``n_iter`` (32) iSTFT + STFT pairs over the whole clip plus ``nnls_iter`` (20)
-updates of two filterbank matmuls -- at the default 22.05 kHz settings about 25 times
-faster than real time on one CPU core, and no weights to load. Quality: the phase is estimated, not known, so
-speech comes out intelligible but robotic and phasey; a trained neural vocoder
-(``model.vocoder``) sounds closer to the recording.
+A vocoder that needs no training: it inverts the one mel definition with its own filterbank
+and framing, so it voices any mel the TTS model predicts. Synthesis and training samples use
+it when no neural vocoder is given, vocoder validation measures against it, and it shares
+the neural vocoder's ``forward`` / ``waveforms`` contract. Steps: exp; mel -> linear by a
+non-negative pseudo-inverse refined by multiplicative NNLS updates (Lee & Seung); fast
+Griffin-Lim with momentum (Perraudin et al. 2013) on ``MelSpectrogram``'s frame grid. Cost:
+``n_iter`` (32) STFT pairs plus ``nnls_iter`` (20) filterbank updates, about 25x faster than
+real time on one CPU core at 22.05 kHz, no weights. Quality: the phase is estimated, so
+speech is intelligible but robotic; a trained neural vocoder sounds closer to the recording.
 """
 
 from __future__ import annotations

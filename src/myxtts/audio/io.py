@@ -113,7 +113,7 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
             is_pcm16 = f.subtype == "PCM_16"
             if is_pcm16:
                 # The common case (LJSpeech, most corpora). libsndfile's own int->float
-                # conversion was measured ~2x slower than reading int16 and scaling in
+                # conversion measures ~2x slower than reading int16 and scaling in
                 # numpy; the values are identical (x / 32768 is exact in float32).
                 data = _pcm16_to_float(f.read(dtype="int16", always_2d=True))  # [T, C]
             else:

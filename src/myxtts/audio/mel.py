@@ -1,19 +1,13 @@
 """Log-mel features in torch: the single feature definition for prepare, on-the-fly loading,
 training targets, the vocoder and inference.
 
-Why our own code (torch.stft + a Slaney filterbank) instead of librosa/torchaudio: it runs
-batched on whichever device holds the audio (GPU in on-the-fly mode), has no extra
-dependency, and matches ``librosa.feature.melspectrogram(..., power=1, htk=False,
-norm='slaney')`` to float32 precision (tested), so features are interchangeable with the
-common LJSpeech/XTTS recipes.
-
-Conventions (binding for the whole project):
-- time-major: a clip's mel is ``[n_frames, n_mels]``, a batch ``[B, frames, n_mels]``;
-- ``n_frames = 1 + n_samples // hop_length`` (centered frames, even n_fft;
-  ``audio.frames`` computes it without the audio);
-- ``log_mel = log(clamp(|STFT| @ mel_basis, min=log_floor))`` (magnitude, not power);
-- in a padded batch, frames past a clip's own ``n_frames`` are exactly ``0.0`` (the same
-  value collate pads with), so masks, not sentinel values, mark padding.
+Why our own code (torch.stft + a Slaney filterbank), not librosa/torchaudio: it runs batched
+on whichever device holds the audio, needs no extra dependency, and matches
+``librosa.feature.melspectrogram(..., power=1, htk=False, norm='slaney')`` to float32
+precision (tested). Conventions binding the whole project: time-major ``[n_frames, n_mels]``;
+``n_frames = 1 + n_samples // hop_length`` (centred frames, even n_fft; ``audio.frames``);
+``log_mel = log(clamp(|STFT| @ mel_basis, min=log_floor))`` (magnitude, not power); frames
+past a clip's ``n_frames`` in a padded batch are exactly 0.0, so masks mark padding.
 """
 
 from __future__ import annotations
@@ -105,7 +99,7 @@ def reflect_pad(wav: torch.Tensor, lengths: torch.Tensor, pad: int) -> torch.Ten
 
 
 # Mel bands per block of the banded filterbank product (CPU). 16 output columns keep
-# MKL's small-matrix kernels efficient; narrower blocks were measured slower, wider ones
+# MKL's small-matrix kernels efficient; narrower blocks measure slower, wider ones
 # multiply more zeros.
 _BANDS_PER_BLOCK = 16
 
@@ -137,7 +131,7 @@ def _band_blocks(mel_basis: torch.Tensor, bands_per_block: int = _BANDS_PER_BLOC
 def _stft_magnitude(spec: torch.Tensor, n_used: int) -> torch.Tensor:
     """|STFT| of the first ``n_used`` bins, time-major: complex [B, n_freqs, F] -> [B, F, n_used].
 
-    torch's complex ``abs`` (a scalar hypot loop on CPU) was measured ~3x slower than
+    torch's complex ``abs`` (a scalar hypot loop on CPU) measures ~3x slower than
     either path here. On CPU without autograd, numpy's SIMD complex abs (fastest, shares
     memory, no copy of the input); elsewhere ``sqrt(re^2 + im^2)`` on the real view
     (|STFT| of float32 audio is nowhere near float32's range limits). Both agree with

@@ -26,7 +26,7 @@ from myxtts.config.checks import validate
 from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
 from myxtts.system import atomic_write
 
-# Renamed keys: a former name -> the key's name (which GPU and which role a share caps).
+# Refused key names -> the key to write instead (the names say which GPU and role a share caps).
 RENAMED_KEYS = {
     "data.auto_memory_fraction": "data.auto_batch_memory_share",
     "data.memory_fraction": "data.data_device_memory_cap",

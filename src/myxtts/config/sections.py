@@ -231,7 +231,7 @@ class VocoderConfig:
 
 VOCODER_PRESETS: dict[str, dict[str, Any]] = {
     # 0.6 M generator parameters (2.7 M in the discriminators, whose cost dominates a CPU
-    # step: at 16 channels they were 10 M and 97 % of it). VocoderConfig's defaults ARE this.
+    # step: at 16 channels they are 10 M and 97 % of it). VocoderConfig's defaults ARE this.
     # lr 3e-3 and 1000 reconstruction-only steps: measured on the demo voices to learn the
     # fastest (mel L1 at 1500 steps: lr 3e-3 0.148, 6e-3 0.164).
     "tiny": dict(dim=128, ff_mult=3, layers=4, kernel=7, disc_channels=8,
@@ -258,8 +258,8 @@ class Config:
     def feature_hash(self) -> str:
         """Hash of everything that changes prepared features (audio + text sections)."""
         text = dataclasses.asdict(self.text)
-        if text.get("unknown_chars") == "reject":  # the default leaves the hash of stores
-            del text["unknown_chars"]  # prepared before the key existed as it was
+        if text.get("unknown_chars") == "reject":  # the default is left out, so a store
+            del text["unknown_chars"]  # whose sections lack the key hashes the same
         blob = json.dumps({"audio": dataclasses.asdict(self.audio), "text": text}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

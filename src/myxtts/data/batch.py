@@ -1,38 +1,14 @@
 """The batch: the one contract between the data pipeline and the model.
 
-Producers -- the store ``Collator``, the ``OnTheFlyLoader``, ``model.dummy.random_batch`` --
-build it; consumers -- ``XTTS.forward``, the losses, the loader's shared-memory slots, the
-device prefetcher -- read it. ``FIELDS`` below is the single definition of every field:
-adding one is an edit here plus one in each producer, and everything that sizes, moves
-or crops batches (slot layout, ``allocate``, ``crop``) follows from the table. The
-on-the-fly loader's wav batch, before its features are made, has a table of its own
-(``RAW_FIELDS``), checked by the same :func:`check_fields`.
-
-Dimensions (sizes of one batch)::
-
-    B  utterances
-    L  text tokens       the bucket's text cap, a multiple of PAD_MULTIPLE
-    T  mel frames        the bucket's edge, a multiple of frames_per_step x PAD_MULTIPLE
-    R  reference frames  data.ref_frames
-    M  mel bands         audio.n_mels
-    S  wav samples       (RAW_FIELDS) the batch's longest clip
-    C  reference samples (RAW_FIELDS) the batch's longest reference crop
-
-Padding conventions: token ids are ``PAD_ID`` after ``token_lengths``; ``mel`` and
-``ref_mel`` (raw log-mels, not normalised: the model normalises with its own statistics)
-are 0.0 after their lengths; ``stop_target`` is 1.0 from the last real frame on (see
-:func:`stop_targets`). Every tensor of a batch lives on one device; the host-side
-producers hand out CPU tensors and the prefetcher moves them.
-
-On the way to a GPU, ``mel`` and ``ref_mel`` travel as float16 (``FieldSpec.transfer_dtype``):
-the store keeps float16 mels, so the host only copies them (half the bytes a loader worker
-writes, a shared slot holds and PCIe carries) and the exact float16 -> float32 cast runs on
-the GPU (:func:`to_model_dtypes`, in the prefetcher). A host-side batch for a CPU run is
-float32 from the start: there the cast is free inside the collator's copy.
-
-Why a plain dict (typed as :class:`Batch`) and not a dataclass: ``torch.compile``,
-``pin_memory``, the shared-memory slots and the prefetcher all walk dicts of tensors
-without special cases, and the typed spec gives the documentation and the checks.
+Producers (the store ``Collator``, the ``OnTheFlyLoader``, ``model.dummy.random_batch``)
+build it; consumers (``XTTS.forward``, the losses, the loader's shared-memory slots, the
+prefetcher) read it. ``FIELDS`` defines every field once (``RAW_FIELDS`` the on-the-fly wav
+batch), so slot layout, ``allocate`` and ``crop`` follow from the table. Padding: token ids
+are ``PAD_ID``, mels 0.0, ``stop_target`` 1.0 from the last real frame on. ``mel`` and
+``ref_mel`` travel to a GPU as float16 (``FieldSpec.transfer_dtype``: half the bytes a
+worker writes and PCIe carries) and are cast exactly on the device. Why a plain dict typed
+as :class:`Batch`, not a dataclass: ``torch.compile``, ``pin_memory``, the slots and the
+prefetcher all walk dicts of tensors without special cases.
 """
 
 from __future__ import annotations
@@ -52,8 +28,11 @@ PAD_MULTIPLE = 8
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """dtype, dimension names (see the module docstring) and meaning of one batch field;
-    ``transfer_dtype``: a narrower dtype it may travel to the device in (None: ``dtype``)."""
+    """dtype, dimension names and meaning of one batch field; ``transfer_dtype``: a narrower
+    dtype it may travel to the device in (None: ``dtype``). Dimensions: B utterances, L text
+    tokens (the bucket's cap, a multiple of PAD_MULTIPLE), T mel frames (the bucket's edge, a
+    multiple of frames_per_step x PAD_MULTIPLE), R reference frames (data.ref_frames), M mel
+    bands; raw batches: S wav samples, C reference samples (the longest clip / crop)."""
 
     dtype: torch.dtype
     dims: tuple[str, ...]

@@ -1,24 +1,12 @@
 """Prepare's unit of work: the chunk. Planning chunks, extracting them in worker
 processes, and the chunk file that commits the work.
 
-A chunk is a fixed run of planned utterances of one split (``chunk_size`` depends only
-on the dataset size, so every run, whatever its ``--workers``, cuts the same chunks). A
-worker loads, trims and checks the chunk's clips and turns them into float16 log-mels
-with ``MelSpectrogram`` (the one feature definition), then commits the chunk as ONE
-``.npz`` file with an atomic rename into ``STORE/.work/chunks/``. Complete chunks
-already there are skipped: that is the whole resume mechanism.
-
-Why chunks and not one file per clip: a million tiny files is slow on every file
-system; and why not one running file: appending is not atomic. A chunk is either fully
-there or absent, so a SIGKILL loses at most the chunks in flight.
-
-Chunk file (``.npz``, no pickle): ``mel`` float16 [frames of kept clips, n_mels],
-``n_frames`` int32 [n] (0 = rejected), ``duration_s`` float32 [n], ``mel_sum`` /
-``mel_sq_sum`` float64 [n_mels] over the kept frames (as stored, i.e. after float16
-rounding) and ``rejections`` (UTF-8 JSON as uint8). With ``data.store_audio`` also
-``audio`` int16 [samples of kept clips] (the very waveforms the mels were computed from,
-quantised by ``store.audio.quantize``) and ``n_samples`` int32 [n] (0 = rejected); a
-chunk without them never satisfies a run that wants audio, so it is extracted again.
+A chunk is a fixed run of planned utterances of one split (``chunk_size`` depends only on
+the dataset size, so every run, whatever its ``--workers``, cuts the same chunks). A worker
+turns its clips into float16 log-mels with ``MelSpectrogram`` and commits the chunk as ONE
+``.npz`` with an atomic rename into ``STORE/.work/chunks/``; complete chunks are skipped,
+which is the whole resume mechanism. Why chunks: a million tiny files is slow on every file
+system, and appending to one file is not atomic. A SIGKILL loses at most the chunks in flight.
 """
 
 from __future__ import annotations
@@ -98,7 +86,7 @@ def write_chunk(path: str | Path, data: bytes) -> None:
     against an OS crash or power loss, and chunks do not need it: they are a cache that
     the store writer turns into fsync'd store files, and ``chunk_ok`` sends a chunk damaged
     by such a crash (typically renamed but empty) back to extraction. The fsync, plus the
-    slower unlink of fsync'd files when ``.work`` goes, was measured at ~1/6 of a small
+    slower unlink of fsync'd files when ``.work`` goes, measures ~1/6 of a small
     prepare's wall time.
     """
     atomic_write(path, data, fsync=False)
@@ -187,8 +175,11 @@ def _worker_init(parent_pid: int) -> None:
 
 def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
     """Worker: load + check + featurise one chunk (and, with ``task["store_audio"]``, keep
-    each kept clip's int16 waveform), commit it atomically (the chunk file of the module
-    docstring), return counts."""
+    each kept clip's int16 waveform), commit it atomically, return counts. The ``.npz``
+    (no pickle): ``mel`` float16, ``n_frames`` int32 (0 = rejected), ``duration_s``,
+    ``mel_sum`` / ``mel_sq_sum`` float64 over kept frames as stored, ``rejections`` (JSON
+    as uint8); with audio also ``audio`` int16 and ``n_samples`` (a chunk without them
+    never satisfies a run that wants audio, so it is extracted again)."""
     import torch
 
     from myxtts.audio.io import AudioError, load_audio
@@ -231,7 +222,7 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
                            f"{min_s if too_short else max_s} s")})
             continue
         # One clip per call: grouping a chunk's clips into length-sorted padded batches
-        # gives the same features but was measured 1.3-4x slower on CPU (the per-clip
+        # gives the same features but measures 1.3-4x slower on CPU (the per-clip
         # reflect padding copies and the bigger working set cost more than the calls saved).
         wav = np.require(wav, np.float32, ["C", "W"])
         with torch.no_grad():

@@ -1,17 +1,12 @@
-"""Batch assembly: per-utterance numpy items -> the padded batch dict the model consumes.
+"""Batch assembly: per-utterance numpy items -> the padded batch dict the model consumes
+(``myxtts.data.batch`` defines it).
 
-Why preallocate-and-fill: ``torch.tensor`` per item + ``pad_sequence`` allocates and
-copies every item twice and creates B tiny tensors; here each batch allocates its
-output arrays once (``np.zeros`` is a lazily zeroed calloc) and every item is one slice
-assignment: float32 into float32 for a CPU run, the store's float16 bytes into float16 for
-a GPU (no cast on the host). The tensors are wrapped with ``torch.from_numpy`` (no copy);
-a batch the training process builds for a GPU is built in pinned memory instead.
-
-Why pad to the bucket's shape instead of the batch maximum: the sampler promises at
-most ``num_buckets`` distinct shapes; padding to a batch's own maximum would make
-nearly every batch a new shape (recompiles, allocator churn).
-
-The batch it builds is defined in ``myxtts.data.batch`` (fields, dtypes, padding).
+Why preallocate-and-fill: ``torch.tensor`` per item + ``pad_sequence`` copies every item
+twice; here each batch allocates its arrays once (lazily zeroed) and each item is one slice
+assignment (float16 bytes stay float16 for a GPU), wrapped by ``torch.from_numpy`` or built
+in pinned memory for a GPU. Why pad to the bucket's shape, not the batch maximum: the
+sampler promises at most ``num_buckets`` shapes; per-batch maxima would make nearly every
+batch a new shape (recompiles, allocator churn).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Map-style dataset over a prepared store: utterance index -> per-utterance item dict.
 
-Why it is this thin: all decoding and feature work happened in ``prepare``; an item is
-a few slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop.
-
-Item (numpy; the ``Collator`` pads items into a ``data.batch.Batch``): ``tokens`` int32 [L]
-(memmap view), ``mel`` [T, n_mels], ``ref_mel`` [R' <= ref_frames, n_mels], ``speaker_id``,
-``language_id``, ``index``. The mels' dtype depends on where the batch goes (``transfer``):
-
-* to a GPU: float16 views of the memmap (no copy, no cast): the collator copies their bytes
-  once into the batch and the GPU casts them (``data.batch.to_model_dtypes``). Widening to
-  float32 here and narrowing back to float16 in the collator cost ~20x the copy;
-* to the CPU: new float32 arrays, widened by torch in pieces below its parallelisation
-  grain (``_SERIAL_ELEMENTS``), so the cast stays on the calling thread: waking an OpenMP
-  pool for a 50k-element copy costs more than the copy (numpy's half cast is ~9x slower).
-
-Reference crops are deterministic: which reference and where the crop starts come from a
-hash of ``(seed, epoch, index)``, so a resumed run sees the same crops as an uninterrupted
-one, independent of worker count and fetch order. The epoch arrives with the indices
-(``EpochBatches`` tags every batch), because ``set_epoch`` in the main process never
-reaches persistent workers.
+Why it is this thin: all decoding and feature work happened in ``prepare``; an item is a few
+slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop. Crops
+are deterministic: the reference and the crop start come from a hash of ``(seed, epoch,
+index)``, so a resumed run sees the same crops, whatever the worker count and fetch order.
+The epoch arrives with the indices (``EpochBatches`` tags every batch), because
+``set_epoch`` in the main process never reaches persistent workers.
 """
 
 from __future__ import annotations
@@ -51,6 +38,12 @@ def mix64(*values: int) -> int:
 
 class StoreDataset(Dataset):
     """Items of one split of a ``FeatureStore``; picklable (workers re-map the files).
+
+    An item (numpy): ``tokens`` int32 [L], ``mel`` [T, n_mels], ``ref_mel`` [R' <=
+    ref_frames, n_mels], ``speaker_id``, ``language_id``, ``index``. Mels bound for a GPU
+    are float16 memmap views (the GPU casts; widening here and narrowing in the collator
+    costs ~20x the copy); for the CPU new float32 arrays, cast on the calling thread in
+    pieces below torch's parallel grain (waking OpenMP for a 50k copy costs more than it).
 
     ``__getitems__`` fetches a whole batch in one call (torch's DataLoader uses it with a
     ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from

@@ -1,22 +1,14 @@
 """On-the-fly features: a padded wav batch -> the model's batch (log-mels, stop targets,
 reference crops).
 
-One object, two places, so both data roles compute the same features the same way:
-
-* ``data.data_device='cpu'``: the loader's worker processes call it in their collate
-  function (one intra-op thread each), so mels are computed in parallel across workers and
-  the main process only receives finished batches. Computing them in the main process
-  instead (as this project first did) cost 1.35-1.8x the CPU per audio second of a naive
-  per-item loader and left the workers idle while the main process was busy.
-* ``data.data_device='cuda:N'``: the collate returns the padded wavs and the data role's
-  producer thread (``data.ring``) calls it on that GPU, in its own CUDA stream.
-
-Lengths are computed on the host from the wav lengths (``audio.frames``, the formula
-``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
-back (no host sync per batch on a GPU).
-
-Reference crops: the worker cut each reference wav with a margin (``onthefly.crop_window``)
-so that its STFT frames equal the full clip's; the wanted frames are gathered from them.
+One object, two places, so both data roles compute the same features the same way: with
+``data.data_device='cpu'`` the loader's workers call it in their collate (one intra-op
+thread each), so the main process only receives finished batches (computing mels in the main
+process costs 1.35-1.8x the CPU per audio second of a naive per-item loader and idles the
+workers); with ``data.data_device='cuda:N'`` the ring's producer thread calls it on that GPU,
+in its own stream. Lengths come from the wav lengths on the host (``audio.frames``), so the
+real-frame count never reads a device tensor back. Reference wavs arrive cut with a margin
+(``onthefly.crop_window``) so their STFT frames equal the full clip's.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The seam between the data pipeline and the training device: :class:`DeviceFeed`.
 
-A training loader (:class:`TrainLoader`: the store's ``StoreLoader``, the on-the-fly
-``OnTheFlyLoader``) builds its feed with ``device_feed(device)``; the trainer iterates the
-feed and never needs to know which path made it:
-
-* store: ``prefetch.PrefetchFeed``, the side-stream ``DevicePrefetcher`` over the loader;
-* on the fly: ``ring.SlotRing``, the data role's slots filled beside the step.
-
-Each ``iter(feed)`` is one pass (epoch) of the loader and yields ``(batch, real_frames)``:
-the batch on the training device in the model's dtypes (``batch.to_model_dtypes``), and the
-batch's real mel frames as an int. The feed counts them on the host from host-side lengths
-before the batch reaches the device (:func:`real_frames`), so the trainer's throughput
-figures never read a device tensor back.
+A training loader (:class:`TrainLoader`: ``StoreLoader`` or ``OnTheFlyLoader``) builds its
+feed with ``device_feed(device)`` (store: ``prefetch.PrefetchFeed``; on the fly:
+``ring.SlotRing``), so the trainer never needs to know which path made it. Each
+``iter(feed)`` is one pass and yields ``(batch, real_frames)``: the batch on the training
+device in the model's dtypes, and its real mel frames counted on the host before the batch
+reaches the device (:func:`real_frames`), so throughput figures never read a device tensor.
 """
 
 from __future__ import annotations

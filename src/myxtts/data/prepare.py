@@ -1,26 +1,14 @@
 """``myxtts prepare``: a raw dataset in any layout -> a packed feature store, in parallel,
 resumable after a kill at any instant, byte-identical whether interrupted or not.
 
-Pipeline (main process unless noted), one module per stage:
-
-1. ``data.plan.plan_texts``: ``read_dataset`` lists utterances (no audio opened),
-   ``clean_text`` each transcript, the vocabulary is built from the cleaned train+val
-   texts; texts that end up empty, in an unknown language or longer than
-   ``data.max_text_tokens`` are rejected.
-2. ``data.chunks``: the surviving utterances, in reader order, are cut into fixed chunks
-   per split; the plan's hash goes to ``STORE/.work/plan.json``. Worker processes
-   (``--workers``) extract each chunk -- load, trim, check against
-   ``data.min/max_duration_s`` (rejected, never truncated), float16 log-mels, and with
-   ``data.store_audio`` (``--audio``) the int16 waveforms too -- and commit it as one
-   file; complete chunks are skipped on resume.
-3. Packing (``_pack`` here, ``data.store.writer``): chunks are concatenated in plan order
-   into the split files, reference clips are drawn (seeded), mel statistics are summed
-   (float64, fixed order), and ``manifest.json`` is written LAST, atomically; then
-   ``.partial`` and ``.work`` go.
-
-Why every step is deterministic (reader order, sorted vocabulary, seeded references,
-per-chunk statistics added in chunk order, ``.npy`` without timestamps): a resumed run
-must produce exactly the bytes of an uninterrupted one (same sha256 in the manifest).
+Stages: ``data.plan.plan_texts`` (list, clean, tokenize, reject; no audio opened), then
+``data.chunks`` (fixed chunks per split, extracted by worker processes and committed one
+file each; complete chunks are skipped on resume), then packing (``_pack`` here,
+``data.store.writer``: chunks concatenated in plan order, references drawn, statistics
+summed, ``manifest.json`` written last, atomically). Why every step is deterministic
+(reader order, sorted vocabulary, seeded references, statistics added in chunk order,
+``.npy`` without timestamps): a resumed run must produce exactly the bytes of an
+uninterrupted one (same sha256 in the manifest).
 """
 
 from __future__ import annotations
@@ -82,8 +70,8 @@ def prepare_key(data: Path, cfg: Config) -> dict[str, Any]:
     store."""
     sections = config_sections(cfg)
     data_keys = {k: getattr(cfg.data, k) for k in PREPARE_DATA_KEYS}
-    # store_audio joined the key later: left out while false, the key of a store without
-    # audio is the one it always was, so stores prepared before stay current (no --force).
+    # store_audio enters the key only when true: a store without audio has one key whether
+    # or not its manifest names store_audio, so it stays current (no --force).
     if not data_keys["store_audio"]:
         del data_keys["store_audio"]
     return {"source": str(Path(data).expanduser().resolve()), "feature_hash": cfg.feature_hash(),

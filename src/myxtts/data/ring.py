@@ -1,43 +1,14 @@
 """A ring of pre-allocated batch slots between a data role and the training device.
 
-Why: with features computed on the fly, the data role (feature extraction on the CPU or on
-a GPU of its own) must run beside the training step, not before it. A producer thread
-pulls batches from a loader, optionally transforms them on the data device (the log-mels
-of ``data.features.Featurizer``) in a CUDA stream of its own, and copies each into one of
-K slots allocated once on the training device; the training thread takes slots in order.
-With K = 3 (``data.ring_slots``): one slot is trained on, one is in transfer, one is being
-filled.
-
-No host synchronisation per batch: on CUDA the copy into a slot is followed by a "ready"
-event the training stream waits on (a GPU-side wait), and a slot handed back is refilled
-only after a "released" event recorded on the training stream once the steps that read it
-were queued, which the copy stream waits on. The host threads only pass slot numbers
-through queues. Copies are peer-to-peer between GPUs when the driver allows it, staged
-through host memory otherwise (torch picks), host-to-device from pinned memory when the
-data role is the CPU, and plain memory copies when both roles are on the CPU.
-
-``copy_log``: a list that receives a (start, end) pair of timing events per batch around its
-copy into the slot (``myxtts profile`` reads them; training passes none).
-
-Both roles on the CPU use slots too (a memory copy per batch, ~1.5 % of a tiny CPU step in
-``benchmarks/data_roles.py``): the slot bookkeeping the GPU path relies on -- release only
-after the steps that read a slot, hold for gradient accumulation -- is then what CI tests.
-
-Slots grow to the largest batch seen (one allocation per key the first time a bigger bucket
-arrives, none afterwards); each handed-out batch is a contiguous view of its slot.
-
-The producer runs ahead across pass (epoch) boundaries: ``iter(ring)`` yields one pass of
-the source, and the next pass's first batches are usually ready when it starts. The
-trainer's record of consumed batches, not the loader's position, is what a checkpoint
-keeps, so running ahead does not affect resume.
-
-``hold``: how many handed-out batches the consumer uses at once (gradient accumulation
-keeps ``grad_accum_steps`` batches before one step is queued). Taking batch n releases
-batch n - hold, so the ring has ``slots + hold - 1`` slots in all.
-
-The ring is the on-the-fly path's ``feed.DeviceFeed``: it yields ``(batch, real_frames)``,
-the count taken by ``frames`` on the host item before the transform (default
-``feed.real_frames``; a raw wav batch is counted by ``Featurizer.real_frames``).
+Why: with features computed on the fly, the data role (CPU or a GPU of its own) must run
+beside the training step. A producer thread pulls loader batches, optionally transforms them
+on the data device in a stream of its own, and copies each into one of K slots allocated
+once on the training device (``data.ring_slots``, default 3: one trained on, one in
+transfer, one being filled). No host sync per batch: "ready" and "released" CUDA events
+order the copy and training streams; the host threads only pass slot numbers. Both roles on
+the CPU use slots too (~1.5 % of a tiny CPU step, ``benchmarks/data_roles.py``), so CI tests
+the bookkeeping the GPU path relies on. The producer runs ahead across epochs; a checkpoint
+keeps the trainer's consumed batches, so resume is unaffected.
 """
 
 from __future__ import annotations
@@ -57,6 +28,14 @@ _END = object()  # end of one pass of the source
 
 
 class SlotRing:
+    """The on-the-fly path's ``feed.DeviceFeed``: ``iter(ring)`` is one pass of ``source``,
+    yielding ``(batch, real_frames)`` (``frames`` counts the host item before ``transform``).
+
+    ``hold``: handed-out batches the consumer uses at once (gradient accumulation); taking
+    batch n releases batch n - hold, so the ring has ``slots + hold - 1`` slots. Slots grow
+    to the largest batch seen; each batch is a contiguous view of its slot. ``copy_log``
+    receives a (start, end) event pair per copy (``myxtts profile``)."""
+
     def __init__(self, source: Iterable[Any], device: torch.device, *, slots: int = 3,
                  hold: int = 1, transform: Callable[[Any, torch.device], dict] | None = None,
                  data_device: torch.device | None = None,

@@ -1,28 +1,14 @@
 """Length-bucketed batch sampler: few tensor shapes, little padding, exact resume.
 
-Why buckets: a batch is padded to its longest utterance, so mixing a 1 s and a 10 s
-clip wastes 90 % of the short one's compute. Sorting by length fixes the waste but
-gives every batch its own shape, and every new shape costs a ``torch.compile``
-recompile / cuDNN autotune / allocator churn. Buckets are the compromise: each
-bucket pads to ONE upper edge (``boundary``, mel frames), ONE text cap and ONE
-batch size, so an epoch uses at most ``num_buckets`` shapes ``(B, L_text, T_mel)``.
-
-Boundaries are chosen by ``data.buckets.choose_boundaries``: an exact dynamic programme
-that minimises the mel frames the GPU processes per epoch (padding *and* fill repeats).
-
-Fill repeats (the trade-off): a bucket's utterance count is rarely a multiple of its
-batch size. Instead of a smaller last batch (a new shape) or dropping utterances
-(unseen data), the last batch of a bucket is filled up with other utterances of the
-same bucket, chosen at random from the (seed, epoch) generator. Every utterance is
-seen every epoch; a few (< one batch per bucket) are seen twice. On a tiny bucket
-(fewer utterances than one batch) the same utterance can repeat inside a batch.
-
-Epochs: the plan of epoch ``e`` depends only on ``(seed, e)``: shuffle within each
-bucket, cut into batches, fill, shuffle the batch order. See :class:`BucketBatchSampler`
-for the iteration, distributed and resume semantics.
-
-Everything here reads lengths only (never audio), and planning an epoch of tens of
-thousands of utterances takes milliseconds.
+Why buckets: a batch pads to its longest utterance, and every new shape costs a recompile,
+autotune and allocator churn. Each bucket pads to ONE mel edge, ONE text cap and ONE batch
+size, so an epoch uses at most ``num_buckets`` shapes; the edges come from
+``data.buckets.choose_boundaries`` (an exact DP minimising frames per epoch, padding and
+fill repeats included). Fill repeats: a bucket's last batch is filled with other utterances
+of the bucket drawn from the (seed, epoch) generator, never cut short (a new shape) or
+dropped (unseen data); a few utterances (< one batch per bucket) are seen twice. The plan of
+epoch ``e`` depends only on ``(seed, e)``. Only lengths are read: planning an epoch of tens
+of thousands of utterances takes milliseconds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Long text -> pieces the decoder can say, and their audio joined with pauses.
 
 Why: the autoregressive decoder stops at ``model.max_decoder_frames`` (a guard against a
-stop token that never fires), so a paragraph spoken in one go was cut there without a
+stop token that never fires), so a paragraph spoken in one go would be cut there without a
 word of warning. Here text is split into sentences (``text.sentences``, language-aware),
 all sentences are decoded together as one batch (the KV cache makes a batch of B
 sentences cost about as much wall time as the longest one), and a sentence that still

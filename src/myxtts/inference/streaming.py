@@ -1,22 +1,13 @@
 """Streaming synthesis: audio chunks while the decoder is still producing frames.
 
-How a chunk is made exact: a frame's final log-mel depends on the decoder frames up to
-``postnet_context`` frames away (the postnet's convs), and a sample's audio on the log-mels
-up to ``receptive_field_frames`` away (the vocoder's convs and its iSTFT overlap). So once
-``ready + postnet_context + vocoder context`` frames are decoded, the audio of every frame
-before ``ready`` is final: the postnet and the vocoder run on a window around the new
-frames (with that much context on each side) and the window's centre is what the whole
-utterance would give -- no clicks at chunk borders, and the concatenated chunks equal the
-non-streaming output up to float rounding. The first chunk is small (``first_frames``)
-for a short time to first audio; later ones are ``chunk_frames``.
-
-Griffin-Lim (the fallback without a neural vocoder) estimates phase over a whole window,
-so its chunks are not exact: each chunk is computed with context and its first
-``CROSSFADE_FRAMES`` overlap the previous chunk's tail, which is cross-faded (for the neural
-vocoder both sides of the overlap are equal and the fade changes nothing).
-
-Sentences of a long text are streamed one after another, with the pauses of
-``inference.longform`` between them.
+Why chunks are exact: a frame's final log-mel depends on decoder frames up to
+``postnet_context`` away, and a sample on log-mels up to ``receptive_field_frames`` away, so
+once that much context past ``ready`` is decoded, the postnet and the vocoder run on a window
+with context on both sides and its centre equals the whole-utterance output: no clicks, and
+the chunks concatenate to the non-streaming audio up to float rounding. The first chunk is
+small (``first_frames``) for a short time to first audio. Griffin-Lim estimates phase over a
+whole window, so its chunks overlap by ``CROSSFADE_FRAMES`` and are cross-faded (a no-op for
+the neural vocoder). Sentences of a long text stream one after another (``inference.longform``).
 """
 
 from __future__ import annotations

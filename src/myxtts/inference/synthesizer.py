@@ -1,16 +1,12 @@
 """Text + a few seconds of reference audio -> waveform, from a training checkpoint.
 
-The checkpoint carries everything inference needs (config, vocabulary, mel statistics),
-so a run folder or a single ``.pt`` file is enough; nothing is re-derived from the data.
-The reference goes through the same ``MelSpectrogram`` as training (one feature definition).
-
-Audio comes from a trained neural vocoder (``vocoder=``, a ``myxtts train-vocoder`` run,
-checked to speak this model's mel definition) or, without one, from Griffin-Lim. Text of
-any length is split into sentences and decoded as a batch (``inference.longform``);
-``stream`` yields audio while frames are still being decoded (``inference.streaming``).
-Several reference clips make one voice: each clip is conditioned on its own and the
-conditioning latents are averaged (a clip's crop is what the encoder was trained on, so
-averaging uses every clip instead of only the middle of their concatenation).
+The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
+run folder or one ``.pt`` file is enough; the reference goes through the training
+``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
+mel definition) or Griffin-Lim. Long text is split into sentences decoded as a batch
+(``inference.longform``); ``stream`` yields audio while frames are decoded
+(``inference.streaming``). Several reference clips make one voice: each is conditioned on
+its own and the latents are averaged (a clip's crop is what the encoder was trained on).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """XTTS-style acoustic model: conditioning encoder, text encoder, AR mel decoder, losses,
 neural vocoder.
 
-Map::
-
-    layers.py         attention (SDPA), RMSNorm, feed-forward, sinusoids, masks
-    conditioning.py   reference mel -> cond_latents voice latents (Perceiver resampler)
-    text_encoder.py   tokens + language -> text encodings
-    decoder.py        AR decoder (r frames/step, KV cache), guided-attention moments, postnet
-    xtts.py           XTTS (forward / generate / alignment), build_model, count_parameters
-    losses.py         compute_losses, per_utterance_losses
-    vocoder/          neural vocoder: generator, GAN discriminators and losses
-    dummy.py          random batches in the collate contract (tests, benchmarks, dry runs)
+``layers`` (SDPA attention, norms, feed-forward, sinusoids, masks), ``conditioning``
+(reference mel -> voice latents, a Perceiver resampler), ``text_encoder``, ``decoder``
+(r frames per step, KV cache, guided-attention moments, postnet), ``xtts`` (the model,
+``build_model``), ``losses``, ``vocoder/`` (generator, discriminators, GAN losses) and
+``dummy`` (random batches in the collate contract for tests, benchmarks, dry runs).
 """
 
 from myxtts.model.losses import compute_losses, per_utterance_losses

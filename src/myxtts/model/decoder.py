@@ -2,23 +2,11 @@
 
 Each decoder step s sees the previous group of r frames through a prenet, attends causally to
 earlier steps and cross-attends to the memory [conditioning latents; text encodings], then
-predicts the next r frames and one stop logit per frame.
-
-Alignment signal (guided attention without attention weights)
--------------------------------------------------------------
-SDPA returns no attention weights, and materialising them ([B, H, S, L] per layer) is what the
-fused kernels exist to avoid. The guided-attention penalty of Tachibana et al. (2017) is
-``E_A[1 - G(p - q)]`` with ``G(d) = exp(-d^2 / (2 sigma^2))``, p = a key's normalised text
-position and q = the query's normalised decoder position: a *linear* functional of the
-attention distribution A. On d in [-1, 1] a Gaussian is, to float precision, a short cosine
-series ``G(d) = a_0 + sum_k a_k cos(w_k d)``, and ``cos(w (p - q)) = cos(wp)cos(wq) +
-sin(wp)sin(wq)``. So running SDPA once more in ONE layer, over the text keys only, with values
-``[cos(w_k p_n), sin(w_k p_n)]`` (2K channels), yields per query ``C_k = E_A[cos(w_k p)]`` and
-``S_k = E_A[sin(w_k p)]``, from which the loss gets the exact guided penalty for any sigma
-(down to ~0.1) — cost O(B*H*S*L) like one attention, memory O(B*S*2K), fully differentiable,
-and still a fused kernel. Attending over the text keys alone gives the text part of the
-attention renormalised, so latents cannot "hide" attention from the penalty.
-The explicit weights for images come from ``Decoder.alignment_weights`` (no_grad, logging only).
+predicts the next r frames and one stop logit per frame. Why the alignment signal is computed
+without attention weights: SDPA returns none, and materialising [B, H, S, L] per layer is what
+the fused kernels avoid; one more SDPA in one layer yields the exact guided-attention penalty
+(``Decoder._align_moments``). Explicit weights for images: ``Decoder.alignment_weights``
+(no_grad, logging only).
 """
 
 from __future__ import annotations
@@ -176,6 +164,13 @@ class Decoder(nn.Module):
     def _align_moments(self, q: Tensor, k_text: Tensor, text_mask: Tensor, feats: Tensor
                        ) -> Tensor:
         """q [B,H,S,hd], k_text [B,H,L,hd], text_mask [B,1,1,L], feats [B,L,2K] -> [B,S,2K].
+
+        The guided penalty ``E_A[1 - G(p - q)]`` (Tachibana et al. 2017) is linear in the
+        attention A, and the Gaussian G is a short cosine series on [-1, 1], so SDPA over
+        the text keys with values ``[cos(w_k p), sin(w_k p)]`` gives the moments the loss
+        needs for any sigma (down to ~0.1): one fused attention, memory O(B*S*2K), no
+        [B, H, S, L] weights. Text keys alone renormalise A, so latents cannot hide
+        attention from the penalty.
 
         Values are padded to the head size when they fit so the same fused kernel applies.
         """

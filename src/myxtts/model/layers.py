@@ -1,17 +1,11 @@
 """Transformer building blocks shared by the text encoder, the conditioning encoder and the decoder.
 
-Every attention goes through ``torch.nn.functional.scaled_dot_product_attention`` (SDPA) so
-the fused flash / memory-efficient kernels are used on CUDA; masks are boolean with
-``True`` = "this key takes part". Blocks are pre-norm (norm -> sublayer -> residual), which
-trains stably without learning-rate warmup tricks and keeps the residual stream un-normalised.
-
-Positions are sinusoids computed on the fly from integer positions, added to the inputs with
-a learned scale (as in Transformer-TTS): nothing in the weights depends on a maximum length,
-and the two modalities (text, mel) learn how loudly to hear their position.
-
+Every attention goes through SDPA (``scaled_dot_product_attention``) so the fused kernels run
+on CUDA; masks are boolean, ``True`` = "this key takes part". Blocks are pre-norm, which
+trains stably without warm-up tricks. Positions are sinusoids computed on the fly, added with
+a learned scale (as in Transformer-TTS): nothing in the weights depends on a maximum length.
 Every transformer block (``EncoderLayer`` here, ``ResamplerLayer``, ``DecoderLayer``) is a
-:class:`CheckpointedBlock`: ``train.activation_checkpointing`` makes it recompute its
-activations in the backward pass instead of keeping them.
+:class:`CheckpointedBlock` (``train.activation_checkpointing``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Training losses of the XTTS model, exact about padding and free of host syncs.
 
-Every term is a sum over *real* elements divided by their count — per utterance
-(``per_utterance_losses``, for validation and tests) or over the whole batch
-(``compute_losses``, frame-weighted, for training). No ``.item()``, no branching on tensor
-values, only shapes and config floats steer the code, so the training step compiles with
-``torch.compile`` into one static graph per batch shape.
-
-Terms (all in the normalised mel domain, see ``XTTS.forward``):
-  mel_l1 / post_l1  masked L1 of the decoder output / the postnet output
-  mel_l2            (only when train.mel_l2_weight > 0) masked MSE, before + after postnet
-  stop              masked BCE of the per-frame stop logits, pos_weight = train.stop_pos_weight
-  guided            guided attention (Tachibana et al. 2017): mean over real decoder steps of
-                    E_A[1 - exp(-(p - q)^2 / (2 sigma^2))], from the Fourier moments of the
-                    decoder's alignment layer (see ``myxtts.model.decoder``)
-  loss = mel_l1 + post_l1 + mel_l2_weight * mel_l2 + stop + guided_attn_weight * guided
+Every term is a sum over *real* elements divided by their count, per utterance
+(``per_utterance_losses``: validation, tests) or over the batch (``compute_losses``,
+frame-weighted: training). No ``.item()`` and no branching on tensor values, so the step
+compiles into one static graph per batch shape. Terms, in the normalised mel domain: masked
+L1 of decoder and postnet outputs, optional masked MSE (``train.mel_l2_weight``), masked BCE
+of the stop logits (``train.stop_pos_weight``), and guided attention (Tachibana et al. 2017)
+from the decoder's Fourier moments (``myxtts.model.decoder``). ``loss = mel_l1 + post_l1 +
+mel_l2_weight * mel_l2 + stop + guided_attn_weight * guided``.
 """
 
 from __future__ import annotations

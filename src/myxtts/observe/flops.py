@@ -1,21 +1,13 @@
 """Model FLOPs per training step and the utilisation they imply (achieved TFLOP/s, MFU).
 
-Why count rather than estimate: the XTTS step mixes attention over three sequence lengths
-(text, reference latents, mel steps), convolutions and a self-fed second decoder pass; a
-closed-form "6 x parameters x tokens" is off by a different factor for every bucket shape.
-``torch.utils.flop_counter.FlopCounterMode`` counts the matmuls and convolutions the step
-actually runs. A count is made once per bucket shape and cached (an epoch has at most
-``data.num_buckets`` shapes); ``train.efficiency`` counts on a copy of the model on the
-``meta`` device, so counting computes nothing, allocates nothing and never touches the
-weights, gradients or random streams of the run. Training, ``myxtts profile`` and the
-benchmarks all take their FLOPs from there.
-
-Attention is counted through the math SDPA kernel: the flash and memory-efficient
-kernels are not counted the same way on every device and torch version, and MFU is
-defined on the model's FLOPs, not on what a given kernel happens to recompute.
-
-MFU needs the device's peak: :func:`peak_tflops` knows the dense tensor-core figures of
-common NVIDIA GPUs (their data sheets); ``train.peak_tflops`` sets it for any other.
+Why count rather than estimate: the step mixes attention over three sequence lengths,
+convolutions and a self-fed second decoder pass, so "6 x parameters x tokens" is off by a
+different factor per bucket shape. ``FlopCounterMode`` counts what the step runs, once per
+bucket shape, on a ``meta``-device copy of the model (``train.efficiency``): it computes and
+allocates nothing and never touches the run's weights or random streams. Attention is counted
+through the math SDPA kernel, as MFU is defined on the model's FLOPs, not on what a kernel
+recomputes. :func:`peak_tflops` knows the dense tensor-core peaks of common NVIDIA GPUs;
+``train.peak_tflops`` sets any other.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The generated demo corpus: random sentences of the demo languages spoken by demo voices.
 
-Why synthetic: the end-to-end path (prepare -> train -> clone a voice) must be testable
-without downloading a corpus, and *learnable* quickly, so every design choice makes the
-text -> mel mapping as simple as possible while keeping voice cloning non-trivial (the
-sounds and voices are in ``synthetic.voices``):
-
-* Words are consonant-vowel syllables (2-7 letters, e.g. "kalimo"), so the text never
-  looks like an English abbreviation or number and the text cleaners leave it alone.
-* Utterance lengths are 0.6-4.9 s *by construction*: the word count is chosen from the
-  known letter durations before any audio exists; nothing is ever cut.
-
-4 x 300 utterances take a few seconds. Everything is drawn from
-``numpy.random.default_rng([seed, speaker, utterance])``: the same arguments give
-byte-identical files, and the text of one utterance never depends on another.
-
-Two languages (``languages=("en", "fa")``): the second one, in Persian letters, is
-described in ``synthetic.persian_demo``. ``speaker_languages`` decides who speaks what
-(some voices one language, some the other, some both), so a model can be asked to make
-a voice that never spoke a language speak it (cross-lingual cloning).
+Why synthetic: prepare -> train -> clone must be testable without downloading a corpus, and
+learnable quickly, so the text -> mel mapping is as simple as possible while cloning stays
+non-trivial (sounds and voices: ``synthetic.voices``). Words are consonant-vowel syllables,
+so the cleaners leave them alone; utterances are 0.6-4.9 s by construction (the word count
+comes from the letter durations; nothing is cut). 4 x 300 utterances take a few seconds; all
+draws come from ``default_rng([seed, speaker, utterance])``, so the same arguments give
+byte-identical files. ``speaker_languages`` decides who speaks which language (the second is
+``synthetic.persian_demo``), so a voice can be asked to speak a language it never spoke.
 """
 
 from __future__ import annotations
@@ -141,8 +131,8 @@ def make_demo_data(out_dir: str | Path, speakers: int = 4, utterances: int = 300
 
     With two ``languages`` (e.g. ``("en", "fa")``) voices speak them as
     ``speaker_languages`` says and every row gets a fifth column, its language
-    (``id|text|text|speaker|language``); one language keeps the four-column layout, so
-    the default corpus is exactly what it was before there was a second language.
+    (``id|text|text|speaker|language``); one language keeps the four-column layout (the
+    default corpus has no language column).
     """
     if speakers < 1 or utterances < 1:
         raise ValueError(f"need at least 1 speaker and 1 utterance, got {speakers} and {utterances}")

@@ -1,24 +1,13 @@
 """The second demo language (``fa``): a made-up language written in Persian letters.
 
-Why a second language at all: a multilingual model must learn that one voice can speak
-several languages and that a language's sounds belong to the language, not to the
-speakers who happened to read it. Cross-lingual cloning (a voice that only ever spoke
-``en`` now speaking ``fa``) can only be tested when the two languages differ in sounds
-*and* in script, and share some sounds, as real language pairs do.
-
-So ``fa`` has its own inventory, defined here as plain tables that ``voices`` merges
-into the one phone set every speaker renders:
-
-* shared with ``en`` (same phone, same spectrum): the vowels و (= en "u") and ی (= en
-  "i"), the nasals and liquids م ن ل ر, the fricatives س ف and the stops ت ک پ;
-* its own: ا, a long open back vowel with formants unlike any en vowel; ش "sh", a broad
-  noise band 2.5-5 kHz; خ "kh", a lower, narrower noise band 1-2 kHz; ز "z", a voiced
-  murmur under a high noise band (the only sound that is voiced and noisy at once);
-* en's a e o have no fa letter.
-
-Persian letters have no case and none of them is rewritten by ``clean_text(.., "fa")``,
-and words are consonant-vowel syllables that never need a zero-width non-joiner, so a
-generated sentence survives text cleaning unchanged.
+Why a second language: a multilingual model must learn that one voice can speak several
+languages and that sounds belong to the language, not to its speakers. Cross-lingual cloning
+(an ``en``-only voice speaking ``fa``) is testable only when the languages differ in sounds
+and script yet share some sounds, as real pairs do. So ``fa`` shares و ی م ن ل ر س ف ت ک پ
+with ``en`` and has its own ا (an open back vowel), ش "sh", خ "kh" and ز "z" (voiced and
+noisy at once); ``voices`` merges these tables into the one phone set. Persian letters have
+no case, none is rewritten by ``clean_text(.., "fa")``, and the syllables never need a
+zero-width non-joiner, so a generated sentence survives text cleaning unchanged.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The sound of the demo languages: their letters as phones, the demo voices, and rendering.
 
-Source-filter synthesis of a made-up language of 14 letters (``DEMO_ALPHABET``), space
-and '.', and of a second one in Persian letters (``fa``, defined in ``persian_demo``,
-which also says which sounds the two share); ``DEMO_ALPHABETS`` has both. Every letter is one fixed sound: vowels a e i o u are harmonic sounds at the
-speaker's f0 shaped by three formants of their own (90-160 ms); m n l r are quieter
-voiced sounds with their own formants; s and f are noise bands (s high, f mid); t k p
-are a short closure followed by a noise burst in a distinct band. Space is 60 ms and
-'.' 150 ms of near-silence. Letter sounds cross-fade over ~8 ms, so no clicks.
-
-Speakers differ in pitch (log-spaced 90-260 Hz), formant scale (0.85-1.2: "vocal tract
-length"), spectral tilt and speaking rate. A letter's spectrum is identical across
-speakers up to that pitch/formant scaling, so one mapping fits everybody and the voice
-must come from the reference clip. Each utterance gets its own pitch offset, a
-declining intonation and a slow wobble, so the model cannot just memorise f0 per
-speaker-and-letter.
-
-Synthesis runs in the STFT domain (one forward transform per source, one inverse), so
-a clip takes milliseconds. ``synthetic.corpus`` writes whole datasets with these voices.
+Source-filter synthesis of a made-up language of 14 letters (``DEMO_ALPHABET``), space and
+'.', and of the Persian-letter one (``persian_demo``); ``DEMO_ALPHABETS`` has both. Every
+letter is one fixed sound (harmonic vowels with formants, voiced m n l r, noise bands s f,
+closure + burst t k p), cross-faded over ~8 ms. Speakers differ in pitch, formant scale,
+spectral tilt and rate; a letter's spectrum is the same across speakers up to that scaling,
+so one mapping fits everybody and the voice must come from the reference clip. Each
+utterance gets its own pitch offset, declining intonation and wobble, so f0 cannot be
+memorised per speaker and letter. Synthesis runs in the STFT domain: milliseconds a clip.
 """
 
 from __future__ import annotations
@@ -47,7 +38,7 @@ CROSSFADE_S = 0.008
 # ------------------------------------------------------------- the sound inventory
 # Phones are what gets synthesised; a letter is one phone, or two for the stops
 # (closure + burst). Phone 0 is silence (no voiced and no noise energy). fa's own phones
-# come last, so adding them changed no en phone id (en corpora stay byte-identical).
+# come last, so en phone ids are those of an en-only inventory (en corpora stay the same bytes).
 _PHONES = ["sil", "a", "e", "i", "o", "u", "m", "n", "l", "r", "s", "f", "t", "k", "p", *FA_PHONES]
 _P = {name: i for i, name in enumerate(_PHONES)}
 

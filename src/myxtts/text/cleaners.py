@@ -2,26 +2,7 @@
 
 Why one function with a fixed order: prepare (training) and synthesize (inference) must
 produce byte-identical text for the same input, or the model meets characters at
-inference that it never saw in training. The pipeline:
-
-1. Unicode NFC, so a decomposed "é" (e + U+0301) and the composed one are one character.
-2. Invisible characters out: control characters (tabs/newlines become spaces), bidi
-   marks, BOMs, soft hyphens, private-use and lone surrogates. The zero-width
-   (non-)joiners are left to step 3 / kept, because several scripts need them.
-3. English and Persian (``en``, ``fa``): Arabic-script characters get Persian letter
-   forms, lose diacritics and tatweel, and joiners are tidied (``persian.py``). This
-   runs on mixed lines too and never touches Latin text.
-4. Generic punctuation: curly quotes and guillemets -> ``"`` / ``'``, dashes -> ``-``
-   (em dash as a spaced `` - ``), ``…`` -> ``...``, brackets -> ``( )``, Arabic-script
-   punctuation ``، ؛ ؟ ٪ ٫ ٬`` -> ``, ; ? % . ,``, Persian/Arabic-Indic digits -> 0-9,
-   full-width ASCII -> ASCII, repeated ``!?,;:`` collapsed, all whitespace collapsed.
-5. Language rules: ``en`` expands abbreviations and (when ``cfg.expand_numbers``)
-   numbers, ordinals, years, currency, percent, times into English words; ``fa``
-   expands numbers into Persian words. Digits in a line are read in the line's language
-   (Persian words in an English line are kept as they are, and vice versa).
-   Every other language gets steps 1-4 and 6 only: its numbers stay digits.
-6. ``cfg.lowercase``: ``str.lower`` (a no-op for Persian and other caseless scripts),
-   then NFC again and a final whitespace tidy (no space before ``, . ; : ! ? )``).
+inference that it never saw in training. The steps are listed on :func:`clean_text`.
 """
 
 from __future__ import annotations
@@ -117,10 +98,16 @@ def _generic_punct(text: str) -> str:
 
 
 def clean_text(text: str, language: str, cfg: TextConfig | None = None) -> str:
-    """Normalise ``text`` written in ``language`` for training and synthesis (see module doc).
+    """Normalise ``text`` written in ``language`` for training and synthesis.
 
     Deterministic, and idempotent on ordinary text: ``clean_text(clean_text(t)) == clean_text(t)``
-    (so inference may clean text that was already cleaned).
+    (so inference may clean text that was already cleaned). In order: (1) NFC; (2) invisible
+    characters out (controls become spaces; zero-width joiners are kept for the scripts that
+    need them); (3) Arabic-script characters get Persian forms, lose diacritics and tatweel
+    (``persian.py``; Latin text untouched); (4) generic punctuation, digits and whitespace
+    folded to ASCII forms; (5) ``en`` abbreviations and (``cfg.expand_numbers``) numbers,
+    ``fa`` numbers, spelled out in the line's language -- other languages keep digits;
+    (6) ``cfg.lowercase``, NFC again, a final whitespace tidy.
     """
     if not isinstance(text, str):
         raise TypeError(f"clean_text expects a str, got {type(text).__name__}")

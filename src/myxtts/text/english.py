@@ -3,24 +3,9 @@
 Why spell things out: the model reads characters. "1984" is four digit tokens whose
 reading ("nineteen eighty-four") depends on conventions the model cannot learn from a
 few hours of speech, and "Dr." is a pronunciation the audio never spells. Writing
-them as words makes every character something that is actually pronounced.
-
-Conventions (American, no "and" inside numbers):
-- cardinals: 1,234 -> "one thousand two hundred thirty-four"; 3.14 -> "three point one
-  four"; -5 -> "minus five"; a number with a leading zero ("007") is read digit by digit,
-  so is one too large for the scale words (>= 10**21).
-- years: a plain four-digit number in 1010..2099 (no comma, no decimals, not 2000..2009)
-  is read as a year: 1984 -> "nineteen eighty-four", 1905 -> "nineteen oh five", 1900 ->
-  "nineteen hundred". Write "1,984" to get the cardinal reading.
-- decades: 1980s -> "nineteen eighties", '80s -> "eighties".
-- ordinals: 1st, 2nd, 23rd, 101st, 11th -> "first", "second", "twenty-third", ...
-- currency ($ £ € ¥): $3.50 -> "three dollars, fifty cents"; $2.5 million -> "two point
-  five million dollars"; £1.01 -> "one pound, one penny".
-- percent: 50% -> "fifty percent"; 20°C -> "twenty degrees celsius"; a dotted run
-  ("1.2.3") -> "one point two point three"; times: 3:30 -> "three thirty", 7:05 pm -> "seven oh
-  five p m", 3:00 -> "three o'clock".
-- abbreviations are expanded whatever ``expand_numbers`` says (Mr. -> mister, St. ->
-  saint before a capitalised word, street elsewhere, etc. -> et cetera, ...).
+them as words makes every character something that is actually pronounced. Abbreviations
+are expanded whatever ``expand_numbers`` says (St. -> saint before a capitalised word,
+street elsewhere). The number conventions are listed on :func:`expand_numbers`.
 """
 
 from __future__ import annotations
@@ -216,7 +201,13 @@ def _decade_words(m: re.Match[str]) -> str:
 
 
 def expand_numbers(text: str) -> str:
-    """Spell out currency, percentages, times, ordinals, decades, then every other number."""
+    """Spell out currency, percentages, times, ordinals, decades, then every other number.
+
+    American conventions, no "and" inside numbers: a leading zero or a number past the
+    scale words (>= 10**21) is read digit by digit; a plain 1010..2099 outside 2000..2009
+    is a year ("1,984" gives the cardinal); $3.50 -> "three dollars, fifty cents"; 7:05 pm
+    -> "seven oh five p m"; 3:00 -> "three o'clock"; "1.2.3" -> "one point two point three".
+    """
     text = sub_spaced(_CURRENCY_RE, _currency_words, text)
     text = sub_spaced(_PERCENT_RE, lambda m: f"{_body_words(m.group(1))} percent", text)
     text = sub_spaced(_TIME_RE, _time_words, text)

@@ -1,16 +1,12 @@
 """Persian (Farsi) normalisation: letter forms, diacritics, ZWNJ, digits, number words.
 
-Why: Persian text on the web mixes Arabic and Persian code points that look the same
-(ي/ی, ك/ک), carries optional short-vowel marks most text omits, stretches words with
-tatweel (ـ) and sprinkles invisible joiners. A character-level model would otherwise
-see several spellings of one word and learn each separately. The zero-width non-joiner
-(U+200C, "half space") is different: it is part of correct spelling ("می‌روم",
-"کتاب‌ها") and changes nothing in the audio but the word shape, so it is kept where it
-does something and removed where it cannot (see ``fix_zwnj``).
-
-``normalize_arabic_script`` only touches Arabic-script characters and joiners, so it is
-safe on mixed lines; ``cleaners.clean_text`` runs it for both English and Persian text
-(an Arabic-script word inside an English line is taken to be Persian).
+Why: Persian text mixes Arabic and Persian code points that look the same (ي/ی, ك/ک),
+optional short-vowel marks, tatweel (ـ) and invisible joiners, so a character-level model
+would learn several spellings of one word. The zero-width non-joiner (U+200C) is part of
+correct spelling ("کتاب‌ها"), so it is kept where it does something and removed where it
+cannot (``fix_zwnj``). ``normalize_arabic_script`` touches only Arabic-script characters
+and joiners, so it is safe on mixed lines; ``cleaners.clean_text`` runs it for English and
+Persian text (an Arabic-script word in an English line is taken to be Persian).
 """
 
 from __future__ import annotations

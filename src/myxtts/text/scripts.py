@@ -1,16 +1,13 @@
 """Which characters a language's transcripts may hold: its scripts.
 
-Why: a character tokenizer turns every distinct character into a token. Persian, Cyrillic
-or emoji in rows labelled English would silently become vocabulary the model sees a few
-times and cannot learn, and a row of punctuation alone would teach it to say something
-for nothing. Each language declares the scripts its letters come from (Unicode character
-names start with the script: "LATIN SMALL LETTER E WITH ACUTE", "ARABIC LETTER PEH");
-after cleaning, a letter, mark or symbol outside them is "outside the language".
-Whitespace, digits, punctuation, the zero-width (non-)joiners and a few symbols that
-cleaners keep or read out (``% $ € £ & + = / @ # °``) are allowed everywhere.
-
-A language not in :data:`LANGUAGE_SCRIPTS` is not checked (its rows keep every
-character); add it here to have it checked.
+Why: a character tokenizer turns every distinct character into a token, so Persian, Cyrillic
+or emoji in rows labelled English would become vocabulary the model sees a few times and
+cannot learn, and a row of punctuation alone would teach it to say something for nothing.
+Each language declares the scripts of its letters (Unicode names start with the script:
+"ARABIC LETTER PEH"); after cleaning, a letter, mark or symbol outside them is "outside the
+language". Whitespace, digits, punctuation, the zero-width (non-)joiners and a few symbols
+the cleaners keep or read out are allowed everywhere. A language not in
+:data:`LANGUAGE_SCRIPTS` is not checked.
 """
 
 from __future__ import annotations

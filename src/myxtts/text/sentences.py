@@ -1,29 +1,11 @@
 """Sentence splitting for long-form synthesis: ``split_sentences`` and ``split_long``.
 
-Why: the model is trained on clips of a few seconds, so a paragraph must be spoken one
-sentence at a time, and a sentence longer than anything seen in training must be cut
-further, at the places a reader would pause. Both functions only *cut* text: they never
-drop, add or reorder a character, so joining the pieces with single spaces gives back
-the input with its whitespace normalised (runs of spaces, tabs and newlines -> one
-space). That makes the cut easy to test and means nothing the user wrote goes unspoken.
-
-Sentence ends are ``. ! ? …`` (and, for Persian, ``؟`` and the Arabic full stop ``۔``),
-with any closing quotes or brackets that follow, before whitespace or the end of the
-text. A blank line (paragraph break) always ends a sentence. Not ends:
-
-* a period after a common English abbreviation (Mr. Mrs. Ms. Dr. St. Prof. Jr. Sr.
-  e.g. i.e. vs.); after "No." only before a number ("No. 5"), after "etc.", "a.m."
-  and "p.m." only when the next word is capitalised ("etc. Then" ends, "etc. and" not);
-* a period after a single letter: an initial, as in "J. R. R. Tolkien";
-* ``! ?`` closing a quotation when the next word starts with a lowercase letter
-  ('"Really?" she asked.' is one sentence);
-* a period inside a word or number ("3.5", "e.g", "example.com"): no whitespace follows;
-* a dot of an ellipsis run ("..."): the run is one mark. An ellipsis ends the sentence
-  unless the next word starts with a lowercase letter ("wait... what" goes on).
-
-The abbreviation rules look only at Latin letters, so they apply to English words inside
-text of any language. ``;`` and the Arabic semicolon ``؛`` are clause breaks: they never
-end a sentence, but ``split_long`` cuts there.
+Why: the model is trained on clips of a few seconds, so a paragraph is spoken one sentence
+at a time, and a sentence longer than anything seen in training is cut further, where a
+reader would pause. Both functions only *cut* text: they never drop, add or reorder a
+character, so joining the pieces with single spaces gives back the input with its
+whitespace normalised. That makes the cut easy to test, and nothing the user wrote goes
+unspoken.
 """
 
 from __future__ import annotations
@@ -82,9 +64,16 @@ def _is_end(text: str, m: re.Match[str]) -> bool:
 
 
 def split_sentences(text: str, language: str) -> list[str]:
-    """The sentences of ``text``, whitespace-normalised, in order, none empty (module doc).
+    """The sentences of ``text``, whitespace-normalised, in order, none empty.
 
-    ``" ".join(split_sentences(t, lang)) == " ".join(t.split())`` for every ``t``.
+    ``" ".join(split_sentences(t, lang)) == " ".join(t.split())`` for every ``t``. Ends:
+    ``. ! ? …`` (Persian also ``؟ ۔``) with closing quotes/brackets, before whitespace or
+    the end, and a blank line. Not ends: a period after a common English abbreviation (Mr.
+    Dr. e.g. ...; "No." only before a number; "etc.", "a.m.", "p.m." only before a
+    capital), after a single letter (initials), inside a word or number ("3.5"); ``! ?``
+    closing a quotation before a lowercase word; an ellipsis before a lowercase word.
+    Abbreviation rules look at Latin letters only, so they hold inside any language.
+    ``;`` and ``؛`` never end a sentence (``split_long`` cuts there).
     """
     lang = _language(language)
     end_re = _end_re(lang)

@@ -138,9 +138,8 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
     """Put back :func:`rng_state`'s streams; the saved GPU stream goes to ``device`` (a run
-    may resume on another GPU). Checkpoints from before one GPU's stream was saved hold a
-    list, one per GPU then visible: the first is the training GPU's (``cuda:0`` unless
-    ``CUDA_VISIBLE_DEVICES`` chose another)."""
+    may resume on another GPU). A saved list (one stream per visible GPU) gives its first,
+    the training GPU's (``cuda:0`` unless ``CUDA_VISIBLE_DEVICES`` chose another)."""
     torch.set_rng_state(state["torch"])
     random.setstate((3, tuple(state["python"]), None))
     cuda = state.get("cuda")
@@ -181,7 +180,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
-    """A format-1 checkpoint (before TrainingProgress) in today's layout: its step, best
+    """A format-1 checkpoint (no TrainingProgress record) in the current layout: its step, best
     loss, counters and full sampler state become the progress record."""
     sampler = dict(state.pop("sampler"))
     counters = state.pop("counters")

@@ -1,28 +1,15 @@
 """Regional ``torch.compile``: each transformer block compiled once per block type, not the
 whole model once per bucket shape.
 
-Why: compiling the whole training step cost 74 s per bucket shape cold on an H100 (issue #9:
-LJSpeech's 16 shapes are ~20 minutes before the first fast step). The model is a stack of a
-few repeated block types (``EncoderLayer`` in the text and reference encoders,
-``ResamplerLayer``, ``DecoderLayer``); with parameters traced as inputs (torch's
-``inline_inbuilt_nn_modules``, the default since 2.5) every instance of a type reuses one
-compiled graph, and with ``dynamic=True`` the batch and sequence axes are symbolic from the
-first compile (the model width is pinned by the weights), so all bucket shapes share it too:
-one graph per block type for the whole run (``tests/train/test_compile.py`` counts them)
-instead of one whole-model graph per shape. (torch's default, automatic dynamic shapes,
-compiles a static graph first and a dynamic one per newly varying axis: 2-3 per type.)
-The glue between blocks (embeddings, prenet, postnet, losses) stays eager: its launches
-vanish in the CUDA graph of the whole step (``train.graphs``). Blocks run eagerly in eval
-mode (:func:`eager_blocks`): validation is a small forward pass every few hundred steps,
-not worth a second set of compiled graphs.
-
-Compiled code is cached on disk (:func:`configure_compile_cache`: inductor's FX-graph,
-AOTAutograd and Triton caches in a stable user folder), so a restart with the same model,
-shapes and torch mostly loads instead of compiling.
-
-Measured on the 2-core CPU (torch 2.13, tiny preset): the blocks for three bucket shapes
-compiled in 45 s cold and 9 s on a restart with the cache, against 93 s per shape for the
-former whole-model compile. GPU timings: ``benchmarks/train_step.py``.
+Why: compiling the whole training step costs ~74 s per bucket shape cold on an H100
+(LJSpeech's 16 shapes: ~20 minutes before the first fast step). With parameters traced as
+inputs (``inline_inbuilt_nn_modules``, torch >= 2.5) every instance of a block type reuses
+one graph, and ``dynamic=True`` makes batch and time symbolic, so one graph per type serves
+every shape (``tests/train/test_compile.py`` counts them). The glue between blocks stays
+eager (the CUDA graph of the step hides its launches); eval mode runs blocks eagerly
+(:func:`eager_blocks`). Compiled code is cached on disk (:func:`configure_compile_cache`).
+Measured on a 2-core CPU, torch 2.13, tiny preset: three shapes compile in 45 s cold and 9 s
+from the cache; a whole-model compile takes 93 s per shape. GPU: ``benchmarks/train_step.py``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Memory caps per GPU role: ``train.device_memory_cap`` and ``data.data_device_memory_cap``.
 
-Why: two GPUs of a desktop often also drive a display, run a second job, or hold the data
-role's features next to another model; a cap keeps this run inside its share instead of
-taking what it can until something else runs out. The caps go through
-``torch.cuda.set_per_process_memory_fraction``: the caching allocator refuses to grow
-past the share and raises an out-of-memory error instead (the auto batch budget catches
-those while it measures; see ``train.budget``).
-
-A cap is per process and per device, so when both roles share one GPU (on-the-fly data with
-``data.data_device`` = the training GPU) the process gets one cap, the sum of the two
-shares: training plans its batches within ``train.device_memory_cap`` and the features use
-the rest. Checks, each a one-line error naming the key: a cap on a role that does not run
-on a GPU, shares adding up to more than 1.0 on one device, and (measured before step 1) a
-data role whose largest batch of features does not fit its share. The training role is
-checked by the auto budget and the warm-up, which prove every bucket's worst case fits.
+Why: a GPU of a desktop often also drives a display, runs a second job or holds the data
+role's features; a cap keeps this run inside its share. The caps go through
+``torch.cuda.set_per_process_memory_fraction`` (the allocator raises out-of-memory past the
+share; the auto batch budget catches that while it measures). A cap is per process and
+device, so two roles on one GPU get the sum of their shares, and training plans its batches
+within its own. Each check is a one-line error naming the key: a cap on a role not on a GPU,
+shares over 1.0 on one device, and (before step 1) a data role whose largest feature batch
+does not fit its share; the training role is proved by the auto budget and the warm-up.
 """
 
 from __future__ import annotations

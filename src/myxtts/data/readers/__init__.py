@@ -1,35 +1,14 @@
 """Dataset readers: turn a folder (or manifest file) into train/val ``Utterance`` lists.
 
-One module per layout (``ljspeech``, ``manifest``, ``speakers``), the pieces they share
-in ``common``; this module detects the layout, reads the parts, removes duplicate ids and
-makes the train/val split.
-
-Three layouts are understood (``data.format``; ``auto`` detects them in this order):
-
-* ``ljspeech``: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
-  and the clips at ``wavs/ID.wav``. The normalized column wins when present and
-  non-empty; the speaker defaults to the dataset folder's name, the language to
-  ``text.default_language``.
-* ``manifest``: a ``.csv`` / ``.tsv`` / ``.jsonl`` file with columns ``audio``, ``text``
-  and optionally ``speaker``, ``language``, ``id``, ``duration``; audio paths are relative
-  to the manifest's folder. The path may be the file itself or a folder holding exactly
-  one such file.
-* ``speakers``: one folder per speaker, ``DATA/SPEAKER/...`` with the clips
-  (``.wav``/``.flac``/``.ogg``) and either a transcript per clip (``ID.txt`` or LibriTTS'
-  ``ID.normalized.txt`` next to it), or one ``metadata.csv`` / ``transcripts.txt`` with
-  ``id|text`` rows per speaker folder; or VCTK's ``txt/SPEAKER/ID.txt`` +
-  ``wav48*/SPEAKER/ID[_micN].wav|flac`` (mic1 preferred). Utterance ids are prefixed with
-  the speaker (``SPEAKER_ID``) unless they already start with it, so clips named
-  ``001.wav`` in every folder stay distinct.
-
-A ``train/`` (+ optional ``val/``) pair of sub-folders, or ``train.<ext>`` (+ ``val.<ext>``)
-manifests, give the splits explicitly; otherwise ``split_train_val`` makes a seeded,
-speaker-stratified split.
-
-Why readers never open audio: reading thousands of headers is inspect's and prepare's job;
-a reader only lists, parses and cross-checks names, so it takes well under a second even
-for large corpora. Every broken row becomes a ``Problem`` in the report and reading goes
-on; ``DatasetError`` is raised only when nothing can be read at all.
+One module per layout (``ljspeech``, ``manifest``, ``speakers``; ``data.format``, ``auto``
+detects them in that order), the shared pieces in ``common``; this module detects the
+layout, reads the parts, removes duplicate ids and makes the split: ``train/`` + ``val/``
+folders or ``train.<ext>`` + ``val.<ext>`` manifests give it explicitly, else
+``split_train_val`` makes a seeded, speaker-stratified one. The layouts are described in
+docs/data-and-store.md. Why readers never open audio: headers are inspect's and prepare's
+job, so listing, parsing and cross-checking names takes well under a second even for large
+corpora. A broken row becomes a ``Problem`` in the report and reading goes on;
+``DatasetError`` only when nothing can be read.
 """
 
 from __future__ import annotations

@@ -1,52 +1,14 @@
 """The prepared feature store's on-disk format: file names, dtypes, the manifest.
 
-The store is one concern in five modules: this one defines the format, ``writer``
-writes it (prepare's last step), ``reader`` maps it for training (:class:`FeatureStore`),
-``verify`` checks it, and ``audio`` holds the rules of the optional waveforms. A change
-of the format is an edit here plus the writer and the reader side by side, and
-``FORMAT_VERSION`` goes up -- unless it only adds optional files that a reader can tell
-are absent (the audio files): then every existing store stays readable as it is.
-
-Why this layout (and not one file per utterance, HDF5 or a pickle): training reads
-every utterance every epoch, in random order, from several worker processes. With the
-whole split's log-mels in ONE raw float16 file, an utterance is a slice of a memmap:
-``mel(i)`` is two integer look-ups and a view (O(1), zero-copy, no file open, no
-decode), the OS page cache shares the pages between all workers, and nothing needs
-unpickling. Raw binaries plus ``.npy``/JSON side files are readable from any language
-and never execute code when loaded.
-
-Layout (``FORMAT_VERSION`` 1)::
-
-    STORE/
-      manifest.json    written LAST (atomic): format version, feature hash, the audio and
-                       text config sections, per-split counts/frames/hours, mel stats,
-                       sha256 + size of every other file. Its presence means "complete".
-      vocab.json       the Tokenizer (ids are baked into tokens.i32)
-      report.json      every rejected utterance with its reason
-      train/ val/
-        mel.f16        float16 [total_frames, n_mels], utterances back to back
-        tokens.i32     int32 [total_tokens], utterances back to back
-        index.npy      structured [N] (INDEX_DTYPE): offsets/lengths into the two files,
-                       speaker_id, language_id, duration_s
-        refs.npy       int32 [N, refs_per_utterance]: indices (same split, same speaker)
-                       of reference utterances, -1 = unused slot
-        ids.json       {"ids": [N utterance ids], "speakers": [all speaker names]}
-        audio.i16      OPTIONAL (manifest ``"store_audio": true``, ``prepare --audio``): int16
-                       [total_samples], every kept clip's waveform as prepare computed its mel
-                       (trimmed, resampled, loudness-normalised) at ``audio.sample_rate``,
-                       utterances back to back in store order; float x -> round(x * 32767)
-        audio_index.npy  OPTIONAL, with audio.i16: int64 [N, 2] = (offset, length) in samples;
-                       ``mel_length == 1 + (length + 2 * (n_fft // 2) - n_fft) // hop_length``
-                       (``1 + length // hop_length`` for an even n_fft)
-
-Why the audio files are optional and outside ``index.npy``: only vocoder training needs
-them, at ~3x the size of the mels, so a store pays for them only on request; keeping
-``INDEX_DTYPE`` as it was keeps every store written before them readable (such a
-manifest has no ``store_audio`` key: no audio). Why int16 and not float32: half the
-disk and page cache, and 16 bits is the resolution vocoders are trained at anyway.
-
-While ``myxtts prepare`` runs, ``STORE/.partial`` exists; ``STORE/.work/`` holds its
-committed chunks (see ``myxtts.data.chunks``).
+The store is one concern in five modules: this one defines the format, ``writer`` writes
+it, ``reader`` maps it for training, ``verify`` checks it, ``audio`` holds the rules of the
+optional waveforms. A format change edits here, the writer and the reader together and
+raises ``FORMAT_VERSION``, unless it only adds optional files a reader can tell are absent
+(the audio files, outside ``INDEX_DTYPE``: older stores stay readable). The layout is in
+docs/data-and-store.md. Why one raw float16 file of log-mels per split: an utterance is a
+slice of a memmap (two look-ups and a view, no decode), the page cache is shared by all
+loader workers, and nothing is unpickled. Waveforms are int16: half of float32, and the
+resolution vocoders train at.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """``myxtts doctor``'s data checks: the store or dataset given, and what its loader needs.
 
-Why apart from ``environment``: these checks read the data (a store's checksums and read
-speed, a dataset's clip headers) and size the loader, while ``environment`` asks torch about
-the machine. ``myxtts.data`` is imported inside the functions: it needs soundfile and
-soxr, and the doctor must still run (and say so) when one of them is missing.
-
-Shared memory: each store-loader worker writes batches into ``PREFETCH_PER_WORKER + 2``
-preallocated /dev/shm slots sized for the largest bucket (``myxtts.data.loader``); a
-Docker container's default 64 MB /dev/shm cannot hold them, and workers then die with a
-bus error mid-epoch. With a healthy store the need is exact (its bucket table); without
-one it is an estimate from the config. On-the-fly training (a raw dataset) sends raw
-audio batches through torch's own per-batch shared memory instead, estimated likewise.
+Why apart from ``environment``: these read the data (checksums, read speed, clip headers)
+and size the loader; ``myxtts.data`` is imported inside the functions, so the doctor still
+runs (and says so) without soundfile or soxr. Shared memory: each store-loader worker holds
+``PREFETCH_PER_WORKER + 2`` /dev/shm slots sized for the largest bucket; Docker's default
+64 MB /dev/shm cannot hold them, and workers then die with a bus error mid-epoch. The need is
+exact with a healthy store, estimated from the config otherwise (and for on-the-fly
+training's raw audio batches).
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Where a training step's time goes: a clock that marks phase boundaries and the per-phase
 statistics of a window of steps.
 
-On a GPU the marks are CUDA events on the compute stream, so each phase is measured on the
-GPU's own timeline, and the host is never made to wait inside the window (the events are
-read after one sync at its end). A step runs from the mark before its batches are fetched
-to the same mark of the next step:
-
-* ``data wait``: from that mark to the mark after the fetch. The GPU reaches the first when
-  it has finished the previous step's work, the second when the host has queued it after
-  the batch arrived: their distance is exactly the time the GPU sat idle for data;
-* ``forward``, ``backward``, ``optimizer`` (``forward+backward`` for a CUDA graph replay,
-  which is one launch): ``TrainStep.marker`` calls at their ends;
-* ``other``: from the end of the optimizer to the next step's first mark: the host's
-  bookkeeping between steps (schedule, Python) the GPU waited for.
-
-On a CPU the marks are wall-clock readings; CPU kernels run synchronously, so this is
-wall clock with synchronisation, and the report says so. The host->device copy runs on the
-prefetcher's side stream, overlapped with compute; it is timed there (``copy_log`` events)
-and shown beside the step's phases, not inside their sum.
+On a GPU the marks are CUDA events on the compute stream, read after one sync at the window's
+end, so each phase is timed on the GPU's own timeline and the host never waits inside the
+window. ``data wait`` runs from the mark before the fetch (reached when the GPU finished the
+previous step) to the mark after it (queued once the batch arrived): exactly the GPU's idle
+time for data. Then ``forward``, ``backward``, ``optimizer`` (``forward+backward`` for a graph
+replay) and ``other`` (host bookkeeping between steps). On a CPU the marks are wall clock with
+synchronisation, and the report says so. The host->device copy runs on the prefetcher's side
+stream and is shown beside the phases, not in their sum.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """What limits a training run, decided by explicit rules over the profile's figures, with the
 evidence and the exact change to try.
 
-The four verdicts, checked in this order (the first that holds wins, because fixing a
-later one cannot help while an earlier one holds):
-
-1. **input-bound**: the GPU (or CPU) waits for data for at least ``INPUT_WAIT_SHARE`` of the
-   step, or the side-stream copy alone takes ``COPY_SHARE`` of it. No step tuning helps.
-2. **memory-limited**: peak memory is within ``MEMORY_FULL`` of the device's total AND that
-   hurts: the caching allocator had to free and retry (``alloc_retries``), or the GPU is
-   underused (NVML under ``BUSY_UTIL``) while the batch cannot grow. A full GPU that is busy
-   is simply well used (``data.batch_frames=auto`` fills it on purpose).
-3. **host/launch-bound** (GPU only): NVML utilisation under ``BUSY_UTIL``: the GPU runs
-   small kernels faster than Python launches them. Bigger steps or fewer launches help.
-   The host's time to queue a step is evidence only one way: well under the step time, it
-   proves the host is ahead; close to it proves nothing (once CUDA's launch queue is full
-   the host waits inside the launches of a GPU-bound step too). So without NVML the rules
-   cannot tell launch-bound from compute-bound, and say so.
-4. **compute-bound**: none of the above: the step's arithmetic is the limit.
-
-Every piece of advice names a flag of ``myxtts train`` or a ``--set`` key that exists
-(``tests/diagnose/test_verdict.py`` checks each against the parser and the config).
+Four verdicts, checked in order (input-bound, memory-limited, host/launch-bound,
+compute-bound; the rules are on :func:`decide`): the first that holds wins, because fixing a
+later one cannot help while an earlier one holds. Every piece of advice names a flag of
+``myxtts train`` or a ``--set`` key that exists (``tests/diagnose/test_verdict.py`` checks
+each against the parser and the config).
 """
 
 from __future__ import annotations
@@ -88,7 +74,15 @@ def _pct(x: float) -> str:
 
 
 def decide(f: Figures) -> Verdict:
-    """The verdict for these figures (see the module docstring for the rules)."""
+    """The verdict for these figures: the first rule that holds wins.
+
+    1. input-bound: data wait >= ``INPUT_WAIT_SHARE`` of the step, or the copy alone
+       >= ``COPY_SHARE``; 2. memory-limited: peak within ``MEMORY_FULL`` of the total AND
+       the allocator retried, or NVML < ``BUSY_UTIL`` while the batch cannot grow (a full,
+       busy GPU is well used); 3. host/launch-bound (GPU): NVML < ``BUSY_UTIL``. The host's
+       queueing time proves only one way (well under the step: the host is ahead), so
+       without NVML launch- and compute-bound cannot be told apart, and the verdict says so;
+       4. compute-bound: none of the above."""
     v = _decide(f)
     if f.recompiles:
         v.evidence.append(f"{f.recompiles} graph(s) compiled during the window: its timings "

@@ -1,24 +1,14 @@
 """GAN discriminators of the neural vocoder: multi-period (waveform) + multi-resolution
 (spectrogram), as Vocos trains with.
 
-Why two kinds: each sees a failure the other misses.
-
-- ``MultiPeriodDiscriminator`` (HiFi-GAN, Kong et al. 2020) folds the waveform into a 2-D
-  grid ``[T / p, p]`` for several prime periods p and convolves along the folded time axis
-  only (kernel (k, 1)): each column is the signal sampled every p samples, so periodic
-  structure (pitch, its harmonics, phase coherence across periods) is judged directly on
-  samples. Primes keep the periods from sharing factors, so their views overlap little.
-- ``MultiResolutionDiscriminator`` (UnivNet, Jang et al. 2021; also in Vocos) judges
-  log-magnitude spectrograms at three time/frequency trade-offs around the feature STFT:
-  over-smoothed harmonics, noise floors and metallic artefacts show up there, not in samples.
-  Its spectrograms are computed in float32 with autocast off (the convs may then run in any
-  precision): a bf16 STFT would be noisier than the artefacts it is meant to find.
-
-Every conv is weight-normalised (``torch.nn.utils.parametrizations.weight_norm``), as in
-HiFi-GAN: a simple, batch-independent way to keep a least-squares discriminator's scale in
-check. Each sub-discriminator returns its logits (flattened to ``[B, N]``; the least-squares
-losses only take means) and its hidden activations, the feature maps of the
-feature-matching loss.
+Why two kinds: each sees a failure the other misses. ``MultiPeriodDiscriminator`` (HiFi-GAN)
+folds the waveform into ``[T / p, p]`` for prime periods p and convolves along time only,
+so pitch and phase coherence are judged on samples. ``MultiResolutionDiscriminator``
+(UnivNet) judges log-magnitude spectrograms at three resolutions, where over-smoothed
+harmonics and metallic artefacts show; its spectrograms run in float32 (a bf16 STFT is
+noisier than the artefacts). Every conv is weight-normalised, a batch-independent way to
+keep a least-squares discriminator's scale in check. Each sub-discriminator returns logits
+``[B, N]`` and its hidden activations (the feature-matching loss's maps).
 """
 
 from __future__ import annotations

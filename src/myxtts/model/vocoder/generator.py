@@ -1,40 +1,15 @@
 """Vocos-style neural vocoder: log-mel -> waveform through ConvNeXt blocks and an iSTFT head.
 
-Why this design (Siuzdak 2023, "Vocos"):
-
-- The generator never upsamples. Every layer runs at the mel frame rate and the last one
-  predicts one STFT frame (log-magnitude + phase angle) per mel frame; ``torch.istft`` turns
-  the frames into samples. Compared with a HiFi-GAN-style transposed-conv stack this is
-  ~hop_length times fewer activations per layer, so it trains on a CPU and runs far faster
-  than real time, and there are no upsampling artefacts (no checkerboard aliasing).
-- The iSTFT uses exactly the project's feature framing (``AudioConfig``'s n_fft, hop,
-  win_length, periodic Hann window, centred frames), so mel frame j and STFT frame j are both
-  centred at sample ``j * hop_length``: output sample t lines up with sample t of the clip
-  the mel came from, and ``F`` frames give ``F * hop_length`` samples, the same length
-  contract as ``myxtts.audio.griffin_lim.GriffinLim`` (a drop-in replacement behind
-  ``forward(log_mel, lengths)`` and ``waveforms(log_mel, lengths)``).
-- The network is non-causal but strictly local: convolutions and the iSTFT overlap only
-  reach ``receptive_field_frames`` frames either side. A streaming synthesizer vocodes
-  windows padded by that many frames on each side and keeps their centres, which then
-  equal the full-utterance output (tests/model/test_vocoder_model.py checks this).
-- Consistency projections (``vocoder.projections``, default 1): the head's output goes
-  through the iSTFT, is analysed again with the same STFT, and its phase is kept while its
-  magnitude is replaced by the predicted one -- one Griffin-Lim step, trained through.
-  Why: a local, shift-equivariant network cannot make a steady harmonic's phase advance by
-  ``2 pi f hop / sr`` from frame to frame (identical input frames give identical output
-  frames), so overlapping frames partly cancel and loud harmonics come out too quiet. One
-  projection makes neighbouring frames agree. Measured on the demo voices (1000 steps,
-  tests/train/test_vocoder_learns.py's setup): held-out mel L1 0.155 / 0.179 (seeds 1234 / 7)
-  without, 0.138-0.143 with one (several runs; Griffin-Lim: 0.145), 0.140 with two; about
-  10 % more time per CPU step. Each
-  projection widens ``receptive_field_frames``; streaming stays exact.
-- The input is the RAW log-mel; the per-band mean/std used to normalise it are persistent
-  buffers, so a checkpoint carries its own normalisation and callers never pre-scale.
-- The magnitude is ``exp`` of a clamped log-magnitude: always positive, multiplicative
-  dynamics the network learns easily, and the clamp (at 100) keeps an untrained or diverging
-  model from producing inf. The phase is predicted as an angle: ``cos``/``sin`` make it
-  periodic by construction. The head and iSTFT run in float32 with autocast off, because the
-  iSTFT's overlap-add division by the window envelope is ill-conditioned in bf16/fp16.
+Why this design (Siuzdak 2023, "Vocos"): every layer runs at the mel frame rate and the head
+predicts one STFT frame (log-magnitude + phase angle) per mel frame, so there is no
+upsampling (~hop_length times fewer activations than a HiFi-GAN stack: it trains on a CPU,
+and has no checkerboard artefacts). The iSTFT uses ``AudioConfig``'s framing, so sample t
+lines up with the clip's sample t and ``F`` frames give ``F * hop_length`` samples, the
+``GriffinLim`` contract. The network is local (``receptive_field_frames``), so streaming in
+padded windows is exact. Consistency projections (``vocoder.projections``) fix the phase of
+steady harmonics (:meth:`VocosGenerator._project`). The input is the raw log-mel (its
+normalisation is in buffers); the head and iSTFT run in float32, as the overlap-add division
+by the window envelope is ill-conditioned in bf16/fp16.
 """
 
 from __future__ import annotations
@@ -219,7 +194,14 @@ class VocosGenerator(nn.Module):
     def _project(self, wav: Tensor, log_mag: Tensor) -> Tensor:
         """One consistency projection: wav ``[B, F * hop]`` -> the STFT's phase with the
         predicted magnitude (``log_mag [B, F, n_freqs]``) -> wav, in float32. The unit
-        phasor is ``X / |X|`` with a tiny floor, so silent bins stay finite (and silent)."""
+        phasor is ``X / |X|`` with a tiny floor, so silent bins stay finite (and silent).
+
+        Why: a local, shift-equivariant network cannot advance a steady harmonic's phase by
+        ``2 pi f hop / sr`` per frame, so overlapping frames partly cancel and loud harmonics
+        come out too quiet; one projection makes neighbouring frames agree. Measured on the
+        demo voices (1000 steps, tests/train/test_vocoder_learns.py's setup), held-out mel
+        L1: 0.155 / 0.179 (seeds 1234 / 7) without, 0.138-0.143 with one (Griffin-Lim:
+        0.145), 0.140 with two; about 10 % more time per CPU step."""
         n_frames = log_mag.shape[1]
         with torch.autocast(device_type=wav.device.type, enabled=False):
             pad_mode = "reflect" if wav.shape[-1] > self.n_fft // 2 else "constant"

@@ -1,25 +1,14 @@
 """Losses of the neural vocoder's GAN training, and its spectral quality metric.
 
-Why these:
-
-- Least-squares GAN (Mao et al. 2017), as HiFi-GAN and Vocos use: the discriminator
-  regresses real -> 1, fake -> 0 and the generator pushes fakes towards 1. Unlike the
-  log-loss, its gradients do not vanish when the discriminator is confident, and it needs no
-  sigmoid, so logits of any shape are simply averaged.
-- Feature matching (Larsen et al. 2016 / MelGAN): L1 between the discriminators' hidden
-  activations on real and generated audio. A dense, stable signal that tells the generator
-  *what* differs, not only *that* it differs; the real side is detached (it is a target).
-- Mel L1 on the project's own ``MelSpectrogram``: the reconstruction loss is measured in
-  exactly the feature the TTS model predicts, so the vocoder learns to invert that feature.
-- Multi-resolution STFT loss (Yamamoto et al. 2020, Parallel WaveGAN): spectral convergence
-  (relative Frobenius error, dominated by loud bins) + mean |log magnitude| error (dominated
-  by quiet bins), at three resolutions so no single time/frequency trade-off is gamed. It
-  makes early training fast (before the discriminators know anything) and doubles as the
-  metric ``stft_distance``: 0 for identical audio, growing with any spectral difference.
-
-Everything spectral runs in float32 with autocast off: loss values must not depend on the
-training precision. Every function averages (over sub-discriminators, maps, resolutions),
-so loss scales do not change with the number of periods or layers.
+Why these: least-squares GAN (Mao et al. 2017, as HiFi-GAN and Vocos): gradients do not
+vanish when the discriminator is confident, and logits of any shape are just averaged.
+Feature matching (MelGAN): L1 between hidden activations tells the generator *what* differs.
+Mel L1 on the project's own ``MelSpectrogram``: the vocoder learns to invert exactly the
+feature the TTS model predicts. Multi-resolution STFT loss (Parallel WaveGAN): spectral
+convergence + log-magnitude error at three resolutions; fast early training, and the metric
+``stft_distance``. Everything spectral runs in float32 with autocast off, so losses do not
+depend on the training precision; every function averages, so scales do not change with
+the number of periods or layers.
 """
 
 from __future__ import annotations

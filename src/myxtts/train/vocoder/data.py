@@ -1,21 +1,12 @@
 """Vocoder training data: random fixed-length (mel, waveform) segments from a store.
 
-Why segments: a GAN vocoder learns a local mapping (a few frames of mel -> their samples),
-so whole utterances only waste memory and padding; one fixed segment shape also means one
-compiled graph and no recompiles (``vocoder.segment_frames``).
-
-Why batch k is a pure function of (seed, k): resume is then exact with nothing to save
-but the step -- no sampler state, no worker queues. Each batch draws its utterances with
-probability proportional to their length (every frame equally likely) and a uniform frame
-offset inside each.
-
-Alignment: mel frame j of a clip is centred on sample j * hop (``myxtts.audio.mel``), and
-the vocoder's output sample t belongs to frame t // hop's centre region, so frames
-``k .. k+N-1`` go with samples ``k*hop .. (k+N)*hop - 1``. A clip shorter than a segment is
-padded: silence in the waveform, the log floor in the mel (what silence looks like).
-
-The mel source is the store's (ground truth) or, for fine-tuning on a TTS model's own
-output, any array of the same layout (``mel_source``: teacher-forced mels, see
+Why segments: a GAN vocoder learns a local mapping, so whole utterances waste memory and
+padding, and one segment shape means one compiled graph (``vocoder.segment_frames``). Why
+batch k is a pure function of (seed, k): resume is exact with nothing saved but the step.
+Utterances are drawn in proportion to their length (every frame equally likely), with a
+uniform offset. Frames ``k .. k+N-1`` go with samples ``k*hop .. (k+N)*hop - 1`` (frame j is
+centred on sample j * hop); a short clip is padded with silence and the log floor. The mels
+are the store's, or for fine-tuning any array of the same layout (``mel_source``, see
 ``train.vocoder.finetune``).
 """
 

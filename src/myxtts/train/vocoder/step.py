@@ -1,17 +1,13 @@
 """One GAN vocoder training step: discriminators, then generator, no host sync.
 
-Why this order (HiFi-GAN, Vocos): the discriminators first learn from the generator's
-current output (detached), then the generator is updated against the freshly updated
-discriminators, with mel L1 (+ multi-resolution STFT) for content and least-squares
-adversarial + feature-matching losses for the fine structure a mel loss cannot see.
-Before ``vocoder.disc_start`` only the reconstruction losses train the generator: it
-learns the coarse spectrum quickly, and the discriminators then start on plausible audio.
-
-The step never reads a value back: loss terms are summed into device tensors and read
-once per log interval (``read``), like the TTS step. Precision: bf16 autocast where the
-GPU computes it natively, else fp32; fp16 is refused (its loss scaling interacts badly
-with two adversarial optimizers, and every GPU without bf16 can train this small model in
-fp32). The iSTFT, the mel and the STFT losses always run in float32 inside their modules.
+Why this order (HiFi-GAN, Vocos): the discriminators learn from the generator's current
+output (detached), then the generator is updated against them with mel L1 (+ multi-resolution
+STFT) for content and least-squares adversarial + feature-matching losses for fine structure.
+Before ``vocoder.disc_start`` only reconstruction trains, so the discriminators start on
+plausible audio. Loss terms are summed on the device and read once per log interval
+(``read``). Precision: bf16 autocast where native, else fp32; fp16 is refused (loss scaling
+with two adversarial optimizers is fragile, and this small model fits fp32). The iSTFT, the
+mel and the STFT losses always run in float32.
 """
 
 from __future__ import annotations
