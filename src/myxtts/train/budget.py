@@ -1,29 +1,16 @@
 """``data.batch_frames: auto``: the largest batch per bucket that fits the GPU, found before
 step 1, so a run never runs out of memory at step 10,000 on an unlucky batch.
 
-Why per bucket: a step's memory grows faster than its frames (attention is quadratic in
-length), so one frame budget for every bucket is either wasteful for short utterances or
-too much for long ones. Why measured: activation memory depends on the model, precision,
-compile mode, torch version and GPU in ways no formula tracks.
-
-How: bucket by bucket, longest first, the bucket's worst case (``warmup.worst_case_batch``:
-every utterance at the padded shape) runs a full step -- forward, backward, clip, AdamW, in
-the run's precision and compile mode -- at batch sizes found by doubling, then bisection
-(:func:`largest_fitting`). A size fits when the step does not run out of memory and its
-peak allocation stays within ``data.auto_batch_memory_share`` of the device's memory (of its
-``train.device_memory_cap`` share when one is set: ``train.memory``; of what other processes
-leave free, when they hold some); an out-of-memory error (also cuBLAS/cuDNN failing to
-allocate) is caught and the size lowered. Sizes are capped by
-``data.max_batch_size``. The steps run on the real model inside a ``StateSnapshot``, so
-training starts untouched. Under DDP each rank measures without DDP's hooks (ranks may need
-different numbers of tries) and all take the smallest size per bucket; a rank that cannot
-fit a bucket stops every rank with its error (none waits in a collective).
-
-The answer is cached in the run folder (``auto_batch.json``), keyed by everything it depends
-on (GPU model and memory, model config, precision, compile and graph modes, activation
-checkpointing and self-feed, torch version, the bucket shapes, the memory shares, the cap):
-a restart reuses it; anything else measures again, with one line naming what changed.
+Per bucket because a step's memory grows faster than its frames (attention is quadratic);
+measured because activation memory depends on model, precision, compile mode, torch and GPU
+in ways no formula tracks. Each bucket's worst case runs a full step at sizes found by
+doubling, then bisection (:func:`largest_fitting`); a size fits when it does not run out of
+memory and peaks within ``data.auto_batch_memory_share`` of what this run may use, less what
+must stay free beside the CUDA graphs (:func:`side_reserve`). Under DDP all ranks take the
+smallest size per bucket. The answer is cached in the run folder (``auto_batch.json``), keyed
+by everything it depends on; anything else measures again, naming what changed.
 """
+
 
 from __future__ import annotations
 

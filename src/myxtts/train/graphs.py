@@ -1,42 +1,17 @@
 """CUDA graphs of the training step: one replay per bucket shape instead of thousands of
-kernel launches.
+kernel launches, so the host never limits a GPU that runs kernels faster than Python
+launches them.
 
-Why: on an H100 the base model's eager step kept the GPU 35 % busy and the compiled one
-40 % (issue #9): the host could not launch kernels as fast as the GPU ran them. A CUDA graph
-records a sequence of launches once and replays it with one call.
-
-What is captured, following the step's own structure (``TrainStep.run``):
-
-* per bucket shape, one *micro* graph: forward and backward of one micro-batch read from
-  static input buffers of that shape, gradients accumulating into ``.grad``, losses into the
-  step's sums;
-* once, the *update* graph: unscale, clip, the non-finite flag, fused AdamW, zeroing the
-  gradients, the counters.
-
-A step copies each batch into its shape's buffers (device to device) and replays the micro
-graph(s) and the update graph: about a dozen launches whatever the model's depth. Why a
-copy, not the prefetcher writing into the static buffers: the prefetcher keeps two batches
-in flight on its side stream, which would need two buffer sets per shape and a graph per
-set; a device-to-device copy of a batch (a few MB at the GPU's memory bandwidth) costs
-microseconds and keeps the prefetcher unaware of graphs.
-
-What makes a replay correct -- ``TrainStep`` keeps these rules, and
-``tests/train/test_graphs.py`` replays a recorded step on the CPU the way a graph does and
-compares it with the eager step:
-
-* every tensor the step writes lives outside the graph and is updated in place;
-* what changes between steps is read from device memory: the learning rate (one device
-  tensor per parameter group, filled from the schedule before each replay; fused AdamW takes a
-  tensor lr), the self-feed probability, the skip flag;
-* nothing inside reads a device value on the host;
-* dropout draws new numbers at every replay (the CUDA generator is graph-safe: each replay
-  advances its Philox offset), so a graphed run matches an eager one in distribution, not bit
-  for bit.
-
-All graphs share one memory pool: a capture's temporaries are freed when it ends (everything
-it produces went into persistent tensors), so the pool holds one step's activations whatever
-the number of shapes, and graphs of different shapes may replay in any order.
+Per bucket shape one *micro* graph (forward and backward of one micro-batch read from static
+input buffers) and once the *update* graph (unscale, clip, the non-finite flag, fused AdamW,
+zeroing the gradients). A step copies its batches into the static buffers (device to device,
+microseconds; the prefetcher stays unaware of graphs) and replays about a dozen launches
+whatever the model's depth. All graphs share one memory pool that holds one step's
+activations whatever the number of shapes. What makes a replay correct is listed on
+:class:`StepGraphs`; ``tests/train/test_graphs.py`` replays a recorded step on the CPU and
+compares it with the eager step.
 """
+
 
 from __future__ import annotations
 
@@ -89,6 +64,12 @@ class CudaCapture:
 
 class StepGraphs:
     """The captured graphs of one ``TrainStep`` and how to replay a step with them.
+
+    A replay is correct because the step keeps these rules: every tensor it writes lives
+    outside the graph and is updated in place; what changes between steps (learning rate,
+    self-feed probability, skip flag) is read from device memory; nothing reads a device
+    value on the host. Dropout draws new numbers at every replay (each replay advances the
+    generator's Philox offset): a graphed run matches an eager one in distribution.
 
     ``capture``: how to capture (``CudaCapture`` on a GPU; tests pass a recorder).
     """

@@ -2,18 +2,14 @@
 
 :func:`plan_step` turns ``train.precision``, ``train.compile``, ``train.cuda_graphs`` and
 ``train.activation_checkpointing`` into a :class:`StepPlan` for this device, process count
-and optimizer; ``TrainStep.mode`` says which of the modes is running (a failed compile or
-capture falls back to a simpler one).
-
-Activation checkpointing with dropout inside CUDA graphs: a checkpointed block draws its
-dropout masks again when it is recomputed in the backward pass, so the recomputation must
-rewind the random stream to where the forward drew them. Eager blocks do that through
-the default CUDA generator, which a capture records (since torch 2.10: rewinding the
-Philox offset is allowed while capturing). Compiled blocks use private "graph-safe"
-generators that ``torch.cuda.graph`` does not register. So with checkpointing, dropout
-and graphs, the blocks run uncompiled (the graph already removes the launch overhead that
-compiling saves); on an older torch the step is not captured at all.
+and optimizer. Checkpointed blocks recompute their dropout in the backward pass, rewinding
+the random stream to where the forward drew it. Eager blocks do that through the default
+CUDA generator, which a capture records (torch >= 2.10 allows the rewind while capturing);
+compiled blocks use private generators ``torch.cuda.graph`` does not register. So with
+checkpointing, dropout and graphs the blocks run uncompiled (the graph already removes the
+launch overhead compiling saves); on an older torch the step is not captured.
 """
+
 
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
 """One optimizer step over ``grad_accum_steps`` batches, with no host synchronisation.
 
-Everything the host would want to read (losses, grad norm, non-finite counts) is
-accumulated into device tensors and read by ``TrainStep.read()`` at log intervals
-only. A non-finite step is skipped on the device: fused AdamW takes a ``found_inf``
-flag (the GradScaler's own mechanism), so the host never has to look at the loss.
-
-Three ways to run the same step: eager; with the transformer blocks compiled
-(``train.compile``, see ``train.compile``); and replayed as CUDA graphs per bucket shape
-(``train.cuda_graphs``, see ``train.graphs``). For the last, the step keeps two rules that
-the other modes do not need but do not mind: every tensor it writes (parameters, gradients,
-AdamW state, loss sums, counters) is updated IN PLACE -- a graph replays kernels on fixed
-addresses, so a tensor rebound in Python would silently stop updating -- and nothing inside
-reads a device value on the host. ``tests/train/test_graphs.py`` checks both on the CPU.
-``train.mode.plan_step`` decides the mode a run asks for; :attr:`TrainStep.mode` is the one
-running.
+Losses, grad norm and non-finite counts accumulate in device tensors that ``read()`` fetches
+at log intervals only; a non-finite step is skipped on the device (fused AdamW's
+``found_inf``), so the host never looks at the loss. The same step runs eager, with compiled
+blocks (``train.compile``) or replayed as CUDA graphs (``train.graphs``); for the graphs it
+updates every tensor it writes IN PLACE (a replay writes fixed addresses: a tensor rebound in
+Python would silently stop updating) and reads no device value on the host
+(``tests/train/test_graphs.py`` checks both). ``train.mode.plan_step`` decides the mode a
+run asks for; :attr:`TrainStep.mode` is the one running.
 """
+
 
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
 """Before step 1, every bucket shape runs once: nothing compiles, captures or runs out of
 memory later in the run.
 
-``warm_up`` runs the step on each training bucket's worst case -- every utterance at the
-bucket's padded shape, the most a batch of that bucket can ask of the GPU -- compiling the
-blocks (``train.compile``; validation runs them eagerly, so it needs no warm-up) and
-capturing the step's CUDA graphs (``train.cuda_graphs``), with one progress line per shape.
-The auto batch budget (``train.budget``) probes with steps of the same kind.
-
-Both run on the real model and optimizer (a copy would double the memory being measured)
-inside a :class:`StateSnapshot`, which puts parameters, AdamW state, gradients, the step's
-accumulators (``TrainStep.snapshot`` / ``restore``) and the random streams back IN PLACE:
-training then starts exactly as if no warm-up had run (``tests/train/test_warmup.py``), and
-the captured graphs still point at the live tensors.
+``warm_up`` runs the step on each bucket's worst case (every utterance at the padded shape:
+the most a batch of that bucket can ask of the GPU), compiling the blocks and capturing the
+step's CUDA graphs, one progress line per shape; a failed capture costs its shape only. It
+runs on the real model and optimizer (a copy would double the memory measured) inside a
+:class:`StateSnapshot`, which puts weights, AdamW state, the step's accumulators and the
+random streams back IN PLACE: training starts as if no warm-up had run, and the captured
+graphs still point at the live tensors.
 """
+
 
 from __future__ import annotations
 
