@@ -147,3 +147,22 @@ def test_a_stored_config_with_a_renamed_key_reads_under_the_new_name():
     stored["train"]["device_memory_cap"] = 0.5
     with pytest.raises(ConfigError, match="both 'train.memory_fraction' and its present name"):
         config_from_dict(stored)
+
+
+def test_settings_that_come_with_the_data_fill_what_the_command_leaves_unset():
+    from myxtts.config import ConfigError, load_config
+
+    store = ("the store S", {"text": {"languages": ["en", "fa"], "default_language": "en"},
+                             "audio": {"sample_rate": 16000}})
+    cfg = load_config(inherit=store)
+    assert cfg.text.languages == ["en", "fa"] and cfg.audio.sample_rate == 16000
+    same = load_config(overrides=["audio.sample_rate=16000", "train.lr=3e-4"], inherit=store)
+    assert same.audio.sample_rate == 16000 and same.train.lr == 3e-4  # agreeing is fine
+    with pytest.raises(ConfigError, match=r"^audio.sample_rate: the store S has 16000, this "
+                                          r"command sets 22050; drop the setting"):
+        load_config(overrides=["audio.sample_rate=22050"], inherit=store)
+    run = ("the run R", {"model": {"preset": "small"}})
+    assert load_config(inherit=run).model.preset == "small"
+    with pytest.raises(ConfigError, match="model.preset: the run R has 'small', this command "
+                                          "asks for 'tiny'"):
+        load_config(preset="tiny", inherit=run)

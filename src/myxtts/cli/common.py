@@ -6,8 +6,14 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from myxtts.config import Config, load_config
+from myxtts.data.store import StoreError
+from myxtts.data.store.format import MANIFEST, read_manifest
 
 
 class CLIError(Exception):
@@ -52,11 +58,69 @@ _FLAG_TO_KEY = {
 }
 
 
-def config_from_args(args: argparse.Namespace, base_overrides: list[str] | None = None) -> Config:
-    """File -> preset -> ``base_overrides`` -> --set -> convenience flags (last wins)."""
+def config_from_args(args: argparse.Namespace, base_overrides: list[str] | None = None,
+                     data: str | Path | None = None) -> Config:
+    """File -> preset -> ``base_overrides`` -> --set -> convenience flags (last wins); then
+    what ``data`` brings (:func:`data_settings`) fills every key those left unset."""
     overrides = list(base_overrides or []) + list(getattr(args, "overrides", []) or [])
     for flag, key in _FLAG_TO_KEY.items():
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
-    return load_config(getattr(args, "config", None), getattr(args, "preset", None), overrides)
+    return load_config(getattr(args, "config", None), getattr(args, "preset", None), overrides,
+                       inherit=data_settings(data) if data is not None else None)
+
+
+def data_settings(path: str | Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    """The settings a folder was made with: a store's audio and text sections (what its
+    features and vocabulary were prepared with), or a run folder's audio, text and model
+    sections (its ``config.yaml``). None for anything else (a raw dataset)."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        try:
+            manifest = read_manifest(path)
+        except StoreError:
+            return None  # an incomplete or damaged store: opening it says what to do
+        return f"the store {path}", {k: manifest.get(k) or {} for k in ("audio", "text")}
+    run_config = path / "config.yaml"
+    if run_config.is_file() and ((path / "checkpoints").is_dir() or (path / "metrics.jsonl").is_file()):
+        try:
+            saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise CLIError(f"{run_config}: cannot read the run's config ({e}); restore the file "
+                           f"or pass the settings with --config") from e
+        return f"the run {path}", {k: saved.get(k) or {} for k in ("audio", "text", "model")}
+    return None
+
+
+# The model a training command builds when none is named: worth a GPU's time there, quick on
+# a CPU. ~35 M parameters fit one consumer GPU (24 GB) with room for large batches.
+DEFAULT_SIZE = {"cuda": "small", "cpu": "tiny"}
+
+
+def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
+                     data: str | Path | None) -> tuple[Config, str]:
+    """``config_from_args`` for a training command (``train``, and ``profile``, which measures
+    the same run), with the default model size for its
+    device when the command names none (no --model-size, no model key in --config or --set,
+    no run to take it from), and the line that says which size trains and why."""
+    from myxtts.config import resolve_device
+
+    cfg = config_from_args(args, base_overrides, data)
+    named = getattr(args, "preset", None) or any(
+        o.split("=", 1)[0].startswith("model.") for o in getattr(args, "overrides", None) or [])
+    config = getattr(args, "config", None)
+    if config is not None and not named:
+        named = "model" in (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {})
+    if named:
+        return cfg, f"model: {cfg.model.preset} (as configured)"
+    if any(Path(cfg.train.output_dir, "checkpoints").glob("ckpt_*.pt")):
+        return cfg, f"model: the one of the run in {cfg.train.output_dir} (continuing it)"
+    device = resolve_device(cfg.train.device, "train.device").type
+    size = DEFAULT_SIZE.get(device, "tiny")
+    if size != cfg.model.preset:
+        args.preset = size
+        cfg = config_from_args(args, base_overrides, data)
+        args.preset = None
+    where = "GPU" if device == "cuda" else "CPU"
+    return cfg, f"model: {size}, the default on a {where} (choose with --model-size tiny|small|base)"

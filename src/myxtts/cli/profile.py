@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.common import CLIError, add_config_args, config_with_size
 from myxtts.cli.train import add_run_args, run_overrides
 
 
@@ -45,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
                            f"pass a writable folder") from e
         if not os.access(args.trace, os.W_OK):
             raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
-    cfg = config_from_args(args, base_overrides=run_overrides(args))
+    cfg, size_line = config_with_size(args, run_overrides(args), args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    print(size_line, file=sys.stderr, flush=True)
     from myxtts.diagnose.profile.report import format_report
     from myxtts.diagnose.profile.run import profile
 

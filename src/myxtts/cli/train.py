@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from myxtts.cli.common import add_config_args, config_from_args
+from myxtts.cli.common import add_config_args, config_with_size
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +49,9 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, base_overrides=run_overrides(args))
+    cfg, size_line = config_with_size(args, run_overrides(args), args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    print(size_line, flush=True)
     from myxtts.train.loop import train
 
     result = train(cfg, args.data, resume=args.resume, progress=not args.quiet)

@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
              if getattr(args, name) is not None]
     args.overrides = list(args.overrides) + flags
     # Not the TTS run's default folder; --config, --set and --output-dir still win.
-    cfg = config_from_args(args, base_overrides=[f"train.output_dir={DEFAULT_OUTPUT}"])
+    cfg = config_from_args(args, base_overrides=[f"train.output_dir={DEFAULT_OUTPUT}"],
+                           data=args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from myxtts.train.vocoder.loop import train_vocoder
 

@@ -167,8 +167,13 @@ def config_from_dict(d: dict[str, Any] | None) -> Config:
 
 
 def load_config(path: str | Path | None = None, preset: str | None = None,
-                overrides: list[str] | None = None) -> Config:
-    """YAML file (optional) -> preset (optional) -> ``section.key=value`` overrides."""
+                overrides: list[str] | None = None,
+                inherit: tuple[str, dict[str, dict[str, Any]]] | None = None) -> Config:
+    """YAML file (optional) -> preset (optional) -> ``section.key=value`` overrides.
+
+    ``inherit``: (where, sections) settings that come with the data (a store's audio and
+    text sections, a run's config): they fill every key the file, preset and overrides
+    leave unset; a key those set to another value is a ConfigError naming both values."""
     d: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -188,7 +193,30 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
         d["model"] = {"preset": preset}
     for item in overrides or []:
         apply_override(d, item)
+    if inherit is not None:
+        _inherit(d, *inherit)
     return config_from_dict(d)
+
+
+def _inherit(d: dict[str, Any], where: str, sections: dict[str, dict[str, Any]]) -> None:
+    """Merge ``sections`` (from ``where``) into the raw config ``d`` (see ``load_config``)."""
+    for name, values in sections.items():
+        if name not in SECTIONS or not isinstance(values, dict):
+            continue
+        mine = d.setdefault(name, {})
+        theirs = _present_names(name, values)
+        if name == "model" and "preset" in mine and mine.get("preset") != theirs.get("preset"):
+            raise ConfigError(f"model.preset: {where} has {theirs.get('preset')!r}, this "
+                              f"command asks for {mine['preset']!r}; leave --model-size out to "
+                              f"use {where}'s model")
+        for key, value in theirs.items():
+            if key in mine:
+                a = getattr(_build_section(name, {key: mine[key]}), key)
+                b = getattr(_build_section(name, {key: value}), key)
+                if a != b:
+                    raise ConfigError(f"{name}.{key}: {where} has {b!r}, this command sets "
+                                      f"{a!r}; drop the setting to use {where}'s value")
+            mine[key] = value
 
 
 def apply_override(d: dict[str, Any], item: str) -> None:

@@ -108,9 +108,9 @@ class FeatureStore:
             diffs = diff_sections(stored, config_sections(cfg))
             what = "; ".join(diffs) if diffs else "feature hash differs"
             raise StoreError(
-                f"{path} was prepared with other features than this config ({what}); re-run "
-                f"`myxtts prepare DATA --out {path} --force` with this config, or use the store's "
-                f"values (see the 'audio'/'text' sections of {path / MANIFEST})")
+                f"{path} was prepared with other features than this config ({what}); leave "
+                f"those settings out (the myxtts commands take a store's own), or prepare "
+                f"another store with them: `myxtts prepare DATA --out NEW_STORE`")
         return cls(path, split, manifest)
 
     def __getstate__(self) -> dict[str, Any]:

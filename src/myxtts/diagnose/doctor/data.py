@@ -59,6 +59,8 @@ def check_data(cfg: Config, path: str | Path | None,
     try:
         if store_state(path) in ("complete", "partial"):
             return check_store(path, cfg, read_limit)
+        if (path / "config.yaml").is_file() and (path / "checkpoints").is_dir():
+            return check_run(path), DataPlan()
         return check_dataset(path, cfg), DataPlan(on_the_fly=True)
     except Exception as e:  # unreadable files, a broken clip the readers did not expect:
         # a failed check with the cause, never a traceback that hides the other checks
@@ -153,6 +155,33 @@ def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
                                                           f"MB/s", "slow disk: copy the store to a "
                                                                    "local SSD")
     return Check("store read speed", "ok", found)
+
+
+def check_run(path: Path) -> list[Check]:
+    """A run folder (``myxtts train``'s): its newest checkpoint that loads, and the ones
+    that do not (the machine checks above ran with the run's own settings)."""
+    from myxtts.train.checkpoint import PROGRESS, CheckpointManager, load
+    from myxtts.train.errors import TrainError
+
+    manager = CheckpointManager(path / "checkpoints", keep_last=0)
+    paths = manager.step_paths()
+    if not paths:
+        return [Check("run", "warn", f"{path}: a run folder without a step checkpoint yet",
+                      f"`myxtts train DATA --output-dir {path}` starts it")]
+    damaged, newest = [], None
+    for p in reversed(paths):
+        try:
+            state = load(p)
+        except TrainError as e:
+            damaged.append(str(e))
+            continue
+        newest = (p, int(state[PROGRESS]["step"]))
+        break
+    if newest is None:
+        return [Check("run", "fail", damaged[0], "delete the damaged checkpoints; training "
+                      "then starts again from step 0")]
+    found = Check("run", "ok", f"{path}: resumes from {newest[0].name} (step {newest[1]})")
+    return [found] + [Check("run", "warn", d, "a resumed run skips it") for d in damaged]
 
 
 def check_dataset(path: Path, cfg: Config) -> list[Check]:
