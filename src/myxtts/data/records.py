@@ -102,7 +102,7 @@ class LanguageFix:
     def set_args(self) -> str:
         """The exact ``--set`` to pass (no spaces in the list, so it needs no quoting)."""
         args = f"--set text.languages=[{','.join(self.languages)}]"
-        return f"{args} text.default_language={self.default_language}" if self.default_changed else args
+        return f"{args} --set text.default_language={self.default_language}" if self.default_changed else args
 
     def line(self) -> str:
         return (f"all {self.n_problems} language problem(s) go away with {self.set_args} "

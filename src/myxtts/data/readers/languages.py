@@ -40,6 +40,11 @@ def _with_languages(cfg: Config, languages: list[str], default: str) -> Config:
     return dataclasses.replace(cfg, text=text)
 
 
+def apply_language_fix(cfg: Config, fix: LanguageFix) -> Config:
+    """``cfg`` with the fix's ``text.languages`` and ``text.default_language``."""
+    return _with_languages(cfg, list(fix.languages), fix.default_language)
+
+
 def _wide_languages(cfg: Config, named: set[str]) -> list[str]:
     wide = list(cfg.text.languages) + sorted(named - set(cfg.text.languages))
     covered: set[str] = set()
