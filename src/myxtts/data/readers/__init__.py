@@ -1,15 +1,20 @@
 """Dataset readers: turn a folder (or manifest file) into train/val ``Utterance`` lists.
 
-One module per layout (``ljspeech``, ``manifest``, ``speakers``), the pieces they share
-in ``common``; this module detects the layout, reads the parts, removes duplicate ids and
-makes the train/val split.
+One module per layout (``common_voice``, ``libritts``, ``ljspeech``, ``manifest``,
+``speakers``), the pieces they share in ``common``; this module detects the layout, reads
+the parts, removes duplicate ids and makes the train/val split; ``languages`` finds the
+``text.languages`` setting that would fix every language problem.
 
-Three layouts are understood (``data.format``; ``auto`` detects them in this order):
+Five layouts are understood (``data.format``; ``auto`` detects them in this order):
 
+* ``common_voice``: a Common Voice release folder (``clips/`` + ``train.tsv``/``dev.tsv``/
+  ``validated.tsv`` ...), split as released; see ``common_voice``.
+* ``libritts``: LibriTTS(-R) ``train-*``/``dev-*``/``test-*`` subsets of
+  ``SPEAKER/CHAPTER/ID.wav`` + ``ID.normalized.txt``, or one subset; see ``libritts``.
 * ``ljspeech``: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
   and the clips at ``wavs/ID.wav``. The normalized column wins when present and
-  non-empty; the speaker defaults to the dataset folder's name, the language to
-  ``text.default_language``.
+  non-empty; the speaker defaults to the dataset folder's name; a row with no language
+  takes one by its script (``common.row_language``).
 * ``manifest``: a ``.csv`` / ``.tsv`` / ``.jsonl`` file with columns ``audio``, ``text``
   and optionally ``speaker``, ``language``, ``id``, ``duration``; audio paths are relative
   to the manifest's folder. The path may be the file itself or a folder holding exactly
