@@ -105,9 +105,14 @@ def test_ljspeech_language_column(tmp_path):
     assert [p.utterance_id for p in only_en.report.by_reason(UNKNOWN_LANGUAGE)] == ["f1", "x1"]
     fa_default = read_dataset(root, _cfg("data.val_fraction=0", "text.languages=[en, fa]",
                                          "text.default_language=fa"))
-    # d1 and s1 (no language column) become fa, and their Latin text is outside the language
-    assert sorted(u.id for u in fa_default.train) == ["e1", "f1"]
-    outside = fa_default.report.by_reason(OUTSIDE_LANGUAGE)
+    # d1 and s1 (no language) are written in Latin letters: with several languages they take en
+    assert {u.id: u.language for u in fa_default.train} == {"d1": "en", "e1": "en", "f1": "fa",
+                                                            "s1": "en"}
+    # With fa alone they take the default, and their Latin text is outside the language
+    fa_only = read_dataset(root, _cfg("data.val_fraction=0", "text.languages=[fa]",
+                                      "text.default_language=fa"))
+    assert sorted(u.id for u in fa_only.train) == ["f1"]
+    outside = fa_only.report.by_reason(OUTSIDE_LANGUAGE)
     assert [(p.line, p.utterance_id) for p in outside] == [(3, "d1"), (5, "s1")]
     assert "'fa' text holds 'a' (U+0061 LATIN SMALL LETTER A)" in outside[0].detail
 

@@ -61,7 +61,7 @@ class TextConfig:
 class DataConfig:
     """Dataset reading, the prepared store, batching and loading."""
 
-    format: Literal["auto", "ljspeech", "speakers", "manifest"] = _f(
+    format: Literal["auto", "ljspeech", "speakers", "manifest", "common_voice", "libritts"] = _f(
         "auto", "dataset layout; auto detects from the files present"
     )
     val_fraction: float = _f(0.05, "share of utterances held out for validation when no val split exists")

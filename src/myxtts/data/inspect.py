@@ -18,12 +18,15 @@ from pathlib import Path
 from myxtts.audio.io import AudioError, AudioInfo, audio_info
 from myxtts.config import Config
 from myxtts.data.readers import DatasetSplits, read_dataset
+from myxtts.data.readers.languages import apply_language_fix
 from myxtts.data.records import (
     TOO_LONG,
     TOO_SHORT,
     UNREADABLE_AUDIO,
     WRONG_SAMPLE_RATE,
     DataReport,
+    DatasetError,
+    LanguageFix,
     Utterance,
 )
 from myxtts.system import available_cpus
@@ -40,6 +43,7 @@ class Inspection:
     durations_s: dict[str, float] = field(default_factory=dict)  # utterance id -> seconds
     sample_rates: Counter = field(default_factory=Counter)  # Hz -> clips
     channels: Counter = field(default_factory=Counter)  # channel count -> clips
+    language_fix: LanguageFix | None = None  # the setting the dataset was read under instead
 
     @property
     def report(self) -> DataReport:
@@ -64,14 +68,33 @@ def _headers(utts: list[Utterance]) -> list[AudioInfo | AudioError]:
 
 
 def inspect_dataset(path: str | Path, cfg: Config) -> Inspection:
-    """Read the dataset and all clip headers; header problems are added to the report."""
-    splits = read_dataset(path, cfg)
-    ins = Inspection(splits)
+    """Read the dataset and all clip headers; header problems are added to the report.
+
+    When another ``text.languages`` / ``text.default_language`` removes every language
+    problem (``report.language_fix``), the dataset is shown as read under it (languages,
+    speakers and hours as that setting would train them), and the summary names the
+    ``--set`` that prepare and train need."""
+    try:
+        splits = read_dataset(path, cfg)
+        fix = splits.report.language_fix
+    except DatasetError as e:
+        fix = e.report.language_fix if e.report is not None else None
+        if fix is None:
+            raise
+    if fix is not None:
+        splits = read_dataset(path, apply_language_fix(cfg, fix))
+    ins = Inspection(splits, language_fix=fix)
     report, a, d = splits.report, cfg.audio, cfg.data
     for u, info in zip(splits.all, _headers(splits.all)):
         if isinstance(info, AudioError):
-            report.add(u.audio_path, None, u.id, UNREADABLE_AUDIO,
-                       "re-export the clip as WAV/FLAC/OGG or remove it from the dataset", str(info))
+            source, line = splits.origins.get(u.id, (str(u.audio_path), None))
+            if line is None:  # a clip with no row of its own: the clip is the place to fix
+                report.add(u.audio_path, None, u.id, UNREADABLE_AUDIO,
+                           "re-export the clip as WAV/FLAC/OGG or remove it from the dataset", str(info))
+            else:
+                report.add(source, line, u.id, UNREADABLE_AUDIO,
+                           f"re-export {Path(u.audio_path).name} as WAV/FLAC/OGG/MP3 or delete "
+                           f"line {line} of {Path(source).name}", str(info))
             continue
         ins.sample_rates[info.sample_rate] += 1
         ins.channels[info.channels] += 1
@@ -153,12 +176,14 @@ def _speaker_lines(ins: Inspection) -> list[str]:
 def format_inspection(ins: Inspection, cfg: Config, max_per_reason: int = 5) -> str:
     sp = ins.splits
     all_utts = sp.all
+    seeded = f"seeded (data.val_fraction {cfg.data.val_fraction}, data.split_seed {cfg.data.split_seed})"
     split_how = {"folders": "from train/ and val/ folders", "files": "from train/val manifest files",
-                 "seeded": f"seeded (data.val_fraction {cfg.data.val_fraction}, "
-                           f"data.split_seed {cfg.data.split_seed})"}[sp.split]
+                 "release": "the release's own", "release-seeded": f"of the release's train part {seeded}",
+                 "seeded": seeded}[sp.split]
     durs = [ins.durations_s[u.id] for u in all_utts if u.id in ins.durations_s]
     lines = [
         f"dataset: {sp.root} (format {sp.format}, split {split_how})",
+        *([sp.note] if sp.note else []),
         f"utterances: {len(all_utts)} (train {len(sp.train)}, val {len(sp.val)})",
         f"audio: {ins.hours(all_utts):.2f} h total (train {ins.hours(sp.train):.2f} h, "
         f"val {ins.hours(sp.val):.2f} h)",
@@ -175,6 +200,10 @@ def format_inspection(ins: Inspection, cfg: Config, max_per_reason: int = 5) -> 
     lines.append(text_line)
     langs = Counter(u.language for u in all_utts)
     lines.append("languages: " + ", ".join(f"{k} {v}" for k, v in sorted(langs.items())))
+    if ins.language_fix is not None:
+        fix = ins.language_fix
+        lines.append(f"  read with {fix.set_args}: text.languages {cfg.text.languages} reports "
+                     f"{fix.n_problems} row(s) for their language; pass it to prepare and train")
     lines.append("")
     lines += _speaker_lines(ins)
     lines.append("")

@@ -378,6 +378,8 @@ def _summary(out: Path, split_stats: dict[str, Any], rejected: dict[str, int],
         lines.append(f"  dataset rows skipped by the reader: {len(dataset_report)} "
                      f"({_format_counts(dataset_report.counts_by_reason())})")
         lines += [f"    {p.format()}" for p in first_per_reason(dataset_report.problems)]
+        if dataset_report.language_fix is not None:
+            lines.append(f"  {dataset_report.language_fix.line()}")
     for s in SPLITS:
         st = split_stats[s]
         lines.append(f"  {s:<5} {st['utterances']:>7} utterances  {st['hours']:8.3f} h  "

@@ -85,11 +85,42 @@ class Problem:
         return f"{self.location}{uid} {self.reason}{detail}; fix: {self.fix}"
 
 
+LANGUAGE_REASONS = (UNKNOWN_LANGUAGE, OUTSIDE_LANGUAGE)  # what another text.languages can fix
+
+
+@dataclass(frozen=True)
+class LanguageFix:
+    """A ``text.languages`` / ``text.default_language`` under which every language problem
+    of a dataset goes away (found by reading it again under that setting)."""
+
+    languages: tuple[str, ...]
+    default_language: str
+    n_problems: int  # language problems under the config that was read
+    default_changed: bool = False  # default_language differs from the config's
+
+    @property
+    def set_args(self) -> str:
+        """The exact ``--set`` to pass (no spaces in the list, so it needs no quoting)."""
+        args = f"--set text.languages=[{','.join(self.languages)}]"
+        return f"{args} --set text.default_language={self.default_language}" if self.default_changed else args
+
+    def line(self) -> str:
+        return (f"all {self.n_problems} language problem(s) go away with {self.set_args} "
+                f"(the languages the rows name or are written in)")
+
+
 @dataclass
 class DataReport:
-    """Problems found while reading or inspecting a dataset, in the order found."""
+    """Problems found while reading or inspecting a dataset, in the order found.
+
+    ``unknown_languages``: languages named by rows that ``text.languages`` lacks (the
+    rows are reported too); ``language_fix``: the setting that would fix every language
+    problem, when one exists.
+    """
 
     problems: list[Problem] = field(default_factory=list)
+    unknown_languages: set[str] = field(default_factory=set)
+    language_fix: LanguageFix | None = None
 
     def add(self, source: str | Path, line: int | None, utterance_id: str | None, reason: str,
             fix: str, detail: str = "") -> Problem:
@@ -126,6 +157,8 @@ class DataReport:
                 lines.append(f"{indent}{indent}{p.format()}")
             if n > max_per_reason:
                 lines.append(f"{indent}{indent}... and {n - max_per_reason} more")
+        if self.language_fix is not None:
+            lines.append(f"{indent}{self.language_fix.line()}")
         return "\n".join(lines)
 
     def to_json(self) -> str:

@@ -54,6 +54,16 @@ def outside_language(text: str, language: str) -> list[str]:
     return sorted(bad)
 
 
+def languages_by_script(text: str, languages: list[str]) -> list[str]:
+    """Those of ``languages`` (in their order) whose scripts hold every letter of ``text``;
+    empty when ``text`` has no letter. A language without declared scripts never fits:
+    nothing says which letters are its own."""
+    scripts = {script_of(ch) for ch in set(text) if unicodedata.category(ch)[0] == "L"}
+    if not scripts:
+        return []
+    return [lang for lang in languages if scripts <= LANGUAGE_SCRIPTS.get(lang, frozenset())]
+
+
 def speakable(text: str) -> bool:
     """Whether (cleaned) ``text`` holds anything to say: a letter or a digit."""
     return any(ch.isalnum() for ch in text)

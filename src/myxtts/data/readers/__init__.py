@@ -1,24 +1,27 @@
 """Dataset readers: turn a folder (or manifest file) into train/val ``Utterance`` lists.
 
-One module per layout (``ljspeech``, ``manifest``, ``speakers``; ``data.format``, ``auto``
-detects them in that order), the shared pieces in ``common``; this module detects the
-layout, reads the parts, removes duplicate ids and makes the split: ``train/`` + ``val/``
-folders or ``train.<ext>`` + ``val.<ext>`` manifests give it explicitly, else
-``split_train_val`` makes a seeded, speaker-stratified one. The layouts are described in
-docs/data-and-store.md. Why readers never open audio: headers are inspect's and prepare's
-job, so listing, parsing and cross-checking names takes well under a second even for large
-corpora. A broken row becomes a ``Problem`` in the report and reading goes on;
-``DatasetError`` only when nothing can be read.
+One module per layout (``common_voice``, ``libritts``, ``ljspeech``, ``manifest``,
+``speakers``; ``data.format``, ``auto`` detects them in that order), the shared pieces in
+``common``; this module detects the layout, reads the parts, removes duplicate ids and makes
+the split: the release's own (Common Voice, LibriTTS), ``train/`` + ``val/`` folders or
+``train.<ext>`` + ``val.<ext>`` manifests, else a seeded, speaker-stratified one
+(``split_train_val``). ``languages`` finds the ``text.languages`` setting that would fix
+every language problem. The layouts are described in docs/data-and-store.md. Readers never
+open audio (headers are inspect's and prepare's job), so reading takes well under a second
+even for large corpora; a broken row becomes a ``Problem`` and reading goes on.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from myxtts.config import Config
 from myxtts.data.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
+from myxtts.data.readers.common_voice import is_common_voice, read_common_voice, release_parts
+from myxtts.data.readers.languages import find_language_fix
+from myxtts.data.readers.libritts import is_libritts, libritts_parts, read_libritts_subset
 from myxtts.data.readers.ljspeech import is_ljspeech_csv, read_ljspeech
 from myxtts.data.readers.manifest import manifests_in, read_manifest
 from myxtts.data.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
@@ -28,7 +31,9 @@ from myxtts.data.records import DUPLICATE_ID, DataReport, DatasetError, Utteranc
 @dataclass
 class DatasetSplits:
     """Result of ``read_dataset``. ``split`` says where the split came from:
-    ``folders`` (train/ + val/), ``files`` (train.<ext> + val.<ext>), ``seeded``."""
+    ``folders`` (train/ + val/), ``files`` (train.<ext> + val.<ext>), ``release`` (a
+    downloaded corpus' own split), ``release-seeded`` (its train part, split seeded),
+    ``seeded``."""
 
     train: list[Utterance]
     val: list[Utterance]
@@ -36,6 +41,8 @@ class DatasetSplits:
     format: str
     root: Path | None = None
     split: str = "seeded"
+    note: str = ""  # which of a release's files were read and which left out
+    origins: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # id -> row's file, line
 
     @property
     def all(self) -> list[Utterance]:
@@ -49,43 +56,76 @@ class DatasetSplits:
 # ---------------------------------------------------------------- entry point
 
 def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
-    """Read a dataset in any supported layout; see the module docstring."""
+    """Read a dataset in any supported layout; see the module docstring. When rows are
+    reported for their language, ``report.language_fix`` holds the ``text.languages`` /
+    ``text.default_language`` that would fix them all, if one does."""
     path = Path(path).expanduser()
     if not path.exists():
         raise DatasetError(f"dataset path {path} does not exist; {LAYOUTS_HINT}")
+    splits, empty_at = _read(path, cfg)
+    report = splits.report
+    report.language_fix = find_language_fix(cfg, report, lambda c: _read(path, c))
+    if empty_at is not None:
+        _raise_empty(empty_at, report)
+    return splits
+
+
+def _read(path: Path, cfg: Config) -> tuple[DatasetSplits, Path | None]:
+    """The dataset's splits, and the path to name when nothing usable was found (else None)."""
     forced = cfg.data.format
     report = DataReport()
     default_speaker = _dataset_name(path)
-
-    parts = _split_parts(path, forced)
-    if parts is not None:
-        split_kind, train_path, val_path = parts
-        fmt, rows = _read_part(train_path, forced, cfg, report, default_speaker)
-        val_rows: list[Row] = []
+    note = ""
+    val_rows: list[Row] | None = None  # None: no val part, split train seeded
+    if _is(path, forced, "common_voice", is_common_voice):
+        release = release_parts(path)
+        fmt, split_kind, where, note = "common_voice", "release", release.train, release.note
+        rows = read_common_voice(release.train, path, cfg, report, default_speaker)
+        if release.val is not None:
+            val_rows = read_common_voice(release.val, path, cfg, report, default_speaker)
+    elif _is(path, forced, "libritts", is_libritts):
+        train_dirs, val_dirs, note = libritts_parts(path)
+        fmt, split_kind, where = "libritts", "release", path
+        rows = [r for d in train_dirs for r in read_libritts_subset(d, cfg, report)]
+        if val_dirs:
+            val_rows = [r for d in val_dirs for r in read_libritts_subset(d, cfg, report)]
+    elif (parts := _split_parts(path, forced)) is not None:
+        split_kind, where, val_path = parts
+        fmt, rows = _read_part(where, forced, cfg, report, default_speaker)
         if val_path is not None:
-            _, val_rows = _read_part(val_path, fmt, cfg, report, default_speaker)
-        train_rows, val_rows = _dedupe(rows, val_rows, report)
-        train_rows = check_transcripts(train_rows, cfg.text, report)
-        val_rows = check_transcripts(val_rows, cfg.text, report)
-        train = [r[0] for r in train_rows]
-        val = [r[0] for r in val_rows]
-        if not train:
-            _raise_empty(train_path, report)
-        if val_path is None:  # train/ alone: split it like an unsplit dataset
-            train, val = split_train_val(train, cfg.data.val_fraction,
-                                         cfg.data.min_val_utterances, cfg.data.split_seed)
-            split_kind = "seeded"
-        return DatasetSplits(train, val, report, fmt, path, split_kind)
+            val_rows = _read_part(val_path, fmt, cfg, report, default_speaker)[1]
+    else:
+        split_kind, where = "seeded", path
+        fmt, rows = _read_part(path, forced, cfg, report, default_speaker)
+    train_rows, checked_val = _dedupe(rows, val_rows or [], report)
+    train_rows = check_transcripts(train_rows, cfg.text, report)
+    checked_val = check_transcripts(checked_val, cfg.text, report)
+    origins = {u.id: (source, line) for u, source, line in train_rows + checked_val}
+    train = [r[0] for r in train_rows]
+    val = [r[0] for r in checked_val]
+    if val_rows is None:  # no val part: split like an unsplit dataset
+        train, val = split_train_val(train, cfg.data.val_fraction, cfg.data.min_val_utterances,
+                                     cfg.data.split_seed)
+        split_kind = "seeded" if split_kind != "release" else "release-seeded"
+    splits = DatasetSplits(train, val, report, fmt, path, split_kind, note, origins)
+    return splits, (where if not train else None)
 
-    fmt, rows = _read_part(path, forced, cfg, report, default_speaker)
-    rows, _ = _dedupe(rows, [], report)
-    rows = check_transcripts(rows, cfg.text, report)
-    utts = [r[0] for r in rows]
-    if not utts:
-        _raise_empty(path, report)
-    train, val = split_train_val(utts, cfg.data.val_fraction, cfg.data.min_val_utterances,
-                                 cfg.data.split_seed)
-    return DatasetSplits(train, val, report, fmt, path, "seeded")
+
+def _is(path: Path, forced: str, fmt: str, detect) -> bool:
+    """Whether ``path`` is read as ``fmt`` (forced, or detected under data.format=auto)."""
+    if forced == fmt:
+        if not detect(path):
+            raise DatasetError(f"{path}: not a {_LAYOUT_NAMES[fmt]} folder (data.format={fmt} "
+                               f"expects {_LAYOUT_SHAPES[fmt]})")
+        return True
+    return forced == "auto" and detect(path)
+
+
+_LAYOUT_NAMES = {"common_voice": "Common Voice", "libritts": "LibriTTS"}
+_LAYOUT_SHAPES = {
+    "common_voice": "clips/ and train.tsv or validated.tsv with path and sentence columns",
+    "libritts": "train-*/dev-* subsets of SPEAKER/CHAPTER/ID.wav with ID.normalized.txt",
+}
 
 
 def split_train_val(utterances: list[Utterance], val_fraction: float, min_val_utterances: int,
@@ -237,6 +277,10 @@ def _dedupe(train: list[Row], val: list[Row], report: DataReport) -> tuple[list[
 
 
 def _raise_empty(path: Path, report: DataReport) -> None:
+    if report.language_fix is not None:
+        fix = report.language_fix
+        raise DatasetError(f"{path}: no usable utterances under text.languages; "
+                           f"{fix.line()}", report)
     if len(report):
         first = report.problems[0].format()
         raise DatasetError(f"{path}: no usable utterances, all {len(report)} problem(s) must be fixed "

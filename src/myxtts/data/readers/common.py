@@ -12,6 +12,7 @@ from myxtts.data.records import (
     NOT_UTF8,
     NOTHING_TO_SAY,
     OUTSIDE_LANGUAGE,
+    UNKNOWN_LANGUAGE,
     DataReport,
     Utterance,
 )
@@ -19,12 +20,17 @@ from myxtts.data.records import (
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 MANIFEST_EXTS = (".csv", ".tsv", ".jsonl")
 LAYOUTS_HINT = (
-    "expected an LJSpeech folder (metadata.csv with id|text rows + wavs/ID.wav), speaker folders "
+    "expected an LJSpeech folder (metadata.csv with id|text rows + wavs/ID.wav), a Common Voice "
+    "release (clips/ + train.tsv or validated.tsv), LibriTTS (train-*/dev-* subsets), speaker folders "
     "(SPEAKER/*.wav with ID.txt transcripts or a metadata.csv per speaker, or VCTK's txt/ + wav48*/), "
     "or a .csv/.tsv/.jsonl manifest with audio and text columns"
 )
 
 log = logging.getLogger(__name__)
+
+# The language of a row whose dataset names none: ``check_transcripts`` gives it one (by
+# its script when text.languages holds several, else text.default_language).
+UNNAMED = ""
 
 # (utterance, source file, 1-based line or None) — the location is kept until the
 # cross-file checks (duplicate ids) have run, so those problems can name both places.
@@ -123,8 +129,33 @@ def prefixed_id(speaker: str, stem: str) -> str:
     return stem if stem.startswith(speaker) else f"{speaker}_{stem}"
 
 
+def unknown_language(report: DataReport, source: Path, line: int | None, uid: str, language: str,
+                     languages: list[str], where: str) -> None:
+    """Report a row naming a language that ``text.languages`` lacks (``where``: what to fix)."""
+    report.unknown_languages.add(language)
+    report.add(source, line, uid, UNKNOWN_LANGUAGE,
+               f"fix the language {where}, or train it too with --set "
+               f"text.languages=[{','.join([*languages, language])}]",
+               f"{language!r} is not in text.languages {languages}")
+
+
+def row_language(text: str, text_cfg: Any) -> str:
+    """The language of a row whose dataset names none: with several ``text.languages``,
+    the one whose script holds every letter of ``text`` (the default when it fits, else
+    the only one that fits); ``text.default_language`` otherwise, and when the script fits
+    none or several (the row's checks then report it)."""
+    from myxtts.text.scripts import languages_by_script
+
+    default = text_cfg.default_language
+    if len(text_cfg.languages) < 2:
+        return default
+    fits = languages_by_script(text, text_cfg.languages)
+    return fits[0] if len(fits) == 1 and default not in fits else default
+
+
 def check_transcripts(rows: list[Row], text_cfg: Any, report: DataReport) -> list[Row]:
-    """Rows whose transcripts are fit to train on (``text.scripts``): a row with nothing to
+    """Rows whose transcripts are fit to train on (``text.scripts``), each with its language
+    (``row_language`` for a row whose dataset names none): a row with nothing to
     say after cleaning (punctuation only) is reported and left out; characters outside the
     row's language are reported by file and line with the characters found, then the row is
     left out, loses those characters, or keeps them, as ``text.unknown_chars`` says. The
@@ -136,6 +167,8 @@ def check_transcripts(rows: list[Row], text_cfg: Any, report: DataReport) -> lis
 
     policy, kept = text_cfg.unknown_chars, []
     for utt, source, line in rows:
+        if utt.language == UNNAMED:
+            utt = dataclasses.replace(utt, language=row_language(utt.text, text_cfg))
         if utt.language not in text_cfg.languages:
             kept.append((utt, source, line))  # plan_texts reports the unknown language
             continue

@@ -1,6 +1,7 @@
 """LJSpeech layout: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
 and the clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty;
-the speaker defaults to the dataset folder's name, the language to ``text.default_language``.
+the speaker defaults to the dataset folder's name; a row with no language takes the one
+its script fits (``common.row_language``).
 
 The language column makes a multilingual corpus (e.g. ``myxtts make-demo-data
 --languages en,fa``) readable without converting it to a manifest. A language that is
@@ -13,13 +14,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import FileIndex, Row, decoded_lines, first_line
+from myxtts.data.readers.common import (
+    UNNAMED,
+    FileIndex,
+    Row,
+    decoded_lines,
+    first_line,
+    unknown_language,
+)
 from myxtts.data.readers.manifest import is_manifest_header
 from myxtts.data.records import (
     EMPTY_TEXT,
     MALFORMED_ROW,
     MISSING_AUDIO,
-    UNKNOWN_LANGUAGE,
     DataReport,
     Utterance,
 )
@@ -50,17 +57,14 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
         if len(cols) >= 3 and cols[2].strip():
             text = cols[2].strip()
         speaker = cols[3].strip() if len(cols) >= 4 and cols[3].strip() else default_speaker
-        lang = cols[4].strip() if len(cols) == 5 and cols[4].strip() else cfg.text.default_language
+        lang = cols[4].strip() if len(cols) == 5 else UNNAMED
         if not text:
             report.add(meta, line_no, uid, EMPTY_TEXT,
                        f"write the transcript on line {line_no} or delete the line")
             continue
-        if lang not in cfg.text.languages:
-            langs = ",".join([*cfg.text.languages, lang])
-            report.add(meta, line_no, uid, UNKNOWN_LANGUAGE,
-                       f"fix the language on line {line_no} of {meta.name}, or train it too with "
-                       f"--set text.languages=[{langs}]",
-                       f"{lang!r} is not in text.languages {cfg.text.languages}")
+        if lang and lang not in cfg.text.languages:
+            unknown_language(report, meta, line_no, uid, lang, cfg.text.languages,
+                             f"on line {line_no} of {meta.name}")
             continue
         audio = files.find_audio(wav_dir, uid)
         if audio is None:

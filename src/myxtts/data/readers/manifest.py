@@ -12,12 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import MANIFEST_EXTS, FileIndex, Row, decoded_lines, first_line
+from myxtts.data.readers.common import (
+    MANIFEST_EXTS,
+    UNNAMED,
+    FileIndex,
+    Row,
+    decoded_lines,
+    first_line,
+    unknown_language,
+)
 from myxtts.data.records import (
     EMPTY_TEXT,
     MALFORMED_ROW,
     MISSING_AUDIO,
-    UNKNOWN_LANGUAGE,
     DataReport,
     DatasetError,
     Utterance,
@@ -95,12 +102,10 @@ def read_manifest(path: Path, cfg: Config, report: DataReport, default_speaker: 
         if not text:
             report.add(path, line_no, uid, EMPTY_TEXT, f"write the transcript on line {line_no} or delete it")
             continue
-        language = rec.get("language", "").strip() or cfg.text.default_language
-        if language not in cfg.text.languages:
-            langs = ",".join([*cfg.text.languages, language])
-            report.add(path, line_no, uid, UNKNOWN_LANGUAGE,
-                       f"fix the language on line {line_no}, or train it too with --set text.languages=[{langs}]",
-                       f"{language!r} is not in text.languages {cfg.text.languages}")
+        language = rec.get("language", "").strip() or UNNAMED
+        if language and language not in cfg.text.languages:
+            unknown_language(report, path, line_no, uid, language, cfg.text.languages,
+                             f"on line {line_no}")
             continue
         duration_s: float | None = None
         if rec.get("duration", "").strip():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from myxtts.config import Config
 from myxtts.data.readers.common import (
+    UNNAMED,
     FileIndex,
     Row,
     audio_files,
@@ -89,7 +90,7 @@ def read_speaker_metadata(meta: Path, spk_dir: Path, cfg: Config, report: DataRe
                        f"put the clip at {spk_dir / stem}.wav or delete line {line_no} of {meta.name}",
                        f"no {stem}.wav/.flac/.ogg in {spk_dir}")
             continue
-        rows.append((Utterance(uid, audio, text, speaker, cfg.text.default_language), str(meta), line_no))
+        rows.append((Utterance(uid, audio, text, speaker, UNNAMED), str(meta), line_no))
     return rows
 
 
@@ -141,4 +142,4 @@ def transcript_row(audio: Path, txt: Path, uid: str, speaker: str, cfg: Config,
     if not text:
         report.add(txt, 1, uid, EMPTY_TEXT, f"write the transcript into {txt.name} or delete the clip")
         return []
-    return [(Utterance(uid, audio, text, speaker, cfg.text.default_language), str(txt), None)]
+    return [(Utterance(uid, audio, text, speaker, UNNAMED), str(txt), None)]
