@@ -70,13 +70,14 @@ def test_user_errors_are_one_line(run, reference, tmp_path):
         synth.synthesize(SENTENCES, [reference], language="xx")
     with pytest.raises(TrainError, match="has nothing this model can speak"):
         synth.synthesize(["   "], [reference])
+    with pytest.raises(TrainError, match=r"CYRILLIC letters, .* \(it knows en\)"):
+        synth.synthesize(["привет"], [reference])  # letters of no language the model knows
     with pytest.raises(TrainError, match="no checkpoint at"):
         resolve_checkpoint(tmp_path / "nothing")
 
 
 @pytest.mark.parametrize("text, unknown", [
     ("...", ""), ("?! -- !?", "'!' (U+0021 EXCLAMATION MARK)"),
-    ("привет", "'п' (U+043F CYRILLIC SMALL LETTER PE)"),
 ])
 def test_a_text_with_nothing_to_speak_is_an_error_not_seconds_of_noise(run, reference, text,
                                                                        unknown):
@@ -98,3 +99,41 @@ def test_unknown_characters_are_reported_once_as_a_list(run, reference, caplog):
     assert "'ж' (U+0436 CYRILLIC SMALL LETTER ZHE)" in reports[0] and "SLIGHTLY SMILING" in reports[0]
     assert not any("is not in the vocabulary" in r.getMessage() for r in caplog.records)
 
+
+
+def test_a_texts_language_comes_from_its_letters():
+    from types import SimpleNamespace
+
+    from myxtts.config import load_config
+
+    me = SimpleNamespace(tokenizer=SimpleNamespace(languages=["en", "fa"]),
+                         cfg=load_config(overrides=["text.languages=[en,fa]"]))
+    pick = lambda text, language=None: Synthesizer.language_for(me, text, language)  # noqa: E731
+    assert pick("سلام دنیا، چطوری؟") == "fa" and pick("Hello there.") == "en"
+    assert pick("1234 !") == "en"  # no letters: the default
+    assert pick("Hello", "fa") == "fa"  # --language forces one
+    assert pick("Hello ж there") == "en"  # a stray letter: reported as unknown, not a language
+    with pytest.raises(TrainError, match=r"CYRILLIC letters, which no language of this model "
+                                         r"uses \(it knows en, fa\); pass --language"):
+        pick("Привет")
+
+
+def test_texts_of_two_languages_are_spoken_each_in_its_own_in_order(run, reference,
+                                                                     monkeypatch):
+
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    monkeypatch.setattr(synth, "language_for",
+                        lambda text, language=None: language or ("fa" if "ف" in text else "en"))
+    batches = []
+    real = Synthesizer.synthesize
+
+    def spoken(texts, ref, language=None, seed=0):
+        if language is None:
+            return real(synth, texts, ref, None, seed)
+        batches.append((list(texts), language))
+        return [np.full(1, float(len(t))) for t in texts]
+
+    monkeypatch.setattr(synth, "synthesize", spoken)
+    clips = synth.synthesize(["a", "فف", "ccc", "ffff"], [reference])
+    assert [float(c[0]) for c in clips] == [1.0, 2.0, 3.0, 4.0]  # the texts' order
+    assert batches == [(["a", "ccc", "ffff"], "en"), (["فف"], "fa")]  # one batch per language

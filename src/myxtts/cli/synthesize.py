@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "raw 16-bit PCM on stdout (pipe it into a player)")
     p.add_argument("--vocoder", metavar="RUN", help="neural vocoder run from `myxtts "
                    "train-vocoder` (default: Griffin-Lim)")
-    p.add_argument("--language", "-l", help="language code (default: the model's default language)")
+    p.add_argument("--language", "-l", help="language code (default: each text's by its "
+                   "letters, e.g. Persian letters fa, Latin en; the model's default for a text "
+                   "without letters)")
     p.add_argument("--stream", action="store_true", help="write audio while it is generated and "
                    "report time to first audio and real-time factor")
     p.add_argument("--seed", type=int, default=0, help="seed of the prenet dropout (repeatable output)")

@@ -25,7 +25,7 @@ from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
 from myxtts.inference.streaming import stream_speech
 from myxtts.text import Tokenizer, clean_text
-from myxtts.text.scripts import describe
+from myxtts.text.scripts import describe, languages_by_script, script_of
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 
@@ -94,6 +94,29 @@ class Synthesizer:
         latents = [self.model.condition(*self.reference(p)) for p in audio_paths]
         return torch.stack(latents).mean(dim=0)
 
+    def language_for(self, text: str, language: str | None = None) -> str:
+        """``language`` when given; else the language of the model whose scripts hold the
+        most letters of ``text`` (the default language on a tie): Persian letters speak
+        ``fa``, Latin ``en``; stray letters of another script are left out and reported as
+        unknown characters. A text none of whose letters any language of the model writes
+        is refused naming the languages it knows; a text without letters takes the default."""
+        if language is not None:
+            return language
+        known, default = self.tokenizer.languages, self.cfg.text.default_language
+        letters = [ch for ch in text if ch.isalpha()]
+        if not letters:
+            return default
+        held = {lang: sum(1 for ch in letters if languages_by_script(ch, [lang]))
+                for lang in known}
+        best = max(held.values())
+        if best > 0:
+            return default if held.get(default) == best else next(
+                lang for lang in known if held[lang] == best)
+        scripts = sorted({script_of(ch) for ch in letters})
+        raise TrainError(f"the text {text[:40]!r} is written in {'/'.join(scripts)} letters, "
+                         f"which no language of this model uses (it knows "
+                         f"{', '.join(known)}); pass --language to force one")
+
     def encode(self, texts: Sequence[str], language: str, check: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids [B, L] and lengths [B] of ``texts``. ``check``: refuse a text with nothing
@@ -140,7 +163,7 @@ class Synthesizer:
         """Each text decoded as ONE utterance (no splitting), batched, one voice (clip paths
         or latents from ``voice``). Returns log-mels [B, F, n_mels] and lengths [B]."""
         latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
-        language = language or self.cfg.text.default_language
+        language = self.language_for(" ".join(texts), language)
         tokens, token_lengths = self.encode(texts, language, check)
         if seed is not None:
             torch.manual_seed(seed)  # prenet dropout stays on at inference: fix it for repeatability
@@ -156,8 +179,19 @@ class Synthesizer:
     def synthesize(self, texts: Sequence[str], reference: Sequence[str | Path],
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
         """One clip per text; a text of several sentences is split, decoded as a batch with
-        the others and joined with short pauses (``inference.longform``)."""
-        language = language or self.cfg.text.default_language
+        the others and joined with short pauses (``inference.longform``). Without
+        ``language`` each text is spoken in the language its script says
+        (:meth:`language_for`)."""
+        if language is None:
+            languages = [self.language_for(t) for t in texts]
+            if len(set(languages)) > 1:  # one batch per language, the clips in text order
+                out: dict[int, np.ndarray] = {}
+                for lang in dict.fromkeys(languages):
+                    mine = [k for k, g in enumerate(languages) if g == lang]
+                    clips = self.synthesize([texts[k] for k in mine], reference, lang, seed)
+                    out.update(zip(mine, clips))
+                return [out[k] for k in range(len(texts))]
+            language = languages[0] if languages else self.cfg.text.default_language
         latents = self.voice(reference)
         self.encode(texts, language)  # user errors (language, nothing to say) before decoding
         pieces = longform.plan_pieces(texts, language)
@@ -180,7 +214,7 @@ class Synthesizer:
                ) -> Iterator[np.ndarray]:
         """float32 audio chunks of ``text`` while it is being decoded (see
         ``inference.streaming``); their concatenation is ``synthesize([text], ...)[0]``."""
-        return stream_speech(self, text, reference, language or self.cfg.text.default_language,
+        return stream_speech(self, text, reference, self.language_for(text, language),
                              seed, first_frames, chunk_frames)
 
     def synthesize_to_files(self, texts: Sequence[str], reference: Sequence[str | Path],
