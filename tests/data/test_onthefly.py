@@ -9,8 +9,9 @@ from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, ConfigError, load_config
 from myxtts.data.batch import check_batch
 from myxtts.data.dataset import StoreDataset
-from myxtts.data.onthefly import build_onthefly_loader, crop_window, read_raw_splits
+from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
 from myxtts.data.prepare import prepare_store
+from myxtts.data.raw import crop_window
 from myxtts.data.store import FeatureStore
 from myxtts.synthetic import make_demo_data
 

@@ -15,7 +15,7 @@ Lengths are computed on the host from the wav lengths (``audio.frames``, the for
 ``MelSpectrogram`` uses), so the trainer's real-frame count never reads a device tensor
 back (no host sync per batch on a GPU).
 
-Reference crops: the worker cut each reference wav with a margin (``onthefly.crop_window``)
+Reference crops: the worker cut each reference wav with a margin (``raw.crop_window``)
 so that its STFT frames equal the full clip's; the wanted frames are gathered from them.
 """
 
