@@ -2,11 +2,12 @@
 
 Split of the work, and why:
 
-* Loader workers (CPU processes) read, resample and trim the clips and the reference
+* Loader workers (CPU processes; ``data.raw``) read, resample and trim the clips and the reference
   clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also compute
   the batch's log-mels (``data.features.Featurizer``: clip by clip at each clip's length, one
   thread per worker), so feature extraction runs in parallel and the main process only
-  receives finished batches. With ``'cuda:N'`` the mels are computed on that GPU by the
+  receives finished batches, through each worker's reused shared-memory slots
+  (``loader.SlotCollator``: a fresh segment per tensor per batch cost ~5x the CPU). With ``'cuda:N'`` the mels are computed on that GPU by the
   data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
   workers. Either way it is the ``MelSpectrogram`` module ``prepare`` uses, so features
   equal the store's (up to the store's float16 rounding).
