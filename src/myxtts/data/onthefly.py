@@ -2,15 +2,16 @@
 
 Split of the work, and why:
 
-* Loader workers (CPU processes; ``data.raw``) read, resample and trim the clips and the reference
-  clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also compute
-  the batch's log-mels (``data.features.Featurizer``: clip by clip at each clip's length, one
-  thread per worker), so feature extraction runs in parallel and the main process only
-  receives finished batches, through each worker's reused shared-memory slots
-  (``loader.SlotCollator``: a fresh segment per tensor per batch cost ~5x the CPU). With ``'cuda:N'`` the mels are computed on that GPU by the
-  data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
-  workers. Either way it is the ``MelSpectrogram`` module ``prepare`` uses, so features
-  equal the store's (up to the store's float16 rounding).
+* Loader workers (CPU processes; ``data.raw``) read, resample and trim the clips and the
+  reference clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also
+  compute the batch's log-mels (``data.features.Featurizer``: clip by clip at each clip's
+  length, one thread per worker), so feature extraction runs in parallel and the main
+  process only receives finished batches, through each worker's reused shared-memory slots
+  (``loader.SlotCollator``; a new segment per tensor per batch costs ~5x the CPU). With
+  ``'cuda:N'`` the mels are computed on that GPU by the data role's own thread and stream
+  (``data.ring``): CUDA cannot be initialised in forked workers. Either way it is the
+  ``MelSpectrogram`` module ``prepare`` uses, so features equal the store's (up to the
+  store's float16 rounding).
 * Training takes the batches through ``OnTheFlyLoader.device_feed`` (a ``feed.DeviceFeed``):
   a ring of pre-allocated slots on the training device filled by a producer thread, so the
   data role works while the model trains (two GPUs, two streams of one GPU, or the CPU).
