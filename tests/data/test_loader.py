@@ -101,11 +101,11 @@ def test_an_overwritten_slot_is_an_error_not_wrong_data(store_path, monkeypatch)
     monkeypatch.setattr(loader_mod, "get_worker_info", lambda: type("W", (), {"id": 0})())
     items = loader.dataset.__getitems__((0, sampler.batches(0)[0]))
     ref = slots(items)
-    assert torch.equal(loader._take(ref)["mel"], slots.collator(items)["mel"])
+    assert torch.equal(slots.take(ref, False)["mel"], slots.collator(items)["mel"])
     slots(items)
     slots(items)  # a ring of 2: the third batch reuses the first one's slot
     with pytest.raises(RuntimeError, match="overwritten"):
-        loader._take(ref)
+        slots.take(ref, False)
 
 
 def test_crops_are_deterministic_per_seed_and_epoch(store_path):

@@ -9,8 +9,9 @@ from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, ConfigError, load_config
 from myxtts.data.batch import check_batch
 from myxtts.data.dataset import StoreDataset
-from myxtts.data.onthefly import build_onthefly_loader, crop_window, read_raw_splits
+from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
 from myxtts.data.prepare import prepare_store
+from myxtts.data.raw import crop_window
 from myxtts.data.store import FeatureStore
 from myxtts.synthetic import make_demo_data
 
@@ -185,3 +186,31 @@ def test_loader_workers_share_which_clips_failed(one_silent_clip):
     n = len(splits[0]["train"].paths)
     # the workers marked it in memory the main process (and every worker) reads
     assert loader.loader.dataset.failed.tolist() == [int(i == victim) for i in range(n)]
+
+
+def test_workers_stream_keeps_the_samplers_passes(demo):
+    """With workers the batches flow on across epochs; every pass is still the sampler's:
+    whole epochs, an abandoned pass restarting where it was, set_epoch, state_dict."""
+    data, path, cfg = demo
+    stats = (np.zeros(80, np.float32), np.ones(80, np.float32))
+    raw = read_raw_splits(data, cfg)
+    ref, ref_sampler = build_onthefly_loader(data, cfg, mel_stats=stats, num_workers=0, raw_splits=raw)
+    loader, sampler = build_onthefly_loader(data, cfg, mel_stats=stats, num_workers=2, raw_splits=raw)
+
+    def epoch(e: int, lo, s) -> list[list[int]]:
+        s.set_epoch(e)
+        return [b["indices"].tolist() for b in lo]
+
+    want = {e: epoch(e, ref, ref_sampler) for e in (0, 1, 2, 5)}
+    got = [[b["indices"].tolist() for b in loader] for _ in range(2)]  # consecutive passes
+    assert got == [want[0], want[1]] and sampler.epoch == 2
+    it = iter(loader)
+    first = next(it)["indices"].tolist()  # a pass abandoned after one batch ...
+    assert sampler.state_dict(1)["position"] == 1
+    del it
+    assert [b["indices"].tolist() for b in loader] == want[2] and first == want[2][0]  # ... restarts
+    assert epoch(5, loader, sampler) == want[5]
+    ref_sampler.set_epoch(3)
+    sampler.set_epoch(3)
+    for x, y in zip(ref, loader, strict=True):  # the features too, not just the order
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

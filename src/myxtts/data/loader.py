@@ -185,7 +185,7 @@ class SlotCollator:
     def __call__(self, items: list[dict[str, Any]]) -> Batch | _SlotRef:
         batch = self.collator(items)
         info = get_worker_info()
-        if info is None or self.buffers is None:
+        if info is None or self.buffers is None or batch is None:
             return batch
         sizes = [t.numel() * t.element_size() for t in batch.values()]
         if sum(round_up(n, _ALIGN) for n in sizes) > self.slot_bytes:  # cannot happen with the sampler
@@ -205,6 +205,41 @@ class SlotCollator:
             offset += round_up(n, _ALIGN)
         header[k] = self._count
         return _SlotRef(info.id, k, self._count, tuple(layout))
+
+    def take(self, ref: _SlotRef, pin: bool) -> Batch:
+        """The batch ``ref`` names, copied out of its slot (into pinned memory if ``pin``)."""
+        header = self.headers[ref.worker]
+        buf = self.buffers[ref.worker, ref.slot].numpy()  # uint8 [slot_bytes]
+        if int(header[ref.slot]) != ref.seq:
+            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten before it was "
+                               f"read (internal error; set data.num_workers=0 to bypass)")
+        batch = {}
+        for key, dtype, shape, offset in ref.layout:
+            if pin:  # CUDA's caching host allocator recycles pinned blocks
+                out = torch.empty(shape, dtype=dtype, pin_memory=True)
+                dst = out.numpy()
+            else:  # numpy's allocations reuse warm heap pages (torch.empty often maps fresh ones)
+                dst = np.empty(shape, dtype=numpy_dtype(dtype))
+                out = torch.from_numpy(dst)
+            np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
+            batch[key] = out
+        if int(header[ref.slot]) != ref.seq:
+            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten while it was "
+                               f"read (internal error; set data.num_workers=0 to bypass)")
+        return batch
+
+    def batches(self, dataloader: DataLoader, pin: bool) -> Iterator[Any]:
+        """One pass of ``dataloader`` (whose ``collate_fn`` is this), batches taken out of
+        the slots; the slots are allocated on the first pass, before the workers start."""
+        if self.buffers is None:
+            self.allocate(dataloader.num_workers, PREFETCH_PER_WORKER + 2)
+        for out in dataloader:
+            if isinstance(out, _SlotRef):
+                yield self.take(out, pin)
+            elif pin and out is not None:
+                yield {k: v.pin_memory() for k, v in out.items()}
+            else:
+                yield out
 
 
 class StoreLoader:
@@ -241,33 +276,8 @@ class StoreLoader:
         return PrefetchFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.slots is not None and self.slots.buffers is None:
-            self.slots.allocate(self.num_workers, PREFETCH_PER_WORKER + 2)
+        if self.slots is not None:
+            yield from self.slots.batches(self.dataloader, self.pin)
+            return
         for out in self.dataloader:
-            if isinstance(out, _SlotRef):
-                yield self._take(out)
-            elif self.pin:
-                yield {k: v.pin_memory() for k, v in out.items()}
-            else:
-                yield out
-
-    def _take(self, ref: _SlotRef) -> Batch:
-        header = self.slots.headers[ref.worker]
-        buf = self.slots.buffers[ref.worker, ref.slot].numpy()  # uint8 [slot_bytes]
-        if int(header[ref.slot]) != ref.seq:
-            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten before it was "
-                               f"read (internal error; set data.num_workers=0 to bypass)")
-        batch = {}
-        for key, dtype, shape, offset in ref.layout:
-            if self.pin:  # CUDA's caching host allocator recycles pinned blocks
-                out = torch.empty(shape, dtype=dtype, pin_memory=True)
-                dst = out.numpy()
-            else:  # numpy's allocations reuse warm heap pages (torch.empty often maps fresh ones)
-                dst = np.empty(shape, dtype=numpy_dtype(dtype))
-                out = torch.from_numpy(dst)
-            np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
-            batch[key] = out
-        if int(header[ref.slot]) != ref.seq:
-            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten while it was "
-                               f"read (internal error; set data.num_workers=0 to bypass)")
-        return batch
+            yield {k: v.pin_memory() for k, v in out.items()} if self.pin else out

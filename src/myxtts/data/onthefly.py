@@ -1,33 +1,14 @@
 """On-the-fly loading: the store's batches straight from raw audio, without ``prepare``.
 
-Split of the work, and why:
-
-* Loader workers (CPU processes) read, resample and trim the clips and the reference
-  clips, and pad them into wav batches. With ``data.data_device='cpu'`` they also compute
-  the batch's log-mels (``data.features.Featurizer``: clip by clip at each clip's length, one
-  thread per worker), so feature extraction runs in parallel and the main process only
-  receives finished batches. With ``'cuda:N'`` the mels are computed on that GPU by the
-  data role's own thread and stream (``data.ring``): CUDA cannot be initialised in forked
-  workers. Either way it is the ``MelSpectrogram`` module ``prepare`` uses, so features
-  equal the store's (up to the store's float16 rounding).
-* Training takes the batches through ``OnTheFlyLoader.device_feed`` (a ``feed.DeviceFeed``):
-  a ring of pre-allocated slots on the training device filled by a producer thread, so the
-  data role works while the model trains (two GPUs, two streams of one GPU, or the CPU).
-
-Reference crops are taken in the waveform with a margin of ``ceil(n_fft / 2 / hop)``
-frames around the wanted frames, so the crop's frames are bit-for-bit the full clip's
-frames (the STFT window never reaches the cut, and at the clip's own edges the reflect
-padding sees the same samples) while only ~ref_frames of audio are transformed. With
-the same references (``choose_refs``, same seed) and the same hash as the store path,
-an utterance gets the same reference crop on both paths.
-
-Bucketing needs lengths before any audio is decoded: they come from the file headers
-(untrimmed, so an upper bound of the trimmed length). A batch is padded to the bucket
-the sampler drew it from, so shapes stay bounded; padding is somewhat higher than with
-a store, whose lengths are exact. Clips outside ``data.min/max_duration_s`` by their
-header length are left out. A clip that fails to load in a worker (prepare catches such
-clips up front; here they surface late) is reported once and skipped from then on, and its
-batch repeats another of its clips in its place: the batch keeps its bucket's shape.
+Loader workers (``data.raw``) read, resample and trim the clips and reference crops and pad
+them into wav batches; with ``data.data_device='cpu'`` they also compute the log-mels
+(``features.Featurizer``, the ``MelSpectrogram`` prepare uses) and hand finished batches
+over through reused shared-memory slots (``loader.SlotCollator``; a new segment per tensor
+per batch costs ~5x the CPU); with ``'cuda:N'`` that GPU's producer thread computes them
+(``data.ring``). Training takes them through ``OnTheFlyLoader.device_feed``. Lengths for
+bucketing come from the file headers (an upper bound), and every batch keeps the shape of
+the bucket the sampler drew it from: a clip that fails to load is reported once, skipped
+from then on, and replaced in its batch by another of the batch's clips.
 """
 
 from __future__ import annotations
@@ -35,23 +16,28 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from myxtts.audio.frames import n_frames_for
-from myxtts.config import AudioConfig, Config, ConfigError, resolve_device
+from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
-from myxtts.data.buckets import ShapeTable
-from myxtts.data.dataset import EpochBatches, mix64
+from myxtts.data.dataset import EpochBatches
 from myxtts.data.features import Featurizer
 from myxtts.data.feed import real_frames
-from myxtts.data.loader import build_sampler, worker_init
+from myxtts.data.loader import (
+    PREFETCH_PER_WORKER,
+    SlotCollator,
+    build_sampler,
+    slot_bytes,
+    worker_init,
+)
 from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
+from myxtts.data.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.records import SPLITS
 from myxtts.data.ring import SlotRing
 from myxtts.data.sampler import BucketBatchSampler
@@ -61,142 +47,36 @@ from myxtts.system import available_cpus
 log = logging.getLogger(__name__)
 
 
-def crop_window(n_samples: int, start_frame: int, n_frames: int, cfg: AudioConfig) -> tuple[int, int, int]:
-    """Samples ``[a, b)`` whose centered STFT contains the full clip's frames
-    ``[start_frame, start_frame + n_frames)`` exactly, from crop frame ``first`` on."""
-    half = cfg.n_fft // 2
-    margin = -(-half // cfg.hop_length)  # frames whose window may reach the cut
-    a = max(0, (start_frame - margin) * cfg.hop_length)
-    last = start_frame + n_frames - 1
-    b = min(n_samples, last * cfg.hop_length + half + 1)  # +1: the reflection needs half+1 samples
-    return a, b, start_frame - a // cfg.hop_length
+class _Pass:
+    """Re-iterable: each ``iter`` starts a new pass of ``start()`` (a ring's source)."""
+
+    def __init__(self, start: Any) -> None:
+        self.start = start
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.start()
 
 
-@dataclass
-class RawSplit:
-    """One split of a raw dataset, tokenized, with header lengths and references."""
+class _Stream:
+    """Batch sampler of a DataLoader with workers: ``(epoch, batch)`` of consecutive passes
+    without end, from ``start`` = (epoch, position) on (the sampler's own plan, epoch by
+    epoch). The workers go on into the next epoch while the main process takes the last
+    batches of this one, instead of idling at every epoch's end (the last batches are
+    built by fewer workers than there are) and at its start (the first ones arrive together
+    after a full batch time). :meth:`OnTheFlyLoader.host_batches` cuts it into passes."""
 
-    ids: list[str]
-    paths: list[str]
-    tokens: list[np.ndarray]  # int32 [L] each
-    speaker_ids: np.ndarray  # int64 [N]
-    language_ids: np.ndarray  # int64 [N]
-    est_frames: np.ndarray  # int64 [N], upper bound of the mel frames (header, untrimmed)
-    refs: np.ndarray  # int32 [N, refs_per_utterance], -1 = unused
+    def __init__(self, sampler: BucketBatchSampler) -> None:
+        self.sampler, self.start = sampler, (0, 0)
 
-
-class RawAudioDataset(Dataset):
-    """Worker side: utterance index -> wav, tokens, reference wav crop (no features)."""
-
-    def __init__(self, split: RawSplit, audio: AudioConfig, ref_frames: int, seed: int) -> None:
-        self.split = split
-        self.audio = audio
-        self.ref_frames = int(ref_frames)
-        self.seed = int(seed)
-        # 1 = the clip failed to load once: reported then, skipped from then on. Shared
-        # memory: every loader worker (forked or spawned) and the main process see one map.
-        self.failed = torch.zeros(len(split.paths), dtype=torch.uint8).share_memory_()
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        epoch, position = self.start
+        while True:
+            for batch in self.sampler.batches(epoch)[position:]:
+                yield epoch, batch
+            epoch, position = epoch + 1, 0
 
     def __len__(self) -> int:
-        return len(self.split.paths)
-
-    def _load(self, i: int) -> np.ndarray | None:
-        """The clip, or None when it cannot be used (said once per clip, across workers
-        and epochs; a clip that failed is not read again)."""
-        from myxtts.audio.io import AudioError, load_audio
-
-        if self.failed[i]:
-            return None
-        try:
-            return load_audio(self.split.paths[i], self.audio)  # float32 [samples]
-        except AudioError as e:
-            if not self.failed[i]:
-                self.failed[i] = 1
-                log.warning("on-the-fly: leaving out a clip that cannot be used (its batch "
-                            "repeats another of its clips instead): %s", e)
-            return None
-
-    def item(self, i: int, epoch: int) -> dict[str, Any]:
-        """The clip's fields; ``{"index": i}`` alone when it cannot be used."""
-        wav = self._load(i)
-        if wav is None:
-            return {"index": i}
-        h = mix64(self.seed, epoch, i)
-        row = self.split.refs[i]
-        refs = row[row >= 0]
-        r = int(refs[h % len(refs)])
-        ref_wav = wav if r == i else self._load(r)
-        if ref_wav is None:
-            ref_wav = wav  # a broken reference clip: clone from the utterance itself
-        n_ref = n_frames_for(len(ref_wav), self.audio)
-        want = min(self.ref_frames, n_ref)
-        start = (h >> 32) % (n_ref - want + 1)
-        a, b, first = crop_window(len(ref_wav), start, want, self.audio)
-        return {"wav": wav, "tokens": self.split.tokens[i], "ref_wav": ref_wav[a:b],
-                "ref_first": first, "ref_frames": want, "speaker_id": int(self.split.speaker_ids[i]),
-                "language_id": int(self.split.language_ids[i]), "index": i}
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.item(int(i), 0)
-
-    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
-        epoch = 0
-        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
-            epoch, indices = indices
-        return [self.item(int(i), epoch) for i in indices]
-
-
-class WavCollator:
-    """Worker side: pad wavs / reference wavs / tokens of a batch into a ``RawBatch``
-    (``data.batch.RAW_FIELDS``; picklable); with a ``featurizer``, also compute the batch's
-    features there (on the CPU) and return the ``Batch``."""
-
-    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray,
-                 featurizer: Featurizer | None = None) -> None:
-        self.shape_table = shape_table
-        self.est_frames = est_frames
-        self.featurizer = featurizer
-
-    def __call__(self, items: list[dict[str, Any]]) -> RawBatch | Batch | None:
-        raw = self.pad(items)
-        if raw is None or self.featurizer is None:
-            return raw
-        return self.featurizer(raw, torch.device("cpu"))
-
-    def pad(self, items: list[dict[str, Any]]) -> RawBatch | None:
-        """The padded batch of ``items``, always of the bucket the sampler drew them from:
-        a clip that could not be used (``{"index": i}`` alone) is replaced by the next
-        usable clip of the same batch, the way the sampler fills a bucket's last batch (a
-        repeat counts like any utterance in loss and metrics). A batch of fewer utterances
-        would have a shape no CUDA graph was captured for, and would run uncaptured beside
-        the graphs' memory pool. None if no clip of the batch is usable."""
-        # the bucket from every clip drawn, failed ones included: it is the sampler's shape
-        n_frames, n_tokens = self.shape_table.shape_for(
-            int(self.est_frames[[it["index"] for it in items]].max()))
-        usable = [it for it in items if "wav" in it]
-        if not usable:
-            return None
-        items = [it if "wav" in it else usable[k % len(usable)]
-                 for k, it in enumerate(items)]
-        index = np.array([it["index"] for it in items], np.int64)
-        batch = len(items)
-        wav_lens = np.array([len(it["wav"]) for it in items], np.int64)
-        ref_lens = np.array([len(it["ref_wav"]) for it in items], np.int64)
-        tok_lens = np.array([len(it["tokens"]) for it in items], np.int64)
-        wav = np.zeros((batch, int(wav_lens.max())), np.float32)
-        ref = np.zeros((batch, int(ref_lens.max())), np.float32)
-        tokens = np.zeros((batch, max(n_tokens, int(tok_lens.max()))), np.int64)
-        for i, it in enumerate(items):
-            wav[i, :wav_lens[i]] = it["wav"]
-            ref[i, :ref_lens[i]] = it["ref_wav"]
-            tokens[i, :tok_lens[i]] = it["tokens"]
-        as_long = lambda key: torch.tensor([it[key] for it in items], dtype=torch.long)  # noqa: E731
-        return {"wav": torch.from_numpy(wav), "wav_lengths": torch.from_numpy(wav_lens),
-                "ref_wav": torch.from_numpy(ref), "ref_wav_lengths": torch.from_numpy(ref_lens),
-                "ref_first": as_long("ref_first"), "ref_frames": as_long("ref_frames"),
-                "tokens": torch.from_numpy(tokens), "token_lengths": torch.from_numpy(tok_lens),
-                "speaker_ids": as_long("speaker_id"), "language_ids": as_long("language_id"),
-                "indices": torch.from_numpy(index), "n_frames": torch.tensor(n_frames)}
+        return len(self.sampler)
 
 
 class OnTheFlyLoader:
@@ -212,8 +92,11 @@ class OnTheFlyLoader:
     def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, cfg: Config,
                  device: torch.device,
                  tokenizer: Any, speakers: list[str], raw: RawSplit,
-                 mel_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
+                 mel_stats: tuple[np.ndarray, np.ndarray] | None, pin: bool = False) -> None:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
+        self.pin = pin  # copy batches out of the workers' slots into pinned memory
+        self._live: Iterator[Any] | None = None  # the workers' stream, across passes
+        self._next: tuple[int, int] | None = None  # (epoch, position) it continues with
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
         self.n_mels, self.ref_frames = cfg.audio.n_mels, cfg.data.ref_frames
@@ -223,13 +106,47 @@ class OnTheFlyLoader:
     @property
     def workers_featurize(self) -> bool:
         """The collate function already returns features (the data role is the CPU)."""
-        return self.loader.collate_fn.featurizer is not None
+        return self.wav_collator.featurizer is not None
+
+    @property
+    def wav_collator(self) -> WavCollator:
+        collate = self.loader.collate_fn
+        return collate.collator if isinstance(collate, SlotCollator) else collate
+
+    def host_batches(self) -> Iterator[Any]:
+        """One pass (the sampler's next) as the host receives it: a worker's finished batches
+        copied out of its shared-memory slot; None for a batch no clip of which loaded."""
+        if isinstance(self.loader.batch_sampler, _Stream):
+            return self._stream_pass()
+        return self._receive()
+
+    def _stream_pass(self) -> Iterator[Any]:
+        """One pass taken from the workers' stream (``_Stream``). The sampler's own pass
+        runs in step, one batch list per batch handed out (its epoch, ``state_dict``); a
+        pass the stream did not predict (``set_epoch``, a resume, the previous pass left
+        unfinished) restarts the stream there, dropping what the workers had begun."""
+        start = (self.sampler.epoch, self.sampler.resume_position)
+        steps = iter(self.sampler)
+        if self._live is None or self._next != start:
+            self.loader.batch_sampler.start = start
+            self._live = self._receive()
+        self._next = None  # until this pass is taken to its end
+        for position, _ in enumerate(steps, start[1] + 1):
+            if position == len(self.sampler):
+                self._next = (start[0] + 1, 0)
+            yield next(self._live)
+
+    def _receive(self) -> Iterator[Any]:
+        collate = self.loader.collate_fn
+        if isinstance(collate, SlotCollator):
+            return collate.batches(self.loader, self.pin)
+        return iter(self.loader)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Batch]:
-        for batch in self.loader:
+        for batch in self.host_batches():
             if batch is not None:
                 yield batch if self.workers_featurize else self.featurizer(batch, self.device)
 
@@ -241,7 +158,7 @@ class OnTheFlyLoader:
         see ``SlotRing``. Real frames are counted on the host batch: the finished ``Batch``
         when the workers featurize, else the ``RawBatch`` (``Featurizer.real_frames``)."""
         raw = not self.workers_featurize
-        return SlotRing(self.loader, device, slots=self.cfg.data.ring_slots, hold=hold,
+        return SlotRing(_Pass(self.host_batches), device, slots=self.cfg.data.ring_slots, hold=hold,
                         transform=self.featurizer if raw else None, data_device=self.device,
                         copy_log=copy_log, frames=self.featurizer.real_frames if raw else real_frames)
 
@@ -281,7 +198,7 @@ class OnTheFlyLoader:
             sampler = build_sampler(self.raw.est_frames, np.array([len(t) for t in self.raw.tokens]),
                                     self.cfg, shuffle=False)
             collate = WavCollator(sampler.shape_table(), self.raw.est_frames,
-                                  self.loader.collate_fn.featurizer)
+                                  self.wav_collator.featurizer)
             loader = DataLoader(self.loader.dataset, batch_sampler=sampler, collate_fn=collate,
                                 num_workers=self.loader.num_workers,
                                 worker_init_fn=worker_init if self.loader.num_workers else None,
@@ -394,16 +311,24 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
         workers = default_onthefly_workers()
     extra: dict[str, Any] = {}
     if workers > 0:
-        extra = dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
+        extra = dict(persistent_workers=True, prefetch_factor=PREFETCH_PER_WORKER,
+                     worker_init_fn=worker_init)
     # The CPU data role computes features in the workers; a GPU data role in its own thread.
     featurizer = Featurizer(cfg.audio, cfg.data.ref_frames) if device.type == "cpu" else None
     # pinned host memory for an asynchronous copy to a GPU (features or training); a CPU run
     # on a GPU machine starts no CUDA
     pin = torch.cuda.is_available() and (device.type == "cuda" or cfg.train.device != "cpu")
+    collate: Any = WavCollator(sampler.shape_table(), raw.est_frames, featurizer)
+    if workers > 0 and featurizer is not None:
+        # Finished batches reach the main process through each worker's reused shared-memory
+        # slots (``loader.SlotCollator``; pinned as they are copied out), not through a new
+        # shared-memory segment per tensor per batch.
+        collate = SlotCollator(collate, slot_bytes(sampler.shape_table(), cfg.audio.n_mels,
+                                                   cfg.data.ref_frames))
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
-                        batch_sampler=EpochBatches(sampler),
-                        collate_fn=WavCollator(sampler.shape_table(), raw.est_frames,
-                                               featurizer),
-                        num_workers=workers, pin_memory=pin,
+                        batch_sampler=_Stream(sampler) if workers else EpochBatches(sampler),
+                        collate_fn=collate,
+                        num_workers=workers, pin_memory=pin and not isinstance(collate, SlotCollator),
                         generator=torch.Generator().manual_seed(seed), **extra)
-    return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats), sampler
+    return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats,
+                          pin=pin), sampler

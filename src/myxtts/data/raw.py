@@ -1,0 +1,164 @@
+"""The on-the-fly loader's worker side: raw clips -> padded wav batches (``data.onthefly``).
+
+:class:`RawSplit` (one split of a raw dataset: tokens, header lengths, references),
+:class:`RawAudioDataset` (index -> wav, tokens, reference crop; clips that fail to load are
+reported once and skipped, across workers) and :class:`WavCollator` (pads a batch to its
+bucket's shape and, for a CPU data role, computes its features there). :func:`crop_window`
+cuts a reference crop whose STFT frames equal the full clip's (see ``data.onthefly``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from myxtts.audio.frames import n_frames_for
+from myxtts.config import AudioConfig
+from myxtts.data.batch import Batch, RawBatch
+from myxtts.data.buckets import ShapeTable
+from myxtts.data.dataset import mix64
+from myxtts.data.features import Featurizer
+
+log = logging.getLogger(__name__)
+
+def crop_window(n_samples: int, start_frame: int, n_frames: int, cfg: AudioConfig) -> tuple[int, int, int]:
+    """Samples ``[a, b)`` whose centered STFT contains the full clip's frames
+    ``[start_frame, start_frame + n_frames)`` exactly, from crop frame ``first`` on."""
+    half = cfg.n_fft // 2
+    margin = -(-half // cfg.hop_length)  # frames whose window may reach the cut
+    a = max(0, (start_frame - margin) * cfg.hop_length)
+    last = start_frame + n_frames - 1
+    b = min(n_samples, last * cfg.hop_length + half + 1)  # +1: the reflection needs half+1 samples
+    return a, b, start_frame - a // cfg.hop_length
+
+
+@dataclass
+class RawSplit:
+    """One split of a raw dataset, tokenized, with header lengths and references."""
+
+    ids: list[str]
+    paths: list[str]
+    tokens: list[np.ndarray]  # int32 [L] each
+    speaker_ids: np.ndarray  # int64 [N]
+    language_ids: np.ndarray  # int64 [N]
+    est_frames: np.ndarray  # int64 [N], upper bound of the mel frames (header, untrimmed)
+    refs: np.ndarray  # int32 [N, refs_per_utterance], -1 = unused
+
+
+class RawAudioDataset(Dataset):
+    """Worker side: utterance index -> wav, tokens, reference wav crop (no features)."""
+
+    def __init__(self, split: RawSplit, audio: AudioConfig, ref_frames: int, seed: int) -> None:
+        self.split = split
+        self.audio = audio
+        self.ref_frames = int(ref_frames)
+        self.seed = int(seed)
+        # 1 = the clip failed to load once: reported then, skipped from then on. Shared
+        # memory: every loader worker (forked or spawned) and the main process see one map.
+        self.failed = torch.zeros(len(split.paths), dtype=torch.uint8).share_memory_()
+
+    def __len__(self) -> int:
+        return len(self.split.paths)
+
+    def _load(self, i: int) -> np.ndarray | None:
+        """The clip, or None when it cannot be used (said once per clip, across workers
+        and epochs; a clip that failed is not read again)."""
+        from myxtts.audio.io import AudioError, load_audio
+
+        if self.failed[i]:
+            return None
+        try:
+            return load_audio(self.split.paths[i], self.audio)  # float32 [samples]
+        except AudioError as e:
+            if not self.failed[i]:
+                self.failed[i] = 1
+                log.warning("on-the-fly: leaving out a clip that cannot be used (its batch "
+                            "repeats another of its clips instead): %s", e)
+            return None
+
+    def item(self, i: int, epoch: int) -> dict[str, Any]:
+        """The clip's fields; ``{"index": i}`` alone when it cannot be used."""
+        wav = self._load(i)
+        if wav is None:
+            return {"index": i}
+        h = mix64(self.seed, epoch, i)
+        row = self.split.refs[i]
+        refs = row[row >= 0]
+        r = int(refs[h % len(refs)])
+        ref_wav = wav if r == i else self._load(r)
+        if ref_wav is None:
+            ref_wav = wav  # a broken reference clip: clone from the utterance itself
+        n_ref = n_frames_for(len(ref_wav), self.audio)
+        want = min(self.ref_frames, n_ref)
+        start = (h >> 32) % (n_ref - want + 1)
+        a, b, first = crop_window(len(ref_wav), start, want, self.audio)
+        return {"wav": wav, "tokens": self.split.tokens[i], "ref_wav": ref_wav[a:b],
+                "ref_first": first, "ref_frames": want, "speaker_id": int(self.split.speaker_ids[i]),
+                "language_id": int(self.split.language_ids[i]), "index": i}
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.item(int(i), 0)
+
+    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
+        epoch = 0
+        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
+            epoch, indices = indices
+        return [self.item(int(i), epoch) for i in indices]
+
+
+class WavCollator:
+    """Worker side: pad wavs / reference wavs / tokens of a batch into a ``RawBatch``
+    (``data.batch.RAW_FIELDS``; picklable); with a ``featurizer``, also compute the batch's
+    features there (on the CPU) and return the ``Batch``."""
+
+    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray,
+                 featurizer: Featurizer | None = None) -> None:
+        self.shape_table = shape_table
+        self.est_frames = est_frames
+        self.featurizer = featurizer
+
+    def __call__(self, items: list[dict[str, Any]]) -> RawBatch | Batch | None:
+        raw = self.pad(items)
+        if raw is None or self.featurizer is None:
+            return raw
+        return self.featurizer(raw, torch.device("cpu"))
+
+    def pad(self, items: list[dict[str, Any]]) -> RawBatch | None:
+        """The padded batch of ``items``, always of the bucket the sampler drew them from:
+        a clip that could not be used (``{"index": i}`` alone) is replaced by the next
+        usable clip of the same batch, the way the sampler fills a bucket's last batch (a
+        repeat counts like any utterance in loss and metrics). A batch of fewer utterances
+        would have a shape no CUDA graph was captured for, and would run uncaptured beside
+        the graphs' memory pool. None if no clip of the batch is usable."""
+        # the bucket from every clip drawn, failed ones included: it is the sampler's shape
+        n_frames, n_tokens = self.shape_table.shape_for(
+            int(self.est_frames[[it["index"] for it in items]].max()))
+        usable = [it for it in items if "wav" in it]
+        if not usable:
+            return None
+        items = [it if "wav" in it else usable[k % len(usable)]
+                 for k, it in enumerate(items)]
+        index = np.array([it["index"] for it in items], np.int64)
+        batch = len(items)
+        wav_lens = np.array([len(it["wav"]) for it in items], np.int64)
+        ref_lens = np.array([len(it["ref_wav"]) for it in items], np.int64)
+        tok_lens = np.array([len(it["tokens"]) for it in items], np.int64)
+        wav = np.zeros((batch, int(wav_lens.max())), np.float32)
+        ref = np.zeros((batch, int(ref_lens.max())), np.float32)
+        tokens = np.zeros((batch, max(n_tokens, int(tok_lens.max()))), np.int64)
+        for i, it in enumerate(items):
+            wav[i, :wav_lens[i]] = it["wav"]
+            ref[i, :ref_lens[i]] = it["ref_wav"]
+            tokens[i, :tok_lens[i]] = it["tokens"]
+        as_long = lambda key: torch.tensor([it[key] for it in items], dtype=torch.long)  # noqa: E731
+        return {"wav": torch.from_numpy(wav), "wav_lengths": torch.from_numpy(wav_lens),
+                "ref_wav": torch.from_numpy(ref), "ref_wav_lengths": torch.from_numpy(ref_lens),
+                "ref_first": as_long("ref_first"), "ref_frames": as_long("ref_frames"),
+                "tokens": torch.from_numpy(tokens), "token_lengths": torch.from_numpy(tok_lens),
+                "speaker_ids": as_long("speaker_id"), "language_ids": as_long("language_id"),
+                "indices": torch.from_numpy(index), "n_frames": torch.tensor(n_frames)}
