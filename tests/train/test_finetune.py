@@ -178,11 +178,20 @@ def test_other_mel_definition_is_refused_naming_the_keys(stores, base, tmp_path)
     assert "audio.n_mels: store 64, model 80" in message and "\n" not in message
 
 
-def test_cli_refuses_init_from_with_resume(base, tmp_path, capsys):
+def test_cli_fine_tunes_with_the_packaged_config(stores, base, tmp_path, capsys, one_thread):
     from myxtts.cli.main import main
 
-    code = main(["train", str(tmp_path), "--init-from", str(base), "--resume", "x.pt"])
-    assert code == 2 and "--init-from" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert main(["train", str(stores["fa"]), "--init-from", str(base), "--config", "finetune",
+                 "--output-dir", str(out), "--max-steps", "2", "--quiet",
+                 "--set", "train.tensorboard=false"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"model: the one of {base} (fine-tuning it)")
+    assert "trained to step 2" in shown and (out / "vocab.json").is_file()
+    for extra, words in ((["--resume", "x.pt"], "--init-from starts a new run"),
+                         (["--model-size", "small"], "--model-size: the model comes from")):
+        code = main(["train", str(stores["fa"]), "--init-from", str(base), *extra])
+        assert code == 2 and words in capsys.readouterr().err
 
 
 def test_finetune_preset_is_a_packaged_config(capsys):

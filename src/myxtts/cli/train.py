@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from and args.resume:
         raise CLIError("--init-from starts a new run from a trained model, --resume continues a "
                        "run from its own checkpoint: give one of them")
+    if args.init_from and args.preset:
+        raise CLIError(f"--model-size: the model comes from --init-from {args.init_from}; "
+                       f"leave --model-size out")
     if args.init_from:
         cfg = config_from_args(args, run_overrides(args), args.data)
         size_line = f"model: the one of {args.init_from} (fine-tuning it)"
