@@ -198,7 +198,7 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
             raw = (_remap_raw(raw[0], vocab_map), tok, raw[2])
     loader, sampler = build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=stats,
                                             rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
-    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio if not resuming
+    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio for a new model
 
     def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
         return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),
