@@ -147,9 +147,18 @@ def test_freeze_leaves_frozen_weights_bit_identical(stores, base, tmp_path, one_
     assert n_opt == n_free
 
 
-def test_freeze_names_are_checked():
+def test_freeze_names_are_checked_and_cover_the_model():
+    import typing
+
+    from myxtts.config.sections import FreezePart
+    from myxtts.model.xtts import build_model, part_of
+
     with pytest.raises(ConfigError, match="'conditioning', 'text_embeddings', 'text_encoder'"):
         micro_config(Path("unused"), "train.freeze=[encoder]")
+    cfg = micro_config(Path("unused"))
+    with torch.device("meta"):
+        model = build_model(cfg, 20, 1, None, None)
+    assert {part_of(n) for n, _ in model.named_parameters()} == set(typing.get_args(FreezePart))
 
 
 def test_init_from_and_resume_conflict(stores, base, tmp_path):
