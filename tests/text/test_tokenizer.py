@@ -133,3 +133,17 @@ def test_extra_chars_and_tensor_ids(tok):
     torch = pytest.importorskip("torch")
     ids = torch.tensor(t.encode("zab", "en"))
     assert t.decode(ids) == "zab"
+
+
+def test_extended_keeps_old_ids_and_appends_new_symbols():
+    old = Tokenizer(["en"], [" ", "a", "b"])
+    assert old.extended(Tokenizer(["en"], ["a"])) is old  # nothing new: the same tokenizer
+    letters = old.extended(Tokenizer(["en"], ["z", "a", "c"]))
+    assert letters.tokens == [*old.tokens, "c", "z"]  # old ids kept, new letters sorted after
+    both = old.extended(Tokenizer(["fa", "en"], ["ش", " "]))
+    assert both.languages == ["en", "fa"] and both.chars == [" ", "a", "b", "ش"]
+    assert Tokenizer.from_dict(both.to_dict()) == both  # the store's format holds it
+    fa = Tokenizer(["fa"], [" ", "ش"])
+    assert [both.tokens[i] for i in both.id_map(fa)] == fa.tokens
+    with pytest.raises(TokenizerError, match="lacks"):
+        old.id_map(fa)

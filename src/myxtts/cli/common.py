@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
     """``--config`` and ``--set`` always; the training shortcuts only where they matter
     (``training=False`` for commands such as prepare that never read them)."""
     g = p.add_argument_group("configuration")
-    g.add_argument("--config", metavar="YAML", help="config file (see `myxtts config show`)")
+    g.add_argument("--config", metavar="YAML", help="config file (see `myxtts config show`), "
+                   "or one that comes with myxtts: " + ", ".join(PACKAGED_CONFIGS))
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one config value, e.g. --set train.lr=3e-4 (repeatable)")
     if not training:
@@ -46,6 +48,18 @@ def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
     g.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
     g.add_argument("--output-dir", help="run folder (train.output_dir)")
     g.add_argument("--seed", type=int, help="train.seed")
+
+
+# Configs that come with myxtts (src/myxtts/presets/NAME.yaml), for --config NAME.
+PACKAGED_CONFIGS = ("demo", "finetune")
+
+
+def config_file(value: str | None) -> str | Path | None:
+    """``--config``'s file: ``value`` itself, or where no such file exists and it names a
+    packaged config (``PACKAGED_CONFIGS``), that config's file."""
+    if value is None or value not in PACKAGED_CONFIGS or Path(value).exists():
+        return value
+    return Path(str(resources.files("myxtts") / "presets" / f"{value}.yaml"))
 
 
 _FLAG_TO_KEY = {
@@ -67,7 +81,8 @@ def config_from_args(args: argparse.Namespace, base_overrides: list[str] | None 
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
-    return load_config(getattr(args, "config", None), getattr(args, "preset", None), overrides,
+    return load_config(config_file(getattr(args, "config", None)), getattr(args, "preset", None),
+                       overrides,
                        inherit=data_settings(data) if data is not None else None)
 
 
@@ -109,7 +124,7 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
     cfg = config_from_args(args, base_overrides, data)
     named = getattr(args, "preset", None) or any(
         o.split("=", 1)[0].startswith("model.") for o in getattr(args, "overrides", None) or [])
-    config = getattr(args, "config", None)
+    config = config_file(getattr(args, "config", None))
     if config is not None and not named:
         named = "model" in (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {})
     if named:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from myxtts.cli.common import add_config_args, config_with_size
+from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", help="prepared store folder, or a raw dataset for on-the-fly features")
     p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint file "
                    "(default: the newest one in the output folder, if any)")
+    p.add_argument("--init-from", metavar="RUN_OR_CKPT",
+                   help="fine-tune: start a new run (step 0, fresh optimizer, its own "
+                        "--output-dir) from this trained run's model (its best.pt, else its "
+                        "newest checkpoint) or checkpoint file; the vocabulary grows to cover "
+                        "the data. Try --config finetune")
     add_run_args(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(p)
@@ -49,12 +54,23 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, size_line = config_with_size(args, run_overrides(args), args.data)
+    if args.init_from and args.resume:
+        raise CLIError("--init-from starts a new run from a trained model, --resume continues a "
+                       "run from its own checkpoint: give one of them")
+    if args.init_from and args.preset:
+        raise CLIError(f"--model-size: the model comes from --init-from {args.init_from}; "
+                       f"leave --model-size out")
+    if args.init_from:
+        cfg = config_from_args(args, run_overrides(args), args.data)
+        size_line = f"model: the one of {args.init_from} (fine-tuning it)"
+    else:
+        cfg, size_line = config_with_size(args, run_overrides(args), args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(size_line, flush=True)
     from myxtts.train.loop import train
 
-    result = train(cfg, args.data, resume=args.resume, progress=not args.quiet)
+    result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
+                   init_from=args.init_from)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
     return 130 if result.stopped_by_signal else 0

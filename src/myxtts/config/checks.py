@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import Any
 
-from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError
+from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError, FreezePart
 
 
 def validate(cfg: Config) -> None:
@@ -80,6 +81,9 @@ def validate(cfg: Config) -> None:
     if not lo <= t.guided_attn_sigma <= hi:
         raise ConfigError(f"train.guided_attn_sigma must be in [{lo}, {hi}] (the range the guided "
                           f"loss supports; 0.2 is the usual value), got {t.guided_attn_sigma}")
+    if set(t.freeze) >= set(typing.get_args(FreezePart)):
+        raise ConfigError(f"train.freeze names every part of the model {t.freeze}: nothing "
+                          f"would train; leave at least one out")
     if not 0.0 <= t.self_feed <= 1.0:
         raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
     if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:

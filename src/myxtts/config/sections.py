@@ -139,6 +139,10 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# The model's parts ``train.freeze`` names (model.xtts.part_of says which weights each holds).
+FreezePart = Literal["conditioning", "text_embeddings", "text_encoder", "decoder", "postnet"]
+
+
 @dataclass
 class TrainConfig:
     """Optimisation, precision, checkpointing and logging."""
@@ -193,6 +197,11 @@ class TrainConfig:
     activation_checkpointing: bool = _f(False, "recompute each transformer block's activations in "
                                         "the backward pass instead of keeping them: less memory "
                                         "(bigger batches or presets) for more compute")
+    freeze: list[FreezePart] = _f([], "parts of the model left as they are (no gradient, not "
+                                  "in the optimizer), e.g. [conditioning, decoder] when "
+                                  "fine-tuning: conditioning (reference encoder), "
+                                  "text_embeddings (token and language rows), text_encoder "
+                                  "(its layers), decoder, postnet")
     peak_tflops: float = _f(0.0, "the device's dense peak TFLOP/s at the training precision, for "
                             "MFU in logs and `myxtts profile`; 0 = from the built-in table of "
                             "NVIDIA GPUs (MFU is left out on a device it does not know)")

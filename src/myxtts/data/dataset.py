@@ -13,13 +13,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from myxtts.data.store import FeatureStore
+
+if TYPE_CHECKING:
+    from myxtts.text.tokenizer import Tokenizer
 
 _MASK64 = (1 << 64) - 1
 _SERIAL_ELEMENTS = 32767  # torch runs element-wise ops on fewer elements than 32768 inline
@@ -36,6 +39,22 @@ def mix64(*values: int) -> int:
     return x
 
 
+class VocabMap(NamedTuple):
+    """The data's token and language ids in a model's larger vocabulary (a fine-tuned model
+    grows the vocabulary it was trained with by the new data's symbols: ``Tokenizer.extended``)."""
+
+    tokens: np.ndarray  # int32 [data vocab_size]: data token id -> model token id
+    languages: np.ndarray  # int64 [data languages]: data language index -> model's
+
+    @classmethod
+    def between(cls, data: Tokenizer, model: Tokenizer) -> VocabMap | None:
+        """None where the two vocabularies are the same (nothing to map)."""
+        if data == model:
+            return None
+        return cls(np.asarray(model.id_map(data), np.int32),
+                   np.asarray([model.language_id(x) for x in data.languages], np.int64))
+
+
 class StoreDataset(Dataset):
     """Items of one split of a ``FeatureStore``; picklable (workers re-map the files).
 
@@ -49,11 +68,13 @@ class StoreDataset(Dataset):
     ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from
     :class:`EpochBatches`. ``epoch`` (default 0) is used for plain index lists.
     ``transfer``: the batches go to a GPU, so items carry float16 memmap views (see the
-    module docstring); else float32 copies.
+    module docstring); else float32 copies. ``vocab_map``: token and language ids mapped
+    into a model's vocabulary (None: the store's ids).
     """
 
     def __init__(self, store: FeatureStore | str | Path, ref_frames: int, seed: int = 0,
-                 split: str = "train", transfer: bool = False) -> None:
+                 split: str = "train", transfer: bool = False,
+                 vocab_map: VocabMap | None = None) -> None:
         if not isinstance(store, FeatureStore):
             store = FeatureStore.open(store, split)
         if ref_frames < 1:
@@ -62,6 +83,7 @@ class StoreDataset(Dataset):
         self.ref_frames = int(ref_frames)
         self.seed = int(seed)
         self.transfer = bool(transfer)
+        self.vocab_map = vocab_map
         self.epoch = 0
         self._refresh()
 
@@ -73,6 +95,9 @@ class StoreDataset(Dataset):
         self._mel_off, self._mel_len = st.mel_offsets, st.mel_lengths
         self._tok_off, self._tok_len = st.token_offsets, st.token_lengths
         self._speaker, self._language = st.speaker_ids, st.language_ids
+        self._token_map = None if self.vocab_map is None else self.vocab_map.tokens
+        if self.vocab_map is not None:
+            self._language = self.vocab_map.languages[self._language]
         self._refs = st.ref_table  # int32 [N, R], valid entries first, -1 after
         self._n_refs = (st.ref_table >= 0).sum(axis=1)  # [N]
         self._mel_t: torch.Tensor | None = None  # torch view of the mel memmap (per process)
@@ -96,7 +121,7 @@ class StoreDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
         return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
-                "transfer": self.transfer, "epoch": self.epoch}
+                "transfer": self.transfer, "epoch": self.epoch, "vocab_map": self.vocab_map}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -133,7 +158,8 @@ class StoreDataset(Dataset):
             if r_len > self.ref_frames:  # random crop, start from the hash's upper half
                 r_off += (hashes[j] >> 32) % (r_len - self.ref_frames + 1)
                 r_len = self.ref_frames
-            items.append({"tokens": tokens[t_off:t_off + t_len],  # int32 [L] view
+            text = tokens[t_off:t_off + t_len]  # int32 [L] view
+            items.append({"tokens": text if self._token_map is None else self._token_map[text],
                           "mel": frames(off, n),  # [T, n_mels]
                           "ref_mel": frames(r_off, r_len),  # [R', n_mels]
                           "speaker_id": spk, "language_id": lang, "index": i})

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from myxtts.config import Config, ConfigError
 from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
 from myxtts.data.collate import Collator
-from myxtts.data.dataset import EpochBatches, StoreDataset
+from myxtts.data.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.prefetch import PrefetchFeed
 from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import FeatureStore
@@ -89,7 +89,8 @@ def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, wor
 def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = "train",
                  rank: int = 0, world_size: int = 1, device: str | torch.device | None = None,
                  seed: int | None = None, shuffle: bool = True, num_workers: int | None = None,
-                 batch_sizes: list[int] | None = None) -> tuple[StoreLoader, BucketBatchSampler]:
+                 batch_sizes: list[int] | None = None, vocab_map: VocabMap | None = None
+                 ) -> tuple[StoreLoader, BucketBatchSampler]:
     """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
 
     ``store``: an open FeatureStore or its path (opened with ``cfg``, so a store built for
@@ -99,6 +100,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     ``seed``: batch order and reference crops (default ``data.shuffle_seed``).
     ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`default_num_workers`).
     ``batch_sizes``: one per bucket, replacing the frame budget's (``data.batch_frames=auto``).
+    ``vocab_map``: the store's token and language ids as a model's (``dataset.VocabMap``).
     Returns ``(loader, sampler)``: call ``sampler.set_epoch`` / ``state_dict`` on the
     sampler; iterating the loader runs one epoch and advances the sampler to the next.
     """
@@ -113,7 +115,8 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                             batch_sizes=batch_sizes)
     transfer = device is not None and torch.device(device).type == "cuda"
     pin = transfer and torch.cuda.is_available()
-    dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer)
+    dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,
+                           vocab_map=vocab_map)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)
     if workers < 0:
         workers = default_num_workers()

@@ -331,3 +331,18 @@ def count_parameters(cfg: Config, n_tokens: int = ASSUMED_VOCAB_SIZE) -> int:
     with torch.device("meta"):
         model = build_model(cfg, n_tokens, len(cfg.text.languages), None, None)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# Weights of each part ``train.freeze`` names (config.sections.FreezePart), by parameter
+# name prefix; the text encoder's embeddings are a part of their own, so a fine-tuning run
+# can keep the encoder's layers and still learn the rows of new letters (or the reverse).
+TEXT_EMBEDDINGS = ("text_encoder.token_emb.", "text_encoder.lang_emb.")
+_TOP_PARTS = {"cond_encoder": "conditioning", "text_encoder": "text_encoder",
+              "decoder": "decoder", "postnet": "postnet"}
+
+
+def part_of(param_name: str) -> str:
+    """The ``train.freeze`` part that holds the parameter ``param_name`` of an :class:`XTTS`."""
+    if param_name.startswith(TEXT_EMBEDDINGS):
+        return "text_embeddings"
+    return _TOP_PARTS[param_name.split(".", 1)[0]]

@@ -119,6 +119,29 @@ class Tokenizer:
                 f"{', '.join(self._languages)}); add it to text.languages and re-prepare"
             ) from None
 
+    # ------------------------------------------------------------ growing (fine-tuning)
+
+    def extended(self, other: Tokenizer) -> Tokenizer:
+        """This vocabulary grown to cover ``other``'s: its languages, then ``other``'s new
+        ones; its characters in their order, then ``other``'s new ones sorted. Specials and
+        this tokenizer's language tokens keep their ids; its characters keep theirs unless a
+        language is added (the layout puts language tokens before characters: each new
+        language moves them up by one id, in order). ``self`` if nothing is new."""
+        languages = [*self._languages, *(x for x in other._languages if x not in self._lang_token_id)]
+        chars = [*self._chars, *sorted(c for c in other._chars if c not in self._char_to_id)]
+        if len(languages) == len(self._languages) and len(chars) == len(self._chars):
+            return self
+        return Tokenizer(languages, chars)
+
+    def id_map(self, other: Tokenizer) -> list[int]:
+        """For each token id of ``other``, the id of the same token here (``other``'s
+        vocabulary must be covered: see :meth:`extended`)."""
+        ids = {tok: i for i, tok in enumerate(self.tokens)}
+        missing = [tok for tok in other.tokens if tok not in ids]
+        if missing:
+            raise TokenizerError(f"this vocabulary lacks {missing} of the other; extend it first")
+        return [ids[tok] for tok in other.tokens]
+
     # ------------------------------------------------------------ encode / decode
 
     def knows(self, ch: str) -> bool:

@@ -2,9 +2,11 @@
 
 Two sources, one result (:class:`TrainData`): a store folder (has ``manifest.json``)
 gives memory-mapped features; anything else is read as a raw dataset and featurised on
-the fly on ``data.data_device``. On resume the checkpoint's vocabulary and mel
-statistics must match (a store) or are reused (on the fly), and the sampler continues
-mid-epoch from the checkpoint's position (:meth:`TrainData.continue_from`).
+the fly on ``data.data_device``. On resume the checkpoint's vocabulary must cover the
+data's (a store) or is used (on the fly), its mel statistics are reused, and the sampler
+continues mid-epoch from the checkpoint's position (:meth:`TrainData.continue_from`). A run
+that fine-tunes a trained model (``base``) speaks that model's vocabulary grown by the
+data's new symbols (:func:`model_vocabulary`): the data's ids are mapped into it on the host.
 
 The train loader can be rebuilt with one batch size per bucket
 (:meth:`TrainData.set_batch_sizes`): ``data.batch_frames=auto`` plans the buckets first,
@@ -24,6 +26,7 @@ import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
+from myxtts.data.dataset import VocabMap
 from myxtts.data.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
@@ -33,7 +36,7 @@ from myxtts.train.errors import TrainError
 
 if TYPE_CHECKING:  # the loaders are imported where a run opens its data (audio, workers)
     from myxtts.data.loader import StoreLoader
-    from myxtts.data.onthefly import OnTheFlyLoader
+    from myxtts.data.onthefly import OnTheFlyLoader, RawSplit
 
 # Either implements ``data.feed.TrainLoader`` (``device_feed``: what the trainer iterates);
 # each keeps the extras of its path (a store's dataset; the on-the-fly featurizer).
@@ -102,21 +105,57 @@ def is_store(path: Path) -> bool:
 
 
 def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
-                    state: dict[str, Any] | None) -> TrainData:
-    """The run's data, batched as the config plans it. ``state`` (a checkpoint) supplies the
-    vocabulary and mel statistics on the fly. Call :meth:`TrainData.continue_from` once the
-    batch plan is final."""
+                    state: dict[str, Any] | None, base: dict[str, Any] | None = None) -> TrainData:
+    """The run's data, batched as the config plans it. ``state`` (the checkpoint resumed)
+    supplies the vocabulary on the fly and the mel statistics; ``base`` (the checkpoint a
+    fine-tuning run starts from) the vocabulary to grow and the mel statistics. Call
+    :meth:`TrainData.continue_from` once the batch plan is final."""
     path = Path(data_path)
     if not path.exists():
         raise TrainError(f"{path} does not exist: pass a store from `myxtts prepare` or a dataset folder")
-    data = _from_store(cfg, path, device, dist) if is_store(path) else \
-        _on_the_fly(cfg, path, device, dist, state)
+    data = _from_store(cfg, path, device, dist, state, base) if is_store(path) else \
+        _on_the_fly(cfg, path, device, dist, state, base)
     data.source = str(path)
     _pick_synth_batch(cfg, data)
     return data
 
 
-def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -> TrainData:
+def model_vocabulary(data: Tokenizer, state: dict[str, Any] | None,
+                     base: dict[str, Any] | None) -> tuple[Tokenizer, VocabMap | None]:
+    """The vocabulary the model speaks and the map of the data's ids into it (None: the
+    data's own). Fine-tuning (``base``): the base model's vocabulary extended by the data's
+    new symbols (``Tokenizer.extended``). Resuming (``state``): the run's vocabulary where it
+    covers the data's; else the data's, which :meth:`TrainData.continue_from` refuses."""
+    if base is not None:
+        model = Tokenizer.from_dict(base[ck.VOCAB]).extended(data)
+    elif state is not None:
+        model = Tokenizer.from_dict(state[ck.VOCAB])
+        if model.extended(data) is not model:
+            return data, None
+    else:
+        return data, None
+    vocab_map = VocabMap.between(data, model)
+    return (data, None) if vocab_map is None else (model, vocab_map)
+
+
+def _saved_stats(saved: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The mel statistics a checkpoint's model normalises with (None: no checkpoint)."""
+    if saved is None:
+        return None
+    return saved[ck.MEL_MEAN].numpy(), saved[ck.MEL_STD].numpy()
+
+
+def _remap_raw(splits: dict[str, RawSplit], vocab_map: VocabMap) -> dict[str, RawSplit]:
+    """A raw dataset's splits with their token and language ids in the model's vocabulary."""
+    import dataclasses
+
+    return {name: dataclasses.replace(
+        s, tokens=[vocab_map.tokens[t] for t in s.tokens],
+        language_ids=vocab_map.languages[s.language_ids]) for name, s in splits.items()}
+
+
+def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
+                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
     from myxtts.data.loader import build_loader
 
     train_store = FeatureStore.open(path, "train", cfg)
@@ -127,9 +166,11 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
                          f"in utterance {first}, {train_store.ids[first]}); run `myxtts prepare "
                          f"--verify {path}` and rebuild the store with --force")
 
+    tokenizer, vocab_map = model_vocabulary(train_store.tokenizer, state, base)
+
     def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
         return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
-                            device=device, batch_sizes=sizes)
+                            device=device, batch_sizes=sizes, vocab_map=vocab_map)
 
     loader, sampler = rebuild(None)
     val_loader = val_sampler = None
@@ -137,23 +178,27 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo) -
     if len(val_store) > 0:
         val_loader, val_sampler = build_loader(val_store, cfg, split="val", device=device,
                                                rank=dist.rank, world_size=dist.world_size,
-                                               seed=VAL_SEED, shuffle=False, num_workers=0)
-    return TrainData(loader, sampler, val_loader, val_sampler, train_store.tokenizer,
-                     train_store.mel_mean, train_store.mel_std, rebuild=rebuild)
+                                               seed=VAL_SEED, shuffle=False, num_workers=0,
+                                               vocab_map=vocab_map)
+    mean, std = _saved_stats(base or state) or (train_store.mel_mean, train_store.mel_std)
+    return TrainData(loader, sampler, val_loader, val_sampler, tokenizer, mean, std,
+                     rebuild=rebuild)
 
 
 def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
-                state: dict[str, Any] | None) -> TrainData:
+                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
     from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
 
     tok = Tokenizer.from_dict(state[ck.VOCAB]) if state is not None else None
-    stats = None
-    if state is not None:
-        stats = (state[ck.MEL_MEAN].numpy(), state[ck.MEL_STD].numpy())
+    stats = _saved_stats(state if state is not None else base)
     raw = read_raw_splits(path, cfg, tok)
+    if base is not None:  # tokenized with the data's own vocabulary: mapped into the model's
+        tok, vocab_map = model_vocabulary(raw[1], None, base)
+        if vocab_map is not None:
+            raw = (_remap_raw(raw[0], vocab_map), tok, raw[2])
     loader, sampler = build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=stats,
                                             rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
-    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio if not resuming
+    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio for a new model
 
     def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
         return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),

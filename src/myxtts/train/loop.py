@@ -28,6 +28,7 @@ from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.finetune import check_new_run
 from myxtts.train.run import StopFlag, TrainResult, locked_run
 from myxtts.train.setup import build_setup
 from myxtts.train.step import TrainStep
@@ -37,18 +38,20 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-          progress: bool = True) -> TrainResult:
-    """Train into ``cfg.train.output_dir``, which this process locks while it writes."""
+          progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
+    """Train into ``cfg.train.output_dir``, which this process locks while it writes.
+    ``init_from``: a trained run or checkpoint to fine-tune (a new run: ``train.finetune``)."""
     return locked_run(cfg.train.output_dir, "myxtts train", _train, cfg, data_path, resume,
-                      progress)
+                      progress, init_from)
 
 
 def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-           progress: bool = True) -> TrainResult:
+           progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
     out = Path(cfg.train.output_dir)
+    check_new_run(out, resume, init_from)
     manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
-    run = build_setup(cfg, data_path, resume_path)
+    run = build_setup(cfg, data_path, resume_path, init_from)
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
                                                run.dist, run.record)
     if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in

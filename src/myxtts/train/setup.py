@@ -4,7 +4,7 @@
 loader, model, precision, compile mode, CUDA graphs and frame budget as the run it
 advises: data (``train.data``), model and optimizer, the resumed state, the measured batch
 sizes (``data.batch_frames=auto``, ``train.budget``) and the warm-up of every bucket shape
-(``train.warmup``).
+(``train.warmup``). A fine-tuning run starts from another run's model (``train.finetune``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 
 from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
 from myxtts.train import checkpoint as ck
+from myxtts.train import finetune
 from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_data
 from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
 from myxtts.train.errors import TrainError
@@ -60,9 +61,11 @@ def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
     return config_from_dict(merged)
 
 
-def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) -> TrainSetup:
-    """Data, model, optimizer and step from ``cfg`` (and the checkpoint at ``resume_path``),
-    batch sizes fitted and every bucket shape warmed up on a GPU or when compiled."""
+def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
+                init_from: str | Path | None = None) -> TrainSetup:
+    """Data, model, optimizer and step from ``cfg`` (and the checkpoint at ``resume_path``,
+    or the trained model ``init_from`` fine-tunes), batch sizes fitted and every bucket
+    shape warmed up on a GPU or when compiled."""
     dist = init_distributed(cfg.train.device)
     device = dist.device if dist.enabled else resolve_device(cfg.train.device, "train.device")
     state: dict[str, Any] | None = None
@@ -72,6 +75,11 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
         cfg = _resume_config(cfg, state[ck.CONFIG])
         record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
         log.info("resuming from %s (step %d)", resume_path, record.step)
+    base: dict[str, Any] | None = None
+    if init_from is not None:
+        base_file, base = finetune.load_base(init_from)
+        cfg = finetune.base_config(cfg, base, base_file,
+                                   Path(data_path) if is_store(Path(data_path)) else None)
     configure_device(device)
     seed_everything(cfg.train.seed + dist.rank)
     on_the_fly = Path(data_path).is_dir() and not is_store(Path(data_path))
@@ -84,14 +92,19 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None) ->
     apply_caps(caps)  # before anything is allocated on a capped GPU
     data, failure = None, None
     try:
-        data = open_train_data(cfg, data_path, device, dist, state)
+        data = open_train_data(cfg, data_path, device, dist, state, base)
     except (TrainError, ConfigError, OSError, ValueError) as e:  # e.g. a store missing on a node
         failure = e
     agree(dist, failure)
     assert data is not None
     from myxtts.model.xtts import build_model
 
-    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std).to(device)
+    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
+    if base is not None:
+        finetune.load_base_weights(model, base, data.tokenizer)
+        if dist.rank == 0:
+            log.info("%s", finetune.describe(base_file, base, data.tokenizer))
+    model = model.to(device)
     step_fn, plan = build_step(cfg, model, device, dist)
     if state is not None:
         ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
@@ -178,6 +191,7 @@ def build_step(cfg: Config, model: torch.nn.Module, device: torch.device, dist: 
     activation checkpointing, AdamW and its schedule from ``cfg``; compiled as the plan says
     unless ``compile_model``."""
     model.set_activation_checkpointing(cfg.train.activation_checkpointing)
+    finetune.freeze(model, cfg.train.freeze)
     opt, fused = build_optimizer(model, cfg.train)
     plan = plan_step(cfg, device, dist.enabled, fused)
     if compile_model is not None:
