@@ -77,6 +77,9 @@ def test_export_and_synthesize_from_the_command_line(run, reference, tmp_path, c
         assert main(["synthesize", "-c", str(source), "-t", TEXT, "-r", str(reference),
                      "-o", str(tmp_path / wav), "--device", "cpu"]) == 0
     assert np.array_equal(sf.read(tmp_path / "b.wav")[0], sf.read(tmp_path / "r.wav")[0])
+    named_pt = tmp_path / "m.pt"  # a bundle under any name
+    named_pt.write_bytes(file.read_bytes())
+    assert Synthesizer.from_checkpoint(named_pt, device="cpu").tokenizer.languages == ["en"]
 
 
 def _damaged(blob: bytes, at: int) -> bytes:
@@ -102,6 +105,7 @@ def test_a_changed_byte_a_cut_copy_or_another_file_is_one_line_naming_it(bundle,
         "plain.safetensors": (safetensors.torch.save({"w": torch.ones(2)}),
                               "is a safetensors file but not a myxtts bundle"),
         "notes.txt": (b"just some text\n", "is not a myxtts model bundle"),
+        "empty.safetensors": (b"", "is empty"),
     }
     for name, (data, message) in cases.items():
         path = tmp_path / name

@@ -63,13 +63,14 @@ class Exported:
 
 
 def is_bundle(path: str | Path) -> bool:
-    """A file that is not a ``torch.save`` checkpoint (a zip): read it as a bundle, whose
-    reader names what is wrong with it if it is none."""
+    """A file that is no ``torch.save`` checkpoint (a zip) and, if named ``.pt``, starts
+    as a bundle does: read it as a bundle, whose reader names what is wrong if it is none."""
     p = Path(path)
     if not p.is_file():
         return False
     with p.open("rb") as f:
-        return f.read(4) != _ZIP
+        head = f.read(9)
+    return not head.startswith(_ZIP) and (p.suffix != ".pt" or head[8:9] == b"{")
 
 
 def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, torch.Tensor], bool]:
@@ -93,6 +94,9 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
     from myxtts.config import config_from_dict
     from myxtts.train.vocoder import checkpoint as vck
 
+    out = Path(out)
+    if out.is_dir():
+        raise TrainError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
     file = ck.resolve_checkpoint(run)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
@@ -111,9 +115,6 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
         tensors.update({VOCODER_PREFIX + k: v for k, v in voc[vck.GENERATOR].items()})
         meta[VOCODER_CONFIG] = json.dumps(voc[ck.CONFIG])
     blob = _seal(_serialize(tensors, meta))
-    out = Path(out)
-    if out.is_dir():
-        raise TrainError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
     atomic_write(out, blob)
     return Exported(out, len(blob), file, file.stat().st_size, averaged, voc_file)
 
@@ -129,8 +130,16 @@ def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
 def _seal(blob: bytes) -> bytes:
     """``blob`` with the SHA-256 of itself (its digits read as zeros) in its digits."""
     at = _checksum_at(blob)
-    digest = hashlib.sha256(blob).hexdigest().encode()
-    return blob[:at] + digest + blob[at + 64:]
+    return blob[:at] + _digest(blob, at) + blob[at + 64:]
+
+
+def _digest(blob: bytes, at: int) -> bytes:
+    """SHA-256 hex digits of ``blob`` with the 64 bytes at ``at`` read as zeros (no copy)."""
+    view = memoryview(blob)
+    h = hashlib.sha256(view[:at])
+    h.update(_ZERO)
+    h.update(view[at + 64:])
+    return h.hexdigest().encode()
 
 
 def _checksum_at(blob: bytes, name: str = "the bundle") -> int:
@@ -147,6 +156,9 @@ def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
     """The parsed safetensors header and where the tensor bytes start; TrainError naming
     the file for anything that is no bundle, a truncated one or one of a newer format."""
     again = "copy it again or export it again with `myxtts export RUN -o FILE`"
+    if not blob:
+        raise TrainError(f"{path} is empty (0 bytes: a copy or write that never finished); "
+                         f"{again}")
     n = int.from_bytes(blob[:8], "little") if len(blob) >= 8 else -1
     if n < 2 or blob[8:9] != b"{":
         raise TrainError(f"{path} is not a myxtts model bundle, checkpoint or run folder; "
@@ -183,9 +195,7 @@ def read_bundle(path: str | Path) -> Bundle:
         raise TrainError(f"{path} cannot be read ({e.strerror or e})") from None
     meta, _ = _header(blob, path)
     at = _checksum_at(blob, str(path))
-    recorded = blob[at:at + 64]
-    actual = hashlib.sha256(blob[:at] + _ZERO + blob[at + 64:]).hexdigest().encode()
-    if recorded != actual:
+    if blob[at:at + 64] != _digest(blob, at):
         raise TrainError(f"{path} has changed since it was exported (its checksum does not "
                          f"match its contents); copy it again or export it again with "
                          f"`myxtts export RUN -o FILE`")
