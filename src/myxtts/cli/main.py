@@ -18,6 +18,7 @@ SUBCOMMANDS = [
     "myxtts.cli.train",
     "myxtts.cli.train_vocoder",
     "myxtts.cli.synthesize",
+    "myxtts.cli.export",
     "myxtts.cli.demo",
     "myxtts.cli.prepare",
     "myxtts.cli.data_cmds",

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the --reference clips. Long text is split into sentences, "
                                    "decoded as a batch and joined with short pauses.")
     p.add_argument("--checkpoint", "-c", required=True,
-                   help="a checkpoint .pt file or a run folder (uses its best.pt, else the newest)")
+                   help="a run folder (uses its best.pt, else the newest checkpoint), a "
+                        "checkpoint .pt file or a bundle from `myxtts export`")
     p.add_argument("--text", "-t", action="append", default=[], help="text to speak (repeatable: "
                    "one wav each)")
     p.add_argument("--text-file", help="UTF-8 text file spoken as one text (paragraphs and "
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output .wav (one text) or folder (several); with --stream also '-' for "
                         "raw 16-bit PCM on stdout (pipe it into a player)")
     p.add_argument("--vocoder", metavar="RUN", help="neural vocoder run from `myxtts "
-                   "train-vocoder` (default: Griffin-Lim)")
+                   "train-vocoder` (default: the bundle's vocoder where it carries one, else "
+                   "Griffin-Lim)")
     p.add_argument("--language", "-l", help="language code (default: each text's by its "
                    "letters, e.g. Persian letters fa, Latin en; the model's default for a text "
                    "without letters)")

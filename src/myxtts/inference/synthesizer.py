@@ -1,8 +1,8 @@
-"""Text + a few seconds of reference audio -> waveform, from a training checkpoint.
+"""Text + a few seconds of reference audio -> waveform, from a training checkpoint or bundle.
 
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
-run folder or one ``.pt`` file is enough; the reference goes through the training
-``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
+run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``inference.bundle``) is
+enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
 mel definition) or Griffin-Lim. Long text is split into sentences decoded as a batch
 (``inference.longform``); ``stream`` yields audio while frames are decoded
 (``inference.streaming``). Several reference clips make one voice: each is conditioned on
@@ -47,20 +47,31 @@ class Synthesizer:
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto",
                         vocoder: str | Path | None = None) -> Synthesizer:
+        """A run folder, a checkpoint file or a bundle from ``myxtts export`` (read without
+        pickle; a vocoder it carries is used unless ``vocoder`` names another run)."""
+        from myxtts.inference.bundle import is_bundle, read_bundle
         from myxtts.model.xtts import build_model
-        from myxtts.train.vocoder.checkpoint import load_vocoder
+        from myxtts.train.vocoder.checkpoint import build_vocoder, load_vocoder
 
         dev = resolve_device(device, "--device")
-        state = ck.load(ck.resolve_checkpoint(path))
-        if state.get("kind") == "vocoder":
-            raise TrainError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run as "
-                             f"--checkpoint")
-        cfg = config_from_dict(state[ck.CONFIG])
-        tok = Tokenizer.from_dict(state[ck.VOCAB])
-        model = build_model(cfg, tok.vocab_size, len(tok.languages),
-                            state[ck.MEL_MEAN], state[ck.MEL_STD])
-        model.load_state_dict(state[ck.MODEL])
+        if is_bundle(path):
+            b = read_bundle(path)
+            config, vocab, weights, mean, std = b.config, b.vocab, b.model, b.mel_mean, b.mel_std
+        else:
+            state = ck.load(ck.resolve_checkpoint(path))
+            if state.get("kind") == "vocoder":
+                raise TrainError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "
+                                 f"as --checkpoint")
+            config, vocab, mean, std = (state[ck.CONFIG], state[ck.VOCAB], state[ck.MEL_MEAN],
+                                        state[ck.MEL_STD])
+            weights, b = state[ck.MODEL], None
+        cfg = config_from_dict(config)
+        tok = Tokenizer.from_dict(vocab)
+        model = build_model(cfg, tok.vocab_size, len(tok.languages), mean, std)
+        model.load_state_dict(weights)
         voc = load_vocoder(vocoder, cfg.audio, dev) if vocoder else None
+        if voc is None and b is not None and b.vocoder is not None:
+            voc = build_vocoder(b.vocoder_config, b.vocoder, cfg.audio, str(path)).to(dev)
         return cls(model.to(dev), cfg, tok, dev, voc)
 
     # ------------------------------------------------------------- inputs

@@ -71,10 +71,17 @@ def load_vocoder(path: str | Path, audio: AudioConfig, device: torch.device) -> 
     """The trained generator of a vocoder run, in eval mode on ``device``, checked to speak
     ``audio``'s mel definition."""
     file, state = load_vocoder_state(path)
-    cfg = config_from_dict(state[ck.CONFIG])
-    if "projections" not in state[ck.CONFIG].get("vocoder", {}):
+    return build_vocoder(state[ck.CONFIG], state[GENERATOR], audio, str(file)).to(device)
+
+
+def build_vocoder(config: dict[str, Any], weights: dict[str, torch.Tensor], audio: AudioConfig,
+                  where: str) -> VocosGenerator:
+    """A generator in eval mode from a vocoder run's config dict and generator weights,
+    checked to speak ``audio``'s mel definition (``where`` names the source in errors)."""
+    cfg = config_from_dict(config)
+    if "projections" not in config.get("vocoder", {}):
         cfg.vocoder.projections = 0  # saved before the key existed: trained without them
-    check_mel_definition(state[ck.CONFIG]["audio"], audio, str(file))
+    check_mel_definition(config["audio"], audio, where)
     gen = VocosGenerator(cfg.audio, cfg.vocoder)
-    gen.load_state_dict(state[GENERATOR])
-    return gen.to(device).eval()
+    gen.load_state_dict(weights)
+    return gen.eval()

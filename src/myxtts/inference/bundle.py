@@ -1,0 +1,209 @@
+"""A portable model: one file with what a trained model needs to speak, and nothing else.
+
+:func:`export` writes a run's weights (the averaged EMA weights where its checkpoint keeps
+them), its config, vocabulary (the language table with it), mel statistics and, optionally,
+a trained vocoder's generator as ONE safetensors file: tensors ``model.NAME``,
+``vocoder.NAME``, ``mel_mean`` and ``mel_std``; config, vocabulary and the vocoder's config
+as JSON strings in the file's metadata. No optimizer, scheduler or random state, so it is a
+fraction of a training checkpoint; no pickle, so reading one runs no code.
+
+Integrity: the metadata key ``myxtts.sha256`` holds a SHA-256 over every byte of the file,
+computed with its own 64 digits written as zeros. A copy that lost or changed a byte is
+refused in one line naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myxtts.system import atomic_write
+from myxtts.train import checkpoint as ck
+from myxtts.train.errors import TrainError
+
+FORMAT = 1  # the bundle format this version writes and the newest it reads
+FORMAT_KEY, CHECKSUM_KEY = "myxtts.bundle", "myxtts.sha256"
+CONFIG, VOCAB, VOCODER_CONFIG = "config", "vocab", "vocoder_config"
+MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
+EMA, EMA_WEIGHTS = "ema", "weights"  # the checkpoint's averaged weights, where kept
+_ZERO = b"0" * 64
+_MARK = b'"' + CHECKSUM_KEY.encode() + b'":"'
+_ZIP = b"PK\x03\x04"  # how every torch.save file starts
+
+
+@dataclass
+class Bundle:
+    """The contents of a bundle file, as read back."""
+
+    path: Path
+    config: dict[str, Any]
+    vocab: dict[str, Any]
+    model: dict[str, torch.Tensor]
+    mel_mean: torch.Tensor
+    mel_std: torch.Tensor
+    vocoder_config: dict[str, Any] | None = None
+    vocoder: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class Exported:
+    """What :func:`export` wrote, and from what."""
+
+    path: Path
+    size: int
+    checkpoint: Path
+    checkpoint_size: int
+    averaged: bool  # EMA weights went in
+    vocoder: Path | None
+
+
+def is_bundle(path: str | Path) -> bool:
+    """A file that is no ``torch.save`` checkpoint (a zip) and, if named ``.pt``, starts
+    as a bundle does: read it as a bundle, whose reader names what is wrong if it is none."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with p.open("rb") as f:
+        head = f.read(9)
+    return not head.startswith(_ZIP) and (p.suffix != ".pt" or head[8:9] == b"{")
+
+
+def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, torch.Tensor], bool]:
+    """A checkpoint's model state dict with its EMA weights put in place of the trained
+    ones (unless ``raw``), and whether they were."""
+    model = dict(state[ck.MODEL])
+    ema = state.get(EMA)
+    if raw or not isinstance(ema, dict) or not isinstance(ema.get(EMA_WEIGHTS), dict):
+        return model, False
+    for name, value in ema[EMA_WEIGHTS].items():
+        if name not in model:
+            raise TrainError(f"the checkpoint's EMA weights name {name!r}, which its model "
+                             f"does not have; export with --raw-weights")
+        model[name] = value.to(model[name].dtype)
+    return model, True
+
+
+def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
+           raw_weights: bool = False) -> Exported:
+    """Write the bundle of ``run`` (a run folder or a checkpoint file) to ``out``."""
+    from myxtts.config import config_from_dict
+    from myxtts.train.vocoder import checkpoint as vck
+
+    out = Path(out)
+    if out.is_dir():
+        raise TrainError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
+    file = ck.resolve_checkpoint(run)
+    state = ck.load(file)
+    if state.get(vck.KIND) == vck.VOCODER:
+        raise TrainError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
+                         f"as --vocoder")
+    model, averaged = model_weights(state, raw_weights)
+    tensors = {MODEL_PREFIX + k: v for k, v in model.items()}
+    tensors.update(mel_mean=state[ck.MEL_MEAN], mel_std=state[ck.MEL_STD])
+    meta = {FORMAT_KEY: str(FORMAT), CONFIG: json.dumps(state[ck.CONFIG]),
+            VOCAB: json.dumps(state[ck.VOCAB], ensure_ascii=False)}
+    voc_file = None
+    if vocoder is not None:
+        voc_file, voc = vck.load_vocoder_state(vocoder)
+        vck.check_mel_definition(voc[ck.CONFIG]["audio"],
+                                 config_from_dict(state[ck.CONFIG]).audio, str(voc_file))
+        tensors.update({VOCODER_PREFIX + k: v for k, v in voc[vck.GENERATOR].items()})
+        meta[VOCODER_CONFIG] = json.dumps(voc[ck.CONFIG])
+    blob = _seal(_serialize(tensors, meta))
+    atomic_write(out, blob)
+    return Exported(out, len(blob), file, file.stat().st_size, averaged, voc_file)
+
+
+def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
+    from safetensors.torch import save
+
+    # each tensor its own contiguous CPU copy: safetensors refuses tensors sharing storage
+    plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
+    return save(plain, metadata={**meta, CHECKSUM_KEY: _ZERO.decode()})
+
+
+def _seal(blob: bytes) -> bytes:
+    """``blob`` with the SHA-256 of itself (its digits read as zeros) in its digits."""
+    at = _checksum_at(blob)
+    return blob[:at] + _digest(blob, at) + blob[at + 64:]
+
+
+def _digest(blob: bytes, at: int) -> bytes:
+    """SHA-256 hex digits of ``blob`` with the 64 bytes at ``at`` read as zeros (no copy)."""
+    view = memoryview(blob)
+    h = hashlib.sha256(view[:at])
+    h.update(_ZERO)
+    h.update(view[at + 64:])
+    return h.hexdigest().encode()
+
+
+def _checksum_at(blob: bytes, name: str = "the bundle") -> int:
+    n = int.from_bytes(blob[:8], "little")
+    at = blob.find(_MARK, 8, 8 + n)
+    if at < 0:
+        raise TrainError(f"{name} is not a myxtts bundle (a safetensors file without a "
+                         f"myxtts checksum, or a damaged bundle); export one with `myxtts "
+                         f"export RUN -o FILE`")
+    return at + len(_MARK)
+
+
+def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
+    """The parsed safetensors header and where the tensor bytes start; TrainError naming
+    the file for anything that is no bundle, a truncated one or one of a newer format."""
+    again = "copy it again or export it again with `myxtts export RUN -o FILE`"
+    if not blob:
+        raise TrainError(f"{path} is empty (0 bytes: a copy or write that never finished); "
+                         f"{again}")
+    n = int.from_bytes(blob[:8], "little") if len(blob) >= 8 else -1
+    if n < 2 or blob[8:9] != b"{":
+        raise TrainError(f"{path} is not a myxtts model bundle, checkpoint or run folder; "
+                         f"pass one written by `myxtts export` or `myxtts train`")
+    if len(blob) < 8 + n:
+        raise TrainError(f"{path} is truncated ({len(blob)} bytes, its header alone needs "
+                         f"{8 + n}); {again}")
+    try:
+        header = json.loads(blob[8:8 + n])
+        meta, end = header.pop("__metadata__", None), max(
+            [0, *(int(t["data_offsets"][1]) for t in header.values())])
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise TrainError(f"{path} is not a myxtts bundle or is damaged (its header cannot be "
+                         f"read: {type(e).__name__}); {again}") from None
+    if not isinstance(meta, dict) or FORMAT_KEY not in meta:
+        raise TrainError(f"{path} is a safetensors file but not a myxtts bundle; export one "
+                         f"with `myxtts export RUN -o FILE`")
+    if not str(meta[FORMAT_KEY]).isdigit() or int(meta[FORMAT_KEY]) > FORMAT:
+        raise TrainError(f"{path} is a bundle of format {meta[FORMAT_KEY]}, newer than this "
+                         f"myxtts reads ({FORMAT}); upgrade myxtts")
+    if len(blob) < 8 + n + end:
+        raise TrainError(f"{path} is truncated ({len(blob)} of {8 + n + end} bytes); {again}")
+    return meta, 8 + n
+
+
+def read_bundle(path: str | Path) -> Bundle:
+    """A bundle file, checked byte for byte against its checksum; never unpickles."""
+    from safetensors.torch import load
+
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except OSError as e:
+        raise TrainError(f"{path} cannot be read ({e.strerror or e})") from None
+    meta, _ = _header(blob, path)
+    at = _checksum_at(blob, str(path))
+    if blob[at:at + 64] != _digest(blob, at):
+        raise TrainError(f"{path} has changed since it was exported (its checksum does not "
+                         f"match its contents); copy it again or export it again with "
+                         f"`myxtts export RUN -o FILE`")
+    tensors = load(blob)
+    split = {p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}
+             for p in (MODEL_PREFIX, VOCODER_PREFIX)}
+    voc_cfg = meta.get(VOCODER_CONFIG)
+    return Bundle(path, json.loads(meta[CONFIG]), json.loads(meta[VOCAB]), split[MODEL_PREFIX],
+                  tensors["mel_mean"], tensors["mel_std"],
+                  json.loads(voc_cfg) if voc_cfg is not None else None,
+                  split[VOCODER_PREFIX] if voc_cfg is not None else None)
