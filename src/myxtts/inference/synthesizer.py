@@ -31,6 +31,7 @@ from myxtts.inference.streaming import stream_speech
 from myxtts.text import Tokenizer, clean_text
 from myxtts.text.scripts import describe
 from myxtts.train import checkpoint as ck
+from myxtts.train.ema import averaged_state
 from myxtts.train.errors import TrainError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,11 @@ class Synthesizer:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto",
-                        vocoder: str | Path | None = None) -> Synthesizer:
+                        vocoder: str | Path | None = None, raw_weights: bool = False
+                        ) -> Synthesizer:
+        """The model of a checkpoint (or a run folder's best one). A run that kept a moving
+        average of its weights (``train.ema_decay``) speaks with the average, unless
+        ``raw_weights``: then with the trained weights themselves."""
         from myxtts.model.xtts import build_model
         from myxtts.train.vocoder.checkpoint import load_vocoder
 
@@ -63,7 +68,8 @@ class Synthesizer:
         tok = Tokenizer.from_dict(state[ck.VOCAB])
         model = build_model(cfg, tok.vocab_size, len(tok.languages),
                             state[ck.MEL_MEAN], state[ck.MEL_STD])
-        model.load_state_dict(state[ck.MODEL])
+        ema = None if raw_weights else state.get(ck.EMA)
+        model.load_state_dict(averaged_state(state[ck.MODEL], ema))
         voc = load_vocoder(vocoder, cfg.audio, dev) if vocoder else None
         return cls(model.to(dev), cfg, tok, dev, voc)
 
