@@ -26,18 +26,6 @@ WEIGHTS = "weights"  # parameter name -> averaged tensor
 UPDATES = "updates"  # how many steps the average took in (a 0-dim tensor)
 
 
-def _lerp_takes_a_tensor_weight() -> bool:
-    """Whether this torch's ``_foreach_lerp_`` takes one 0-dim tensor as the weight."""
-    try:
-        torch._foreach_lerp_([torch.zeros(1)], [torch.ones(1)], torch.tensor(0.5))
-    except (TypeError, RuntimeError):
-        return False
-    return True
-
-
-_TENSOR_WEIGHT = _lerp_takes_a_tensor_weight()
-
-
 class WeightAverage:
     """The EMA of ``model``'s trainable parameters, decay ``decay`` (in (0, 1))."""
 
@@ -53,6 +41,7 @@ class WeightAverage:
         device = self.params[0].device if self.params else torch.device("cpu")
         self.updates = torch.zeros((), device=device)
         self._weight = torch.zeros((), device=device)  # this step's lerp weight
+        self._weights = [self._weight] * len(self.shadow)
 
     @torch.no_grad()
     def update(self, skip: torch.Tensor) -> None:
@@ -62,10 +51,9 @@ class WeightAverage:
         n = self.updates
         ramp = torch.clamp((n + 1.0) / (n + 10.0), max=self.decay)
         torch.mul(1.0 - ramp, keep, out=self._weight)
-        if _TENSOR_WEIGHT:
-            torch._foreach_lerp_(self.shadow, self.params, self._weight)
-        else:  # older torch: one weight tensor per pair
-            torch._foreach_lerp_(self.shadow, self.params, [self._weight] * len(self.shadow))
+        # one weight tensor per pair: the overload taking a single weight tensor reads it
+        # on the host (a sync, and no capture)
+        torch._foreach_lerp_(self.shadow, self.params, self._weights)
         self.updates.add_(keep)
 
     @torch.no_grad()
