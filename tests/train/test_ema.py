@@ -125,3 +125,26 @@ def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_t
 def test_a_decay_outside_its_range_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"train.ema_decay must be in \[0, 1\)"):
         micro_config(tmp_path, "train.ema_decay=1.0")
+
+
+def test_validation_evaluates_the_average(micro_store, tmp_path, one_thread):
+    from myxtts.train.data import open_train_data
+    from myxtts.train.distributed import DistInfo
+    from myxtts.train.validate import validation_loss
+
+    cfg = micro_config(tmp_path, "train.ema_decay=0.5")
+    data = open_train_data(cfg, micro_store, CPU, DistInfo(), None)
+    torch.manual_seed(0)
+    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
+                     compile_model=False)
+    batches = iter(data.loader)
+    for _ in range(3):
+        step([next(batches)])
+    averaged = validation_loss(model, step, data, CPU)
+    with step.averaged():  # what validation evaluates ...
+        step.ema = None  # (no second swap inside)
+        by_hand = validation_loss(model, step, data, CPU)
+    assert averaged == by_hand
+    assert validation_loss(model, step, data, CPU) != averaged  # ... not the raw weights
