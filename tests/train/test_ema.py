@@ -54,7 +54,8 @@ def test_the_average_follows_its_formula_and_a_skipped_step_moves_nothing():
 def test_the_average_never_changes_training_and_skips_a_poisoned_step(tmp_path, one_thread):
     """Weights and losses of a run with the average equal those of one without, bit for
     bit (the average only reads the weights); a non-finite step moves neither."""
-    plain, kept = _step(tmp_path / "a"), _step(tmp_path / "b", "train.ema_decay=0.9")
+    plain, kept = _step(tmp_path / "a", "train.ema_decay=0"), _step(tmp_path / "b",
+                                                                   "train.ema_decay=0.9")
     assert plain.ema is None and kept.ema is not None
     for i in range(5):
         batches = _batches(i, 1)
