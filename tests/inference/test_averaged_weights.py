@@ -27,10 +27,14 @@ def averaged(run, tmp_path_factory):
 
 def test_the_average_is_spoken_unless_raw_weights(run, averaged):
     path, weights = averaged
-    plain = Synthesizer.from_checkpoint(run, device="cpu").model.state_dict()
+    saved = ck.load(ck.resolve_checkpoint(run))
+    assert ck.EMA in saved  # the default run keeps an average, and speaks with it
+    default = Synthesizer.from_checkpoint(run, device="cpu").model.state_dict()
+    for k, v in saved[ck.EMA]["weights"].items():
+        assert torch.equal(default[k], v), k
     ema = Synthesizer.from_checkpoint(path, device="cpu").model.state_dict()
     raw = Synthesizer.from_checkpoint(path, device="cpu", raw_weights=True).model.state_dict()
-    for k, v in plain.items():
+    for k, v in saved[ck.MODEL].items():
         assert torch.equal(raw[k], v)
         assert torch.equal(ema[k], weights[k] if k in weights else v), k
 
@@ -40,9 +44,9 @@ def test_synthesize_raw_weights_flag(run, averaged, micro_store, tmp_path):
     ref = sorted((micro_store.parent / "data" / "wavs").glob("*.wav"))[0]
     base = ["synthesize", "-r", str(ref), "--device", "cpu", "-t", "lamo tesi."]
     outs = {}
-    for name, extra in (("plain", ["-c", str(run)]), ("raw", ["-c", str(path), "--raw-weights"]),
-                        ("ema", ["-c", str(path)])):
+    for name, extra in (("run_raw", ["-c", str(run), "--raw-weights"]),
+                        ("raw", ["-c", str(path), "--raw-weights"]), ("ema", ["-c", str(path)])):
         outs[name] = tmp_path / f"{name}.wav"
         assert main(base + extra + ["-o", str(outs[name])]) == 0
-    assert outs["raw"].read_bytes() == outs["plain"].read_bytes()
-    assert outs["ema"].read_bytes() != outs["plain"].read_bytes()
+    assert outs["raw"].read_bytes() == outs["run_raw"].read_bytes()  # the same trained weights
+    assert outs["ema"].read_bytes() != outs["raw"].read_bytes()
