@@ -58,8 +58,9 @@ def _close(a: TrainStep, b: TrainStep, rtol: float, atol: float) -> None:
         torch.testing.assert_close(pb, pa, rtol=rtol, atol=atol, msg=f"{name} differs")
 
 
-def test_graphed_step_equals_eager_over_several_steps(tmp_path):
-    eager, graphed = _steps(tmp_path, 2)
+@pytest.mark.parametrize("ema", [0.0, 0.9])
+def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
+    eager, graphed = _steps(tmp_path, 2, f"train.ema_decay={ema}")
     report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     for i in range(6):
@@ -68,6 +69,10 @@ def test_graphed_step_equals_eager_over_several_steps(tmp_path):
         eager([batch])
         graphed([batch])
     _close(eager, graphed, rtol=1e-4, atol=1e-5)
+    if ema:  # the weight average is updated inside the captured update graph
+        assert graphed.ema.updates.item() == eager.ema.updates.item() == 6.0
+        for name, a, b in zip(eager.ema.names, eager.ema.shadow, graphed.ema.shadow):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"average of {name}")
 
 
 def test_dropout_stays_random_across_replays(tmp_path):
@@ -110,7 +115,8 @@ def test_compiled_and_graphed_step_equals_eager(tmp_path):
 
 @pytest.mark.parametrize("graphed", [False, True])
 def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
-    (step,) = _steps(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16")
+    (step,) = _steps(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16",
+                     "train.ema_decay=0.999")
     batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
     if graphed:
         warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)

@@ -46,7 +46,8 @@ def vocoder_run(audio_store, tmp_path_factory):
 
 def test_the_bundle_speaks_as_its_run_and_is_a_fraction_of_its_size(run, bundle, reference,
                                                                      monkeypatch):
-    assert bundle.checkpoint == run / "checkpoints" / "best.pt" and not bundle.averaged
+    assert bundle.checkpoint == run / "checkpoints" / "best.pt"
+    assert bundle.averaged  # runs keep a moving average of their weights by default
     assert bundle.size == bundle.path.stat().st_size < bundle.checkpoint_size / 2
     from_run = Synthesizer.from_checkpoint(run, device="cpu")
 
@@ -72,7 +73,7 @@ def test_export_and_synthesize_from_the_command_line(run, reference, tmp_path, c
     file = tmp_path / "m.safetensors"
     assert main(["export", str(run), "-o", str(file)]) == 0
     out = capsys.readouterr().out
-    assert str(file) in out and "x the size" in out and "trained weights" in out
+    assert str(file) in out and "x the size" in out and "averaged (EMA) weights" in out
     for source, wav in ((file, "b.wav"), (run, "r.wav")):
         assert main(["synthesize", "-c", str(source), "-t", TEXT, "-r", str(reference),
                      "-o", str(tmp_path / wav), "--device", "cpu"]) == 0

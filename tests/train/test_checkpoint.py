@@ -23,7 +23,7 @@ def test_checkpoint_contents_and_retention(micro_store, tmp_path):
     assert (ckdir / "best.pt").is_file() and (ckdir / "latest.txt").read_text() == "ckpt_00000012.pt"
     state = ck.load(ckdir / "ckpt_00000012.pt")
     assert set(state) == {ck.FORMAT, ck.MODEL, ck.OPTIMIZER, ck.SCHEDULER, ck.SCALER, ck.RNG,
-                          ck.PROGRESS, ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD}
+                          ck.PROGRESS, ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD, ck.EMA}
     progress = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
     assert progress.step == 12 and state[ck.CONFIG]["train"]["keep_last"] == 2
     # 12 steps of ~7 batches per epoch: the data position is in the second epoch

@@ -93,5 +93,6 @@ def test_torchrun_validation_logs_the_global_loss(val_store, tmp_path):
     data = open_train_data(cfg, val_store, CPU, DistInfo(), None)
     step = _step(cfg, data)
     step.model.load_state_dict(state[ck.MODEL])
+    step.ema.load_state_dict(state[ck.EMA])  # validation evaluates the weight average
     single = validation_loss(step.model, step, data, CPU)
     assert logged[0] == pytest.approx(single["loss"], rel=1e-5)

@@ -53,6 +53,8 @@ def _batches(seed: int, accum: int) -> list[dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("overrides", [
     (),  # plain: warmup lr schedule, clipping
     ("train.self_feed=0.5", "train.self_feed_after=2", "train.grad_accum_steps=2"),
+    ("train.ema_decay=0",),  # without the weight average (the default updates it inside
+                             # the update graph)
 ])
 def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
     """Over 8 steps with a changing learning rate (warm-up), scheduled sampling ramping up
@@ -86,6 +88,10 @@ def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
     # accumulation or a skipped update would differ by a whole step.
     for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5, msg=f"{name} differs")
+    if eager.ema is not None:  # 7 updates: the poisoned step moved no average
+        assert float(graphed.ema.updates) == float(eager.ema.updates) == 7.0
+        for name, a, b in zip(eager.ema.names, eager.ema.shadow, graphed.ema.shadow):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5, msg=f"average of {name}")
 
 
 def test_a_shape_without_a_graph_runs_uncaptured(tmp_path, one_thread):
@@ -202,7 +208,9 @@ def test_a_device_left_unusable_by_a_capture_stops_the_run_naming_the_switch(
 def test_the_step_reads_nothing_back_on_the_host(tmp_path, one_thread):
     """No .item(), no bool(tensor), no tensor made from host data inside a step (each would
     be a host sync per step on a GPU, and impossible to capture)."""
-    cfg, (step, _) = _pair(tmp_path, "train.self_feed=0.5", "model.frame_dropout=0.2")
+    cfg, (step, _) = _pair(tmp_path, "train.self_feed=0.5", "model.frame_dropout=0.2",
+                           "train.ema_decay=0.999")
+    assert step.ema is not None
     batches = _batches(0, 1)
     step(batches)  # first step: allocations
     assert_no_host_reads(lambda: step(batches))

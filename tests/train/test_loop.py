@@ -28,12 +28,19 @@ def _losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
-@pytest.mark.parametrize("self_feed", [0.0, 0.5])
-def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, self_feed):
+def _val(run: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["val/loss"] for r in rows if "val/loss" in r}
+
+
+@pytest.mark.parametrize("self_feed, ema", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.9)])
+def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, self_feed, ema):
     # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch); with
-    # scheduled sampling on, its random choices must resume exactly too.
+    # scheduled sampling on, its random choices must resume exactly too; with a weight
+    # average, the average (and the validation that uses it) too.
     overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
-                 f"train.self_feed={self_feed}", "train.self_feed_after=2")
+                 f"train.self_feed={self_feed}", "train.self_feed_after=2",
+                 f"train.ema_decay={ema}")
     assert train(micro_config(tmp_path / "full", *overrides), micro_store, progress=False).step == 10
 
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -50,6 +57,14 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, sel
     la, lb = _losses(tmp_path / "full"), _losses(tmp_path / "part")
     for step in (8, 10):
         assert la[step] == lb[step]
+    if ema:
+        ea, eb = (ck.load(ck.CheckpointManager(r / "checkpoints", 10).latest())[ck.EMA]
+                  for r in (tmp_path / "full", tmp_path / "part"))
+        assert torch.equal(ea["updates"], eb["updates"]) and int(ea["updates"]) == 10
+        for k in ea["weights"]:
+            assert torch.equal(ea["weights"][k], eb["weights"][k]), f"average of {k} differs"
+        va, vb = (_val(r) for r in (tmp_path / "full", tmp_path / "part"))
+        assert va[10] == vb[10]
 
 
 def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tmp_path):

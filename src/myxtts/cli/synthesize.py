@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocoder", metavar="RUN", help="neural vocoder run from `myxtts "
                    "train-vocoder` (default: the bundle's vocoder where it carries one, else "
                    "Griffin-Lim)")
+    p.add_argument("--raw-weights", action="store_true", help="speak with the trained weights "
+                   "even where the run kept a moving average of them (train.ema_decay), which "
+                   "is used by default")
     p.add_argument("--language", "-l", help="language code (default: each text's by its "
                    "letters, e.g. Persian letters fa, Latin en; the model's default for a text "
                    "without letters)")
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(target)
     from myxtts.inference.synthesizer import Synthesizer
 
-    synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder)
+    synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
+                                        raw_weights=args.raw_weights)
     if args.stream:
         return _stream(synth, texts[0], args, out)
     for p in synth.synthesize_to_files(texts, args.reference, outputs, args.language, args.seed):

@@ -46,7 +46,8 @@ def validate(cfg: Config) -> None:
     if not 0.0 < dt.auto_batch_memory_share <= 1.0:
         raise ConfigError(f"data.auto_batch_memory_share is a share of GPU memory in (0, 1], got "
                           f"{dt.auto_batch_memory_share} (0.85 leaves room for fragmentation)")
-    positive("data", dt, "max_batch_size", "prefetch_batches", "min_val_utterances", allow_zero=True)
+    positive("data", dt, "max_batch_size", "prefetch_batches", "min_val_utterances",
+             "max_val_utterances", allow_zero=True)
     if dt.num_workers < -1:
         raise ConfigError(f"data.num_workers must be -1 (auto) or >= 0, got {dt.num_workers}")
     if dt.min_duration_s >= dt.max_duration_s:
@@ -86,6 +87,9 @@ def validate(cfg: Config) -> None:
                           f"would train; leave at least one out")
     if not 0.0 <= t.self_feed <= 1.0:
         raise ConfigError(f"train.self_feed is a probability in [0, 1], got {t.self_feed}")
+    if not 0.0 <= t.ema_decay < 1.0:
+        raise ConfigError(f"train.ema_decay must be in [0, 1) (0 = no weight average; 0.999 "
+                          f"averages over about the last 1000 steps), got {t.ema_decay}")
     if not 0 <= t.beta1 < 1 or not 0 <= t.beta2 < 1:
         raise ConfigError(f"train.beta1/beta2 must be in [0, 1), got {t.beta1}, {t.beta2}")
     v = cfg.vocoder

@@ -66,6 +66,9 @@ class DataConfig:
     )
     val_fraction: float = _f(0.05, "share of utterances held out for validation when no val split exists")
     min_val_utterances: int = _f(2, "at least this many validation utterances in a seeded split")
+    max_val_utterances: int = _f(1000, "validation runs on at most this many utterances of the "
+                                 "val split: a fixed subset drawn with split_seed, the same on "
+                                 "every rank and resume (0 = the whole split)")
     split_seed: int = _f(1234, "seed of the train/val split (fixed so a re-prepare gives the same split)")
     min_duration_s: float = _f(0.3, "clips shorter than this are rejected by prepare")
     max_duration_s: float = _f(20.0, "clips longer than this are rejected (never truncated)")
@@ -156,6 +159,14 @@ class TrainConfig:
     beta1: float = _f(0.9, "AdamW beta1")
     beta2: float = _f(0.98, "AdamW beta2")
     grad_clip: float = _f(1.0, "max global gradient norm (0 disables)")
+    ema_decay: float = _f(0.99, "keep an exponential moving average of the weights with this "
+                          "decay (0 = off; one more copy of the weights on the training device; "
+                          "the decay ramps up as min(decay, (1+n)/(10+n)) over the first "
+                          "steps n): validation, samples and `myxtts synthesize` use it "
+                          "(`synthesize --raw-weights` the trained weights). On the demo (tiny "
+                          "preset, its 2100 steps on a CPU) 0.99 validates at 0.736 after the "
+                          "last step vs 0.740 without an average and 4-10 % lower from step 300 "
+                          "to 1200; 0.995, 0.999 and 0.9995 end within 0.2 % of no average")
     grad_accum_steps: int = _f(1, "batches whose gradients are summed before one optimizer step")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = _f(
         "auto", "auto = bf16 where the GPU supports it, fp16 + grad scaler on older GPUs, fp32 on CPU"

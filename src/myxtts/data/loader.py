@@ -24,7 +24,7 @@ from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, roun
 from myxtts.data.collate import Collator
 from myxtts.data.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.prefetch import PrefetchFeed
-from myxtts.data.sampler import BucketBatchSampler
+from myxtts.data.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
@@ -72,14 +72,19 @@ def worker_init(worker_id: int) -> None:
 
 def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, world_size: int = 1,
                   seed: int | None = None, shuffle: bool = True,
-                  batch_sizes: list[int] | None = None) -> BucketBatchSampler:
+                  batch_sizes: list[int] | None = None,
+                  max_utterances: int = 0) -> BucketBatchSampler:
     """The bucket sampler for these lengths; a batch budget too small is a ConfigError.
-    ``batch_sizes``: one per bucket (the auto budget's), instead of the frame budget's."""
+    ``batch_sizes``: one per bucket (the auto budget's), instead of the frame budget's.
+    ``max_utterances``: draw from at most this many utterances, a fixed subset seeded by
+    ``data.split_seed`` (:func:`capped_subset`; validation's ``data.max_val_utterances``);
+    0 = all."""
+    only = capped_subset(len(mel_lengths), max_utterances, cfg.data.split_seed)
     try:
         return BucketBatchSampler(
             mel_lengths, token_lengths, plan_frames(cfg), cfg.data.max_batch_size,
             cfg.data.num_buckets, cfg.data.shuffle_seed if seed is None else seed, rank, world_size,
-            pad_multiple(cfg), shuffle, batch_sizes=batch_sizes)
+            pad_multiple(cfg), shuffle, batch_sizes=batch_sizes, only=only)
     except ValueError as e:
         # The sampler's message names data.batch_frames and the value to use; ConfigError
         # makes the CLI print it as one line instead of a traceback.
@@ -89,7 +94,8 @@ def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, wor
 def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = "train",
                  rank: int = 0, world_size: int = 1, device: str | torch.device | None = None,
                  seed: int | None = None, shuffle: bool = True, num_workers: int | None = None,
-                 batch_sizes: list[int] | None = None, vocab_map: VocabMap | None = None
+                 batch_sizes: list[int] | None = None, vocab_map: VocabMap | None = None,
+                 max_utterances: int = 0
                  ) -> tuple[StoreLoader, BucketBatchSampler]:
     """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
 
@@ -101,6 +107,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`default_num_workers`).
     ``batch_sizes``: one per bucket, replacing the frame budget's (``data.batch_frames=auto``).
     ``vocab_map``: the store's token and language ids as a model's (``dataset.VocabMap``).
+    ``max_utterances``: batch a fixed seeded subset of at most this many (0 = all).
     Returns ``(loader, sampler)``: call ``sampler.set_epoch`` / ``state_dict`` on the
     sampler; iterating the loader runs one epoch and advances the sampler to the next.
     """
@@ -112,7 +119,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, rank=rank,
                             world_size=world_size, seed=seed, shuffle=shuffle,
-                            batch_sizes=batch_sizes)
+                            batch_sizes=batch_sizes, max_utterances=max_utterances)
     transfer = device is not None and torch.device(device).type == "cuda"
     pin = transfer and torch.cuda.is_available()
     dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,

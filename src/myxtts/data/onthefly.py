@@ -282,7 +282,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
                           rank: int = 0, world_size: int = 1, seed: int | None = None,
                           shuffle: bool = True, num_workers: int | None = None,
                           raw_splits: tuple[dict[str, RawSplit], Any, list[str]] | None = None,
-                          batch_sizes: list[int] | None = None
+                          batch_sizes: list[int] | None = None, max_utterances: int = 0
                           ) -> tuple[OnTheFlyLoader, BucketBatchSampler]:
     """Like ``build_loader`` but over a raw dataset; features on ``cfg.data.data_device``.
 
@@ -290,7 +290,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     dataset's cleaned texts, like prepare. ``mel_stats``: a FeatureStore or ``(mean, std)``;
     default: computed by one pass on first use of ``loader.mel_mean``. ``raw_splits``:
     the result of :func:`read_raw_splits`, to build the train and val loaders from one read.
-    ``batch_sizes``: one per bucket (the trainer's auto budget), as in ``build_loader``.
+    ``batch_sizes``, ``max_utterances``: as in ``build_loader``.
     Returns ``(loader, sampler)``.
     """
     if split not in SPLITS:
@@ -303,7 +303,8 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     text_lengths = np.array([len(t) for t in raw.tokens], np.int64)
     sampler = build_sampler(raw.est_frames, text_lengths, cfg, rank=rank, world_size=world_size,
-                            seed=seed, shuffle=shuffle, batch_sizes=batch_sizes)
+                            seed=seed, shuffle=shuffle, batch_sizes=batch_sizes,
+                            max_utterances=max_utterances)
     if isinstance(mel_stats, FeatureStore):
         mel_stats = (mel_stats.mel_mean, mel_stats.mel_std)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)

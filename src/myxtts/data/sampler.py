@@ -37,6 +37,16 @@ def _check_keys(keys: set[str], expected: frozenset[str]) -> None:
                          f"it was not written by this BucketBatchSampler version")
 
 
+def capped_subset(n: int, cap: int, seed: int) -> np.ndarray | None:
+    """A fixed subset of ``cap`` of ``n`` utterances (sorted indices) drawn with ``seed``:
+    the same for every rank, world size and resume, since it depends on nothing else. None
+    when ``cap`` is 0 (no cap) or ``n <= cap`` (all of them)."""
+    if cap <= 0 or n <= cap:
+        return None
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed % 2**63, 0xCA9])))
+    return np.sort(rng.choice(n, size=cap, replace=False))
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Yields lists of utterance indices, one length bucket (= one tensor shape) per batch.
 
@@ -63,6 +73,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     ``shuffle=False`` (validation): batches come in bucket order with the same members
     and fill every epoch.
 
+    ``only``: indices of the utterances to draw from (e.g. :func:`capped_subset`'s); the
+    others are never batched and do not shape the buckets. None: all.
+
     ``batch_sizes``: one batch size per bucket (e.g. the largest that fits a GPU, measured by
     the trainer's auto budget) instead of ``batch_frames // edge``; the edges themselves are
     still planned with ``batch_frames``, so the same lengths and budget give the same buckets.
@@ -76,7 +89,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __init__(self, mel_lengths: np.ndarray, text_lengths: np.ndarray, batch_frames: int,
                  max_batch_size: int = 0, num_buckets: int = 10, seed: int = 0, rank: int = 0,
                  world_size: int = 1, pad_multiple: int = 8, shuffle: bool = True,
-                 fill_cost: float = 1.0, batch_sizes: list[int] | None = None) -> None:
+                 fill_cost: float = 1.0, batch_sizes: list[int] | None = None,
+                 only: np.ndarray | None = None) -> None:
         super().__init__()
         mel = np.asarray(mel_lengths)
         text = np.asarray(text_lengths)
@@ -96,6 +110,13 @@ class BucketBatchSampler(Sampler[list[int]]):
                              f"{fill_cost}")
         self.mel_lengths = mel.astype(np.int64)
         self.text_lengths = text.astype(np.int64)
+        # the utterances drawn from (indices into the lengths): all, or a fixed subset
+        self.only = None if only is None else np.unique(np.asarray(only, dtype=np.int64))
+        if self.only is not None and (len(self.only) == 0 or self.only[0] < 0
+                                      or self.only[-1] >= len(mel)):
+            raise ValueError(f"only must hold indices in [0, {len(mel)}), got {len(self.only)} "
+                             f"ranging {self.only[:1]}..{self.only[-1:]}")
+        drawn = np.arange(len(mel)) if self.only is None else self.only
         self.batch_frames = int(batch_frames)
         self.max_batch_size = int(max_batch_size)
         self.num_buckets = int(num_buckets)
@@ -106,7 +127,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.shuffle = bool(shuffle)
         self.fill_cost = float(fill_cost)
 
-        longest = int(self.mel_lengths.max())
+        longest = int(self.mel_lengths[drawn].max())
         needed = int(round_up(longest, self.pad_multiple))
         if self.batch_frames < needed:
             raise ValueError(
@@ -114,11 +135,11 @@ class BucketBatchSampler(Sampler[list[int]]):
                 f"frames, padded to {needed}); raise data.batch_frames to at least {needed} or lower "
                 f"data.max_duration_s")
 
-        bounds = choose_boundaries(self.mel_lengths, self.num_buckets, self.batch_frames,
+        bounds = choose_boundaries(self.mel_lengths[drawn], self.num_buckets, self.batch_frames,
                                    self.max_batch_size, self.pad_multiple, self.fill_cost)
         self.bucket_of = np.searchsorted(bounds, self.mel_lengths, side="left")  # [N]
-        order = np.argsort(self.bucket_of, kind="stable")
-        counts = np.bincount(self.bucket_of, minlength=len(bounds))
+        order = drawn[np.argsort(self.bucket_of[drawn], kind="stable")]
+        counts = np.bincount(self.bucket_of[drawn], minlength=len(bounds))
         self._members: list[np.ndarray] = np.split(order, np.cumsum(counts)[:-1])  # sorted idx
         if batch_sizes is not None:  # explicit, one per bucket (the trainer's auto budget)
             if len(batch_sizes) != len(bounds) or min(batch_sizes) < 1:
@@ -140,6 +161,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         self._per_rank = -(-self.num_batches_global // self.world_size)
 
         digest = hashlib.sha256(self.mel_lengths.tobytes() + b"|" + self.text_lengths.tobytes())
+        if self.only is not None:
+            digest.update(b"|only|" + self.only.tobytes())
         self.fingerprint = digest.hexdigest()[:16]
         plan = repr((self.boundaries, self.bucket_batch_sizes, self.text_caps, self.shuffle))
         self._plan_hash = hashlib.sha256(plan.encode()).hexdigest()[:16]

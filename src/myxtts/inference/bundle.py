@@ -24,13 +24,13 @@ import torch
 
 from myxtts.system import atomic_write
 from myxtts.train import checkpoint as ck
+from myxtts.train.ema import averaged_state
 from myxtts.train.errors import TrainError
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = "myxtts.bundle", "myxtts.sha256"
 CONFIG, VOCAB, VOCODER_CONFIG = "config", "vocab", "vocoder_config"
 MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
-EMA, EMA_WEIGHTS = "ema", "weights"  # the checkpoint's averaged weights, where kept
 _ZERO = b"0" * 64
 _MARK = b'"' + CHECKSUM_KEY.encode() + b'":"'
 _ZIP = b"PK\x03\x04"  # how every torch.save file starts
@@ -74,18 +74,10 @@ def is_bundle(path: str | Path) -> bool:
 
 
 def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, torch.Tensor], bool]:
-    """A checkpoint's model state dict with its EMA weights put in place of the trained
-    ones (unless ``raw``), and whether they were."""
-    model = dict(state[ck.MODEL])
-    ema = state.get(EMA)
-    if raw or not isinstance(ema, dict) or not isinstance(ema.get(EMA_WEIGHTS), dict):
-        return model, False
-    for name, value in ema[EMA_WEIGHTS].items():
-        if name not in model:
-            raise TrainError(f"the checkpoint's EMA weights name {name!r}, which its model "
-                             f"does not have; export with --raw-weights")
-        model[name] = value.to(model[name].dtype)
-    return model, True
+    """A checkpoint's model state dict with its moving average of the weights in place of
+    the trained ones (unless ``raw``; ``train.ema.averaged_state``), and whether it was."""
+    ema = None if raw else state.get(ck.EMA)
+    return averaged_state(state[ck.MODEL], ema), bool(ema)
 
 
 def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,

@@ -27,6 +27,7 @@ from myxtts.inference.streaming import stream_speech
 from myxtts.text import Tokenizer, clean_text
 from myxtts.text.scripts import describe, languages_by_script, script_of
 from myxtts.train import checkpoint as ck
+from myxtts.train.ema import averaged_state
 from myxtts.train.errors import TrainError
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,12 @@ class Synthesizer:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto",
-                        vocoder: str | Path | None = None) -> Synthesizer:
+                        vocoder: str | Path | None = None, raw_weights: bool = False
+                        ) -> Synthesizer:
         """A run folder, a checkpoint file or a bundle from ``myxtts export`` (read without
-        pickle; a vocoder it carries is used unless ``vocoder`` names another run)."""
+        pickle; a vocoder it carries is used unless ``vocoder`` names another run). A run that
+        kept a moving average of its weights (``train.ema_decay``) speaks with the average,
+        unless ``raw_weights``: then with the trained weights themselves."""
         from myxtts.inference.bundle import is_bundle, read_bundle
         from myxtts.model.xtts import build_model
         from myxtts.train.vocoder.checkpoint import build_vocoder, load_vocoder
@@ -64,7 +68,8 @@ class Synthesizer:
                                  f"as --checkpoint")
             config, vocab, mean, std = (state[ck.CONFIG], state[ck.VOCAB], state[ck.MEL_MEAN],
                                         state[ck.MEL_STD])
-            weights, b = state[ck.MODEL], None
+            ema = None if raw_weights else state.get(ck.EMA)
+            weights, b = averaged_state(state[ck.MODEL], ema), None
         cfg = config_from_dict(config)
         tok = Tokenizer.from_dict(vocab)
         model = build_model(cfg, tok.vocab_size, len(tok.languages), mean, std)

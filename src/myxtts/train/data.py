@@ -16,6 +16,7 @@ the data position is restored, which depends on the final batch plan.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ if TYPE_CHECKING:  # the loaders are imported where a run opens its data (audio,
 # each keeps the extras of its path (a store's dataset; the on-the-fly featurizer).
 Loader = Union["StoreLoader", "OnTheFlyLoader"]
 Rebuild = Callable[[list[int] | None], tuple[Loader, BucketBatchSampler]]
+
+log = logging.getLogger(__name__)
 
 VAL_SEED = 0  # validation batches and reference crops are the same at every validation
 
@@ -116,6 +119,10 @@ def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, di
     data = _from_store(cfg, path, device, dist, state, base) if is_store(path) else \
         _on_the_fly(cfg, path, device, dist, state, base)
     data.source = str(path)
+    if data.val_sampler is not None and data.val_sampler.only is not None and dist.rank == 0:
+        log.info("validation on %d of the %d val utterances (a fixed subset: "
+                 "data.max_val_utterances=%d)", len(data.val_sampler.only),
+                 len(data.val_sampler.mel_lengths), cfg.data.max_val_utterances)
     _pick_synth_batch(cfg, data)
     return data
 
@@ -179,7 +186,8 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
         val_loader, val_sampler = build_loader(val_store, cfg, split="val", device=device,
                                                rank=dist.rank, world_size=dist.world_size,
                                                seed=VAL_SEED, shuffle=False, num_workers=0,
-                                               vocab_map=vocab_map)
+                                               vocab_map=vocab_map,
+                                               max_utterances=cfg.data.max_val_utterances)
     mean, std = _saved_stats(base or state) or (train_store.mel_mean, train_store.mel_std)
     return TrainData(loader, sampler, val_loader, val_sampler, tokenizer, mean, std,
                      rebuild=rebuild)
@@ -210,7 +218,7 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
         val_loader, val_sampler = build_onthefly_loader(
             path, cfg, split="val", tokenizer=raw[1], mel_stats=(mean, std), seed=VAL_SEED,
             rank=dist.rank, world_size=dist.world_size, shuffle=False, num_workers=0,
-            raw_splits=raw)
+            raw_splits=raw, max_utterances=cfg.data.max_val_utterances)
     return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std, rebuild=rebuild)
 
 

@@ -138,7 +138,7 @@ class _LoopContext:
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
         state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
-                           self.step_fn.scaler, extra, self.device, rng_ranks)
+                           self.step_fn.scaler, extra, self.device, rng_ranks, self.step_fn.ema)
         return self.manager.save(state, r.step, val_loss, is_best)
 
     def _efficiency(self) -> IntervalEfficiency | None:

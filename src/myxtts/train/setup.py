@@ -108,7 +108,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
     step_fn, plan = build_step(cfg, model, device, dist)
     if state is not None:
         ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
-                   dist.world_size)
+                   dist.world_size, step_fn.ema)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
     reserve = graphs_reserve(step_fn, data, cfg) if plan.graphs else 0
     fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir), reserve)

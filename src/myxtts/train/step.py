@@ -24,6 +24,7 @@ import torch
 from myxtts.config import Config
 from myxtts.model.losses import compute_losses
 from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
+from myxtts.train.ema import WeightAverage
 from myxtts.train.errors import error_summary, is_out_of_memory
 from myxtts.train.mode import StepMode, resolve_precision
 
@@ -46,6 +47,7 @@ class StepState:
     counters: tuple[torch.Tensor, ...]
     n: int
     scaler: dict[str, Any] | None
+    ema: list[torch.Tensor] | None = None  # host copy of the weight average
 
 
 class TrainStep:
@@ -89,6 +91,8 @@ class TrainStep:
         # scheduled-sampling probability lives on the device: changing it never recompiles
         # nor re-captures
         self.self_feed = z() if cfg.train.self_feed > 0 else None
+        # the weights' moving average (train.ema_decay), updated inside update()
+        self.ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay > 0 else None
 
     @property
     def compiled(self) -> bool:
@@ -124,7 +128,8 @@ class TrainStep:
         streams are the caller's: ``warmup.StateSnapshot``)."""
         return StepState(sums={k: v.clone() for k, v in self._sums.items()},
                          counters=tuple(t.clone() for t in self._counters()), n=self._n,
-                         scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None)
+                         scaler=self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                         ema=None if self.ema is None else self.ema.snapshot())
 
     @torch.no_grad()
     def restore(self, state: StepState) -> None:
@@ -137,6 +142,8 @@ class TrainStep:
         self._n = state.n
         if state.scaler is not None:
             self.scaler.load_state_dict(state.scaler)
+        if self.ema is not None and state.ema is not None:
+            self.ema.restore(state.ema)
 
     # ------------------------------------------------------------------ forward
     def _forward_loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -160,6 +167,14 @@ class TrainStep:
             log.warning("compiled step failed (%s); falling back to eager", reason)
             uncompile_blocks(self._blocks)
             self._blocks = []
+
+    def averaged(self, raw: bool = False) -> contextlib.AbstractContextManager:
+        """Inside the ``with``, the model holds the weights' moving average when the run
+        keeps one (``train.ema_decay``) and ``raw`` is false: what validation and samples
+        evaluate. Put back, bit for bit, on leaving."""
+        if self.ema is None or raw:
+            return contextlib.nullcontext()
+        return self.ema.swapped_in()
 
     def eager(self) -> contextlib.AbstractContextManager:
         """Inside the ``with``, compiled blocks run eagerly: validation and sample synthesis
@@ -267,8 +282,8 @@ class TrainStep:
         self._loss_total.add_(losses["loss"].detach().float())
 
     def update(self) -> None:
-        """Clip, skip-or-apply AdamW, zero the gradients (in place: they stay allocated),
-        advance the counters."""
+        """Clip, skip-or-apply AdamW, move the weight average (not on a skipped step), zero
+        the gradients (in place: they stay allocated), advance the counters."""
         self.scaler.unscale_(self.opt)
         clip = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
@@ -285,6 +300,9 @@ class TrainStep:
         elif not bool(bad):  # pragma: no cover - non-fused fallback pays one sync
             self.opt.step()
         self.scaler.update()
+        if self.ema is not None:  # a step the scaler skipped (fp16 overflow) moves no average
+            self.ema.update(self._found_inf if self.dtype != torch.float16 else
+                            torch.maximum(self._found_inf, (~torch.isfinite(grad_norm)).float()))
         self.opt.zero_grad(set_to_none=False)
         bad_f = self._found_inf
         self.nonfinite_total.add_(bad_f)

@@ -30,10 +30,12 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     Under DDP (``dist.enabled``) each rank validates its shard of the batches (the val
     loader is built per rank) and the sums are all-reduced, so every rank returns the mean
     over all batches: what one process computes on the whole split (batches weighted
-    equally; the sampler's padding repeats are left out, see ``real_batches``)."""
+    equally; the sampler's padding repeats are left out, see ``real_batches``). With
+    ``train.ema_decay`` the averaged weights are validated (``TrainStep.averaged``)."""
     if data.val_loader is None:
         return None
-    sums, count = validation_sums(model, step_fn, data, device)
+    with step_fn.averaged():  # the weights' moving average, when the run keeps one
+        sums, count = validation_sums(model, step_fn, data, device)
     if not sums:
         return None
     keys = sorted(sums)
@@ -68,7 +70,8 @@ def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
 
 def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Config,
                        logger: MetricLogger, step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
-    """Free-running synthesis of fixed validation sentences with their own reference speakers.
+    """Free-running synthesis of fixed validation sentences with their own reference speakers,
+    by the weights' moving average when the run keeps one (``TrainStep.averaged``).
     Compiled blocks run eagerly here (``step_fn.eager()``): generation's one-frame steps would
     otherwise compile graphs of their own in the middle of the run."""
     if rank != 0 or not data.synth_batch:
@@ -82,12 +85,14 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
     # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
     # and one resumed from a checkpoint see the same random stream afterwards.
     devices = [device] if device.type == "cuda" else []
-    with step_fn.eager(), torch.random.fork_rng(devices=devices):
-        torch.manual_seed(step)
-        mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
-                                       batch["language_ids"], batch["ref_mel"], batch["ref_lengths"])
-    with step_fn.eager(), torch.no_grad():
-        align = model.alignment(batch)
+    with step_fn.averaged(), step_fn.eager():
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(step)
+            mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
+                                           batch["language_ids"], batch["ref_mel"],
+                                           batch["ref_lengths"])
+        with torch.no_grad():
+            align = model.alignment(batch)
     if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
         from myxtts.train.vocoder.checkpoint import load_vocoder
 

@@ -1,0 +1,151 @@
+"""The weights' moving average (train.ema_decay): its arithmetic, the skip flag, that it
+never changes training, checkpoints, validation and synthesis with and without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from myxtts.config import ConfigError
+from myxtts.model.xtts import build_model
+from myxtts.train import checkpoint as ck
+from myxtts.train.ema import WeightAverage, averaged_state
+from myxtts.train.optim import build_optimizer, build_scheduler
+from myxtts.train.step import TrainStep
+from myxtts.train.warmup import StateSnapshot
+from tests.helpers import micro_config
+from tests.train.test_graphs import N_TOKENS, _batches
+
+CPU = torch.device("cpu")
+
+
+def _step(tmp_path, *overrides) -> TrainStep:
+    cfg = micro_config(tmp_path, "audio.n_mels=16", "model.dropout=0", "model.prenet_dropout=0",
+                       *overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg, N_TOKENS, 1, None, None)
+    opt, fused = build_optimizer(model, cfg.train)
+    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
+                     compile_model=False)
+
+
+def test_the_average_follows_its_formula_and_a_skipped_step_moves_nothing():
+    lin = torch.nn.Linear(3, 2)
+    avg = WeightAverage(lin, 0.5)
+    start = [s.clone() for s in avg.shadow]
+    with torch.no_grad():
+        for p in lin.parameters():
+            p.add_(1.0)
+    avg.update(torch.tensor(0.0))  # ramp: min(0.5, 1/10) = 0.1 -> weight 0.9
+    for s0, s, p in zip(start, avg.shadow, lin.parameters()):
+        torch.testing.assert_close(s, s0 + 0.9 * (p.detach() - s0))
+    moved = [s.clone() for s in avg.shadow]
+    with torch.no_grad():
+        for p in lin.parameters():
+            p.add_(1.0)
+    avg.update(torch.tensor(1.0))  # skipped: no move, not counted
+    assert all(torch.equal(a, b) for a, b in zip(moved, avg.shadow))
+    assert float(avg.updates) == 1.0
+    for _ in range(40):  # the ramp reaches the configured decay
+        avg.update(torch.tensor(0.0))
+    assert float(avg._weight) == pytest.approx(0.5)
+
+
+def test_the_average_never_changes_training_and_skips_a_poisoned_step(tmp_path, one_thread):
+    """Weights and losses of a run with the average equal those of one without, bit for
+    bit (the average only reads the weights); a non-finite step moves neither."""
+    plain, kept = _step(tmp_path / "a", "train.ema_decay=0"), _step(tmp_path / "b",
+                                                                   "train.ema_decay=0.9")
+    assert plain.ema is None and kept.ema is not None
+    for i in range(5):
+        batches = _batches(i, 1)
+        if i == 3:
+            batches[0]["mel"][0, 0, 0] = float("nan")
+        before = [s.clone() for s in kept.ema.shadow]
+        plain(batches)
+        kept(batches)
+        if i == 3:
+            assert all(torch.equal(a, b) for a, b in zip(before, kept.ema.shadow))
+    assert plain.read() == pytest.approx(kept.read(), nan_ok=True)
+    for a, b in zip(plain.model.parameters(), kept.model.parameters()):
+        assert torch.equal(a, b)
+    assert float(kept.ema.updates) == 4.0
+    assert any(not torch.equal(s, p) for s, p in zip(kept.ema.shadow, kept.ema.params))
+
+
+def test_a_warm_up_snapshot_puts_the_average_back(tmp_path, one_thread):
+    step = _step(tmp_path, "train.ema_decay=0.9")
+    step(_batches(0, 1))
+    saved = [s.clone() for s in step.ema.shadow]
+    with StateSnapshot(step):
+        step(_batches(1, 1))
+    assert all(torch.equal(a, b) for a, b in zip(saved, step.ema.shadow))
+    assert float(step.ema.updates) == 1.0
+
+
+def test_validation_weights_are_swapped_in_and_back_bit_for_bit(tmp_path, one_thread):
+    step = _step(tmp_path, "train.ema_decay=0.9")
+    for i in range(3):
+        step(_batches(i, 1))
+    raw = [p.detach().clone() for p in step.model.parameters()]
+    avg = [s.clone() for s in step.ema.shadow]
+    with step.averaged():
+        assert all(torch.equal(p, s) for p, s in zip(step.ema.params, avg))
+    with step.averaged(raw=True):
+        assert all(torch.equal(p, r) for p, r in zip(step.model.parameters(), raw))
+    assert all(torch.equal(p, r) for p, r in zip(step.model.parameters(), raw))
+    assert all(torch.equal(s, a) for s, a in zip(step.ema.shadow, avg))
+
+
+def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_thread):
+    step = _step(tmp_path, "train.ema_decay=0.9")
+    for i in range(3):
+        step(_batches(i, 1))
+    state = ck.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
+                       step.scaler, {}, ema=step.ema)
+    ck.save(tmp_path / "c.pt", state)
+    loaded = ck.load(tmp_path / "c.pt")  # weights_only=True inside
+    other = _step(tmp_path / "o", "train.ema_decay=0.9")
+    ck.restore(loaded, other.model, other.opt, other.sched, other.scaler, ema=other.ema)
+    assert float(other.ema.updates) == 3.0
+    assert all(torch.equal(a, b) for a, b in zip(step.ema.shadow, other.ema.shadow))
+    # the averaged model state: averaged parameters, the rest as saved
+    merged = averaged_state(loaded[ck.MODEL], loaded[ck.EMA])
+    for name, s in zip(step.ema.names, step.ema.shadow):
+        assert torch.equal(merged[name], s)
+    assert averaged_state(loaded[ck.MODEL], None) is loaded[ck.MODEL]
+    # a checkpoint without an average starts one from the restored weights
+    plain = ck.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
+                       step.scaler, {})
+    third = _step(tmp_path / "t", "train.ema_decay=0.9")
+    ck.restore(plain, third.model, third.opt, third.sched, third.scaler, ema=third.ema)
+    assert float(third.ema.updates) == 0.0
+    assert all(torch.equal(s, p) for s, p in zip(third.ema.shadow, step.model.parameters()))
+
+
+def test_a_decay_outside_its_range_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.ema_decay must be in \[0, 1\)"):
+        micro_config(tmp_path, "train.ema_decay=1.0")
+
+
+def test_validation_evaluates_the_average(micro_store, tmp_path, one_thread):
+    from myxtts.train.data import open_train_data
+    from myxtts.train.distributed import DistInfo
+    from myxtts.train.validate import validation_loss
+
+    cfg = micro_config(tmp_path, "train.ema_decay=0.5")
+    data = open_train_data(cfg, micro_store, CPU, DistInfo(), None)
+    torch.manual_seed(0)
+    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
+    opt, fused = build_optimizer(model, cfg.train)
+    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
+                     compile_model=False)
+    batches = iter(data.loader)
+    for _ in range(3):
+        step([next(batches)])
+    averaged = validation_loss(model, step, data, CPU)
+    with step.averaged():  # what validation evaluates ...
+        step.ema = None  # (no second swap inside)
+        by_hand = validation_loss(model, step, data, CPU)
+    assert averaged == by_hand
+    assert validation_loss(model, step, data, CPU) != averaged  # ... not the raw weights
