@@ -38,13 +38,37 @@ def test_a_store_brings_its_own_text_and_audio_settings(bilingual_store, capsys)
     assert "--force" not in err and err.count("\n") == 1
 
 
-def test_doctor_reads_a_run_folder_as_a_run(micro_store, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def small_run(micro_store, tmp_path_factory):
+    """A 2-step run of the micro model with d_model 48 (not the default size)."""
     from myxtts.train.loop import train
     from tests.helpers import micro_config
 
+    run = tmp_path_factory.mktemp("settings") / "run"
+    train(micro_config(run, "train.max_steps=2", "train.ckpt_every=2", "train.val_every=100",
+                       "model.d_model=48"), micro_store, progress=False)
+    return run
+
+
+def test_profile_measures_a_runs_own_model(micro_store, small_run, capsys, caplog):
+    import json
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        rc = main(["profile", str(micro_store), "--run", str(small_run), "--steps", "1",
+                   "--json", "--device", "cpu", "--set", "data.batch_frames=1200"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "the run" in captured.err, captured.err[-2000:]
+    assert json.loads(captured.out)["setup"]["preset"] == "tiny"
+    assert f"resuming from {small_run}/checkpoints/" in caplog.text  # its weights
+    assert "differs from the checkpoint" not in caplog.text  # d_model 48 came with the run
+
+
+def test_doctor_reads_a_run_folder_as_a_run(small_run, tmp_path, capsys):
+    import shutil
+
     run = tmp_path / "run"
-    train(micro_config(run, "train.max_steps=2", "train.ckpt_every=2", "train.val_every=100"),
-          micro_store, progress=False)
+    shutil.copytree(small_run, run)
     (run / "checkpoints" / "ckpt_00000003.pt").write_bytes(b"")  # a damaged newer one
     rc = main(["doctor", str(run), "--set", "train.compile=off", "--device", "cpu"])
     out = capsys.readouterr().out

@@ -129,6 +129,9 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
         named = "model" in (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {})
     if named:
         return cfg, f"model: {cfg.model.preset} (as configured)"
+    brought = data_settings(data) if data is not None else None
+    if brought is not None and brought[1].get("model"):
+        return cfg, f"model: {cfg.model.preset}, {brought[0]}'s"
     if any(Path(cfg.train.output_dir, "checkpoints").glob("ckpt_*.pt")):
         return cfg, f"model: the one of the run in {cfg.train.output_dir} (continuing it)"
     device = resolve_device(cfg.train.device, "train.device").type

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", metavar="DIR", type=Path,
                    help="also write a torch.profiler trace of a few steps into DIR "
                         "(TensorBoard's profiler plugin or https://ui.perfetto.dev)")
+    p.add_argument("--run", metavar="RUN", type=Path,
+                   help="profile this training run's model: its settings and its newest "
+                        "checkpoint's weights (nothing is written to it)")
     add_run_args(p)
     add_config_args(p)
     p.set_defaults(func=run)
@@ -45,13 +48,22 @@ def run(args: argparse.Namespace) -> int:
                            f"pass a writable folder") from e
         if not os.access(args.trace, os.W_OK):
             raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
-    cfg, size_line = config_with_size(args, run_overrides(args), args.data)
+    resume = None
+    if args.run is not None:
+        from myxtts.train.checkpoint import resolve_checkpoint
+        from myxtts.train.errors import TrainError
+
+        try:
+            resume = resolve_checkpoint(args.run)
+        except TrainError as e:
+            raise CLIError(f"--run {args.run}: {e}") from e
+    cfg, size_line = config_with_size(args, run_overrides(args), args.run or args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     print(size_line, file=sys.stderr, flush=True)
     from myxtts.diagnose.profile.report import format_report
     from myxtts.diagnose.profile.run import profile
 
-    result = profile(cfg, args.data, args.steps, args.trace,
+    result = profile(cfg, args.data, args.steps, args.trace, resume=resume,
                      echo=lambda s: print(s, file=sys.stderr, flush=True))
     print(json.dumps(result, indent=2) if args.json else format_report(result))
     return 0

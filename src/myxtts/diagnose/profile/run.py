@@ -47,14 +47,15 @@ _PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp3
 
 
 def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | None = None,
-            echo: Any = print) -> dict[str, Any]:
-    """Everything the report shows, as a JSON-ready dict (``report.format_report`` prints it)."""
+            echo: Any = print, resume: Path | None = None) -> dict[str, Any]:
+    """Everything the report shows, as a JSON-ready dict (``report.format_report`` prints it).
+    ``resume``: a checkpoint whose weights (and model settings) are profiled."""
     if steps < 1:
         raise ConfigError(f"--steps must be at least 1, got {steps}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TrainError("myxtts profile measures one process: run it without torchrun")
     started = time.perf_counter()
-    run = build_setup(cfg, data_path, None)
+    run = build_setup(cfg, data_path, resume)
     setup_s = time.perf_counter() - started
     cfg, device, step_fn = run.cfg, run.device, run.step_fn
     cuda = device.type == "cuda"
