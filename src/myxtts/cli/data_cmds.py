@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated demo languages: en, fa or en,fa (default en). With two, "
                         "some voices speak one, some the other, some both, and metadata.csv gets "
                         "a language column; train with --set text.languages=[en,fa]")
-    p.add_argument("--force", action="store_true", help="write into a non-empty folder (overwrites)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the corpus an earlier make-demo-data wrote in OUT "
+                   "(a folder holding anything else is refused)")
 
     q = add_command(sub, "inspect-data", _inspect, "summarise a dataset (counts, hours, speakers, "
                     "durations) and list its problems")
