@@ -71,8 +71,8 @@ def _check_exists(path: Path) -> None:
     if kind == "nothing":
         raise AudioError(f"{path}: audio file does not exist; check the path in the dataset metadata")
     if kind != "a file":
-        raise AudioError(f"{path}: is {kind}, not an audio file; point the dataset metadata at "
-                         f"an audio file")
+        raise AudioError(f"{path}: is {kind}, not a file; point the dataset metadata at an "
+                         f"audio file")
 
 
 def _reason(err: Exception) -> str:
