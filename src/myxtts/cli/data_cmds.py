@@ -52,7 +52,8 @@ def _make_demo(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise CLIError(f"{out} exists and is not a folder; choose another OUT")
     if out.is_dir() and any(out.iterdir()) and not args.force:
-        raise CLIError(f"{out} is not empty; choose a new folder or pass --force to overwrite")
+        raise CLIError(f"{out} is not empty; choose a new folder, or pass --force to replace "
+                       f"the corpus an earlier make-demo-data wrote there")
     start = time.perf_counter()
     make_demo_data(out, speakers=args.speakers, utterances=args.utterances, seed=args.seed,
                    sample_rate=args.sample_rate, languages=languages)
