@@ -124,3 +124,26 @@ def writable_folder(folder: str | Path, what: str = "") -> Path:
         raise FolderError(f"cannot write {folder} ({e.strerror or e}); choose another"
                           f"{hint or ' folder'}") from None
     return folder
+
+
+def path_kind(path: str | Path) -> str:
+    """What is at ``path``, in words, without opening it (opening a FIFO blocks):
+    ``"a file"``, ``"a folder"``, ``"a FIFO (named pipe)"``, ``"a character device"``,
+    ``"a symbolic link loop"``, ``"a broken symbolic link"``, ... or ``"nothing"``."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.lexists(path):
+            return "a broken symbolic link" if os.path.islink(path) else f"unreadable ({e.strerror})"
+        return "nothing"
+    for test, words in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a regular file"

@@ -31,7 +31,7 @@ def _files(root):
 def test_same_seed_identical_bytes_other_seed_differs(demo_dir, tmp_path):
     again = make_demo_data(tmp_path / "again", speakers=4, utterances=4, seed=0)
     a, b = _files(demo_dir), _files(again)
-    assert sorted(a) == sorted(b) and len(a) == 4 * 4 + 2
+    assert sorted(a) == sorted(b) and len(a) == 4 * 4 + 3
     assert all(a[k] == b[k] for k in a)
     other = _files(make_demo_data(tmp_path / "other", speakers=4, utterances=4, seed=1))
     assert other["metadata.csv"] != a["metadata.csv"]

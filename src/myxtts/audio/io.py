@@ -26,7 +26,7 @@ from myxtts.audio.processing import (
     trim_silence,
 )
 from myxtts.config import AudioConfig
-from myxtts.system import atomic_write
+from myxtts.system import atomic_write, path_kind
 
 # Why a clip cannot be used, as a short stable category (reports count clips by it).
 UNREADABLE_AUDIO = "unreadable audio"
@@ -66,10 +66,13 @@ _FIX_BROKEN = "re-export it as WAV/FLAC/OGG or remove it from the dataset"
 
 
 def _check_exists(path: Path) -> None:
-    if not path.exists():
+    """A regular file at ``path``, checked without opening it (a FIFO would block)."""
+    kind = path_kind(path)
+    if kind == "nothing":
         raise AudioError(f"{path}: audio file does not exist; check the path in the dataset metadata")
-    if not path.is_file():
-        raise AudioError(f"{path}: is not a file; point the dataset metadata at an audio file")
+    if kind != "a file":
+        raise AudioError(f"{path}: is {kind}, not a file; point the dataset metadata at an "
+                         f"audio file")
 
 
 def _reason(err: Exception) -> str:

@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated demo languages: en, fa or en,fa (default en). With two, "
                         "some voices speak one, some the other, some both, and metadata.csv gets "
                         "a language column; train with --set text.languages=[en,fa]")
-    p.add_argument("--force", action="store_true", help="write into a non-empty folder (overwrites)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the corpus an earlier make-demo-data wrote in OUT "
+                   "(a folder holding anything else is refused)")
 
     q = add_command(sub, "inspect-data", _inspect, "summarise a dataset (counts, hours, speakers, "
                     "durations) and list its problems")
@@ -50,7 +52,8 @@ def _make_demo(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise CLIError(f"{out} exists and is not a folder; choose another OUT")
     if out.is_dir() and any(out.iterdir()) and not args.force:
-        raise CLIError(f"{out} is not empty; choose a new folder or pass --force to overwrite")
+        raise CLIError(f"{out} is not empty; choose a new folder, or pass --force to replace "
+                       f"the corpus an earlier make-demo-data wrote there")
     start = time.perf_counter()
     make_demo_data(out, speakers=args.speakers, utterances=args.utterances, seed=args.seed,
                    sample_rate=args.sample_rate, languages=languages)

@@ -166,6 +166,35 @@ def config_from_dict(d: dict[str, Any] | None) -> Config:
     return cfg
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names one key twice (YAML keeps only the last: the first would be lost)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping, naming it and its line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.setdefault(key, line)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if first != line:
+                raise DuplicateKeyError(f"key {key!r} on line {line} repeats the key of line "
+                                        f"{first} (YAML would keep only the last); remove one")
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_config(path: str | Path | None = None, preset: str | None = None,
                 overrides: list[str] | None = None,
                 inherit: tuple[str, dict[str, dict[str, Any]]] | None = None) -> Config:
@@ -180,7 +209,9 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist (write one with `myxtts config show > {p.name}`)")
         try:
-            d = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            d = load_yaml(p.read_text(encoding="utf-8")) or {}
+        except DuplicateKeyError as e:
+            raise ConfigError(f"{p}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}".replace("\n", " ")) from e
         if not isinstance(d, dict):

@@ -41,6 +41,7 @@ from myxtts.data.store.format import (
     read_manifest,
     store_state,
 )
+from myxtts.data.store.wipe import check_removable, remove_store
 from myxtts.data.store.writer import SplitRows, StoreWriter
 from myxtts.system import FolderError, atomic_write, available_cpus, folder_lock, writable_folder
 
@@ -105,6 +106,20 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
     if workers < 1:
         raise ValueError(f"workers must be >= 1 (got {workers}); use --workers N with N >= 1 "
                          f"(default: {available_cpus()}, the CPUs available)")
+    created = not Path(out).expanduser().exists() and not Path(out).expanduser().is_symlink()
+    try:
+        return _prepare(data, out, cfg, workers, force, progress, chunk_size, echo)
+    except BaseException:
+        if created:  # a failed prepare leaves no empty folder of its own behind
+            try:
+                Path(out).expanduser().rmdir()
+            except OSError:
+                pass  # not empty (a report, resumable chunks) or never made
+        raise
+
+
+def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force: bool,
+             progress: bool, chunk_size: int | None, echo: Any) -> PrepareResult:
     # Absolute data path: audio paths in the plan then do not depend on the working directory.
     data, out = Path(data).expanduser().resolve(), Path(out).expanduser()
     if not out.is_file():  # a file there is refused below, by store_state
@@ -135,6 +150,7 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
             diffs = _diff_keys((manifest or {}).get("prepare") or {}, key)
             raise StoreError(f"{out} was prepared with other settings ({'; '.join(diffs)}); pass "
                              f"--force to rebuild it, or choose another --out")
+        check_removable(out)
         wipe = True
     elif state == "partial":
         saved = _read_plan_file(out)
@@ -144,13 +160,14 @@ def prepare_store(data: str | Path, out: str | Path, cfg: Config, *, workers: in
                 raise StoreError(f"{out} holds an interrupted prepare with other settings "
                                  f"({'; '.join(diffs)}); re-run that command to finish it, or pass "
                                  f"--force to start over")
+            check_removable(out)
             wipe = True
 
     planned, tokenizer, rejections, dataset_report = plan_texts(data, cfg)  # may raise DatasetError
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)  # noqa: F841  (held until this function returns or the process dies)
     if wipe:
-        _remove_store(out)
+        remove_store(out)
     if not (out / PARTIAL_MARKER).exists():
         atomic_write(out / PARTIAL_MARKER, "a myxtts prepare is writing this store; re-run "
                           "the same command to resume it\n")
@@ -203,14 +220,6 @@ def _lock(out: Path) -> Any:
     except FolderError as e:
         raise StoreError(str(e)) from None
     return hold
-
-
-def _remove_store(out: Path) -> None:
-    """Delete what prepare writes (and nothing else: --out may hold the user's other files)."""
-    for name in (MANIFEST, VOCAB, REPORT, PARTIAL_MARKER):
-        (out / name).unlink(missing_ok=True)
-    for name in (WORK_DIR, *SPLITS):
-        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def _remove_temp_files(out: Path) -> None:

@@ -32,7 +32,7 @@ from myxtts.synthetic.voices import (
     render,
     voice_tables,
 )
-from myxtts.system import atomic_write, writable_folder
+from myxtts.system import FolderError, atomic_write, writable_folder
 
 VOWELS = "aeiou"
 CONSONANTS = "mnlrsftkp"
@@ -43,7 +43,8 @@ DEMO_LANGUAGES = tuple(_INVENTORY)
 _DEMO_SENTENCES = {"en": "lamo tesi kunapo. miresu.", "fa": FA_DEMO_SENTENCE}
 MIN_DURATION_S = 0.6
 MAX_DURATION_S = 4.9
-_DEMO_WAV = re.compile(r"spk\d+_\d{4,}\.wav")
+_DEMO_FILE = re.compile(r"wavs/spk\d+_\d{4,}\.wav|metadata\.csv|README\.txt")
+DEMO_MARKER = ".myxtts-demo"  # the files make_demo_data wrote in its folder, one a line
 
 
 def demo_sentence(language: str = "en") -> str:
@@ -141,6 +142,12 @@ def make_demo_data(out_dir: str | Path, speakers: int = 4, utterances: int = 300
     if sample_rate < 16000:
         raise ValueError(f"sample_rate must be >= 16000 Hz (the 's' band reaches 8 kHz), got {sample_rate}")
     out = writable_folder(out_dir, "output folder")
+    earlier = _earlier_demo_files(out)
+    planned = {f"wavs/{demo_speaker(s, speakers).name}_{k:04d}.wav"
+               for s in range(speakers) for k in range(utterances)} | {"metadata.csv", "README.txt"}
+    # Recorded before any clip is written: a run killed half-way leaves a folder a re-run
+    # may still replace.
+    atomic_write(out / DEMO_MARKER, "\n".join(sorted(earlier | planned)) + "\n")
     wav_dir = out / "wavs"
     wav_dir.mkdir(parents=True, exist_ok=True)
     rows: list[str] = []
@@ -158,16 +165,38 @@ def make_demo_data(out_dir: str | Path, speakers: int = 4, utterances: int = 300
             save_wav(wav_dir / f"{uid}.wav", wav, sample_rate)
             rows.append(f"{uid}|{text}|{text}|{spk.name}" + (f"|{lang}" if multilingual else ""))
             total_s += wav.size / sample_rate
-    # A re-run with fewer utterances into the same folder: drop clips of the old corpus
-    # (only files named like ours), so every clip in wavs/ is listed in metadata.csv.
-    keep = {row.split("|", 1)[0] + ".wav" for row in rows}
-    for old in wav_dir.glob("spk*_*.wav"):
-        if _DEMO_WAV.fullmatch(old.name) and old.name not in keep:
-            old.unlink()
+    # A re-run with fewer utterances into the same folder: drop the old corpus's other
+    # clips (only files an earlier make_demo_data recorded), so every clip in wavs/ is
+    # listed in metadata.csv.
+    for rel in sorted(earlier - planned):
+        (out / rel).unlink(missing_ok=True)
     atomic_write(out / "metadata.csv", "\n".join(rows) + "\n")
     atomic_write(out / "README.txt", _readme(speakers, utterances, seed, sample_rate, total_s, spoken,
                                              list(languages)))
+    atomic_write(out / DEMO_MARKER, "\n".join(sorted(planned)) + "\n")
     return out
+
+
+def _earlier_demo_files(out: Path) -> set[str]:
+    """The files an earlier ``make_demo_data`` recorded in ``out`` (empty for an empty
+    folder); FolderError if ``out`` holds anything else, which is never replaced."""
+    found = sorted(p for p in out.rglob("*") if p.name != DEMO_MARKER or p.parent != out)
+    if not found:
+        return set()
+    marker = out / DEMO_MARKER
+    try:
+        recorded = set(marker.read_text(encoding="utf-8").split("\n")) - {""}
+    except (OSError, UnicodeDecodeError):
+        raise FolderError(f"{out} holds files that make-demo-data did not write (e.g. {found[0]}); "
+                          f"choose a new or empty folder") from None
+    recorded = {r for r in recorded if _DEMO_FILE.fullmatch(r)}
+    for p in found:
+        rel = p.relative_to(out).as_posix()
+        if not (rel in recorded or (rel == "wavs" and p.is_dir() and not p.is_symlink())):
+            raise FolderError(f"{out} holds {p}, which make-demo-data did not write; move it out "
+                              f"or choose a new or empty folder (only an earlier demo corpus is "
+                              f"replaced)")
+    return recorded
 
 
 def _readme(speakers: int, utterances: int, seed: int, sample_rate: int, total_s: float,

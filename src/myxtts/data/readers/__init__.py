@@ -26,6 +26,7 @@ from myxtts.data.readers.ljspeech import is_ljspeech_csv, read_ljspeech
 from myxtts.data.readers.manifest import manifests_in, read_manifest
 from myxtts.data.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
 from myxtts.data.records import DUPLICATE_ID, DataReport, DatasetError, Utterance
+from myxtts.system import path_kind
 
 
 @dataclass
@@ -60,8 +61,12 @@ def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
     reported for their language, ``report.language_fix`` holds the ``text.languages`` /
     ``text.default_language`` that would fix them all, if one does."""
     path = Path(path).expanduser()
-    if not path.exists():
+    kind = path_kind(path)
+    if kind == "nothing":
         raise DatasetError(f"dataset path {path} does not exist; {LAYOUTS_HINT}")
+    if kind not in ("a file", "a folder"):  # never opened: reading a FIFO blocks
+        raise DatasetError(f"dataset path {path} is {kind}, not a dataset folder or manifest "
+                           f"file; {LAYOUTS_HINT}")
     splits, empty_at = _read(path, cfg)
     report = splits.report
     report.language_fix = find_language_fix(cfg, report, lambda c: _read(path, c))

@@ -16,6 +16,7 @@ from myxtts.data.records import (
     DataReport,
     Utterance,
 )
+from myxtts.system import path_kind
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 MANIFEST_EXTS = (".csv", ".tsv", ".jsonl")
@@ -64,18 +65,33 @@ def has_audio(folder: Path, depth: int = 2) -> bool:
 
 
 class FileIndex:
-    """Cached directory listings: one ``scandir`` per folder instead of a stat per row."""
+    """Cached directory listings: one ``scandir`` per folder instead of a stat per row.
+    An entry that cannot be checked (a symbolic link loop) is left out on its own; the
+    rest of its folder is still listed."""
 
     def __init__(self) -> None:
-        self._dirs: dict[Path, set[str]] = {}
+        self._dirs: dict[Path, tuple[set[str], set[str]]] = {}  # folder -> (files, all names)
+
+    def _listing(self, folder: Path) -> tuple[set[str], set[str]]:
+        if folder not in self._dirs:
+            files: set[str] = set()
+            every: set[str] = set()
+            try:
+                with os.scandir(folder) as entries:
+                    for e in entries:
+                        every.add(e.name)
+                        try:
+                            if e.is_file():
+                                files.add(e.name)
+                        except OSError:
+                            pass
+            except OSError:
+                pass
+            self._dirs[folder] = (files, every)
+        return self._dirs[folder]
 
     def names(self, folder: Path) -> set[str]:
-        if folder not in self._dirs:
-            try:
-                self._dirs[folder] = {e.name for e in os.scandir(folder) if e.is_file()}
-            except OSError:
-                self._dirs[folder] = set()
-        return self._dirs[folder]
+        return self._listing(folder)[0]
 
     def exists(self, path: Path) -> bool:
         return path.name in self.names(path.parent)
@@ -86,6 +102,21 @@ class FileIndex:
             if stem + ext in names:
                 return folder / (stem + ext)
         return None
+
+    def why_missing(self, folder: Path, stem: str) -> str:
+        """Why ``find_audio(folder, stem)`` found no clip, in words: what is there instead
+        (a folder, a FIFO, a link loop, a file in a format myxtts does not read) or that
+        nothing is."""
+        every = self._listing(folder)[1]
+        for ext in AUDIO_EXTS:
+            if stem + ext in every:
+                return f"{folder / (stem + ext)} is {path_kind(folder / (stem + ext))}, not an audio file"
+        others = sorted(n for n in every if n.startswith(stem + ".") and n != stem + ".txt")
+        if others:
+            fmt = Path(others[0]).suffix.lstrip(".").upper() or "no extension"
+            return (f"{folder / others[0]} is in a format myxtts does not read ({fmt}); convert it "
+                    f"to {'/'.join(e.lstrip('.').upper() for e in AUDIO_EXTS)}")
+        return f"{folder / stem}.wav does not exist"
 
 
 def decoded_lines(path: Path, report: DataReport) -> Iterator[tuple[int, str]]:

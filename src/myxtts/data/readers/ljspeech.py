@@ -70,7 +70,7 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
         if audio is None:
             report.add(meta, line_no, uid, MISSING_AUDIO,
                        f"put the clip at {wav_dir / uid}.wav or delete line {line_no} of {meta.name}",
-                       f"{wav_dir / uid}.wav does not exist")
+                       files.why_missing(wav_dir, uid))
             continue
         rows.append((Utterance(uid, audio, text, speaker, lang), str(meta), line_no))
     return rows
