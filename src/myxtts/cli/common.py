@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from myxtts.config import Config, load_config
+from myxtts.config.parse import load_yaml
 from myxtts.data.store import StoreError
 from myxtts.data.store.format import MANIFEST, read_manifest
 
@@ -100,7 +101,7 @@ def data_settings(path: str | Path) -> tuple[str, dict[str, dict[str, Any]]] | N
     run_config = path / "config.yaml"
     if run_config.is_file() and ((path / "checkpoints").is_dir() or (path / "metrics.jsonl").is_file()):
         try:
-            saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
+            saved = load_yaml(run_config.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:
             raise CLIError(f"{run_config}: cannot read the run's config ({e}); restore the file "
                            f"or pass the settings with --config") from e
@@ -126,7 +127,7 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
         o.split("=", 1)[0].startswith("model.") for o in getattr(args, "overrides", None) or [])
     config = config_file(getattr(args, "config", None))
     if config is not None and not named:
-        named = "model" in (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {})
+        named = "model" in (load_yaml(Path(config).read_text(encoding="utf-8")) or {})
     if named:
         return cfg, f"model: {cfg.model.preset} (as configured)"
     brought = data_settings(data) if data is not None else None
