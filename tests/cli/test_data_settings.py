@@ -58,7 +58,7 @@ def test_profile_measures_a_runs_own_model(micro_store, small_run, capsys, caplo
         rc = main(["profile", str(micro_store), "--run", str(small_run), "--steps", "1",
                    "--json", "--device", "cpu", "--set", "data.batch_frames=1200"])
     captured = capsys.readouterr()
-    assert rc == 0 and "the run" in captured.err, captured.err[-2000:]
+    assert rc == 0, captured.err[-2000:]
     assert json.loads(captured.out)["setup"]["preset"] == "tiny"
     assert f"resuming from {small_run}/checkpoints/" in caplog.text  # its weights
     assert "differs from the checkpoint" not in caplog.text  # d_model 48 came with the run

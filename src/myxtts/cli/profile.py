@@ -57,9 +57,10 @@ def run(args: argparse.Namespace) -> int:
             resume = resolve_checkpoint(args.run)
         except TrainError as e:
             raise CLIError(f"--run {args.run}: {e}") from e
-    cfg, size_line = config_with_size(args, run_overrides(args), args.run or args.data)
+    # the report names the model size (setup line), so no size line here: stderr stays
+    # one line for a user error
+    cfg, _ = config_with_size(args, run_overrides(args), args.run or args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    print(size_line, file=sys.stderr, flush=True)
     from myxtts.diagnose.profile.report import format_report
     from myxtts.diagnose.profile.run import profile
 
