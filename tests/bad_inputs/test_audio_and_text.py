@@ -1,0 +1,133 @@
+"""Bad audio and bad transcripts that decode without error but are wrong: each is reported
+(file, line or field, reason) or handled as its module's rule says, never kept quietly.
+
+Audio rules: ``myxtts.audio.io`` (module doc); transcript rules: ``myxtts.data.readers``.
+Fixtures are generated here (soundfile); the prepare cases run in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from myxtts.audio.io import (
+    CLIPPED_AUDIO,
+    DC_OFFSET,
+    OUT_OF_RANGE_AUDIO,
+    TRUNCATED_AUDIO,
+    AudioError,
+    audio_info,
+    load_audio,
+)
+from myxtts.cli.main import main
+from myxtts.config import AudioConfig
+
+SR = 22050
+
+
+def _tone(seconds: float = 0.6, amp: float = 0.3, sr: int = SR) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    return (amp * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def _write(path: Path, wav: np.ndarray, subtype: str = "PCM_16", sr: int = SR) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, wav, sr, subtype=subtype)
+    return path
+
+
+def _truncated(path: Path) -> Path:
+    _write(path, _tone(1.0))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # header still declares 1 s
+    return path
+
+
+def _out_of_range(path: Path) -> Path:
+    return _write(path, _tone(amp=1.0) * 32767.0, subtype="FLOAT")  # int16 values as float
+
+
+def _dc(path: Path) -> Path:
+    return _write(path, _tone(amp=0.3) + 0.4)
+
+
+def _clipped(path: Path) -> Path:
+    return _write(path, np.clip(_tone(amp=3.0), -0.9, 0.9))
+
+
+def _phase_inverted(path: Path) -> Path:
+    tone = _tone()
+    return _write(path, np.stack([tone, -tone], axis=1))
+
+
+# ------------------------------------------------------------------ audio
+
+def test_truncated_wav_is_reported_with_what_is_missing(tmp_path):
+    path = _truncated(tmp_path / "cut.wav")
+    for read in (lambda: audio_info(path), lambda: load_audio(path, AudioConfig())):
+        with pytest.raises(AudioError) as e:
+            read()
+        assert e.value.reason == TRUNCATED_AUDIO
+        assert str(path) in str(e.value) and "missing" in str(e.value) and "1.00 s" in str(e.value)
+
+
+def test_complete_wav_and_open_ended_size_are_not_truncated(tmp_path):
+    path = _write(tmp_path / "ok.wav", _tone())
+    assert audio_info(path).n_samples == len(_tone())
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4
+    data[at:at + 4] = b"\xff\xff\xff\xff"  # a streaming writer's "size unknown"
+    (tmp_path / "stream.wav").write_bytes(bytes(data))
+    assert load_audio(tmp_path / "stream.wav", AudioConfig()).size > 0
+
+
+@pytest.mark.parametrize("make, reason, needle", [
+    (_out_of_range, OUT_OF_RANGE_AUDIO, "far outside [-1, 1]"),
+    (_dc, DC_OFFSET, "DC offset +0.4"),
+    (_clipped, CLIPPED_AUDIO, "hard clipping"),
+])
+def test_level_rules_reject_with_file_and_reason(tmp_path, make, reason, needle):
+    path = make(tmp_path / "bad.wav")
+    with pytest.raises(AudioError) as e:
+        load_audio(path, AudioConfig())
+    assert e.value.reason == reason
+    assert str(path) in str(e.value) and needle in str(e.value)
+
+
+def test_level_rules_keep_ordinary_clips(tmp_path):
+    cfg = AudioConfig()
+    loud = _write(tmp_path / "loud.wav", _tone(amp=1.5), subtype="FLOAT")  # a little over
+    assert np.abs(load_audio(loud, cfg)).max() <= 1.0
+    assert load_audio(_write(tmp_path / "full.wav", _tone(amp=0.999)), cfg).size > 0
+    assert load_audio(_write(tmp_path / "dc.wav", _tone() + 0.05), cfg).size > 0
+
+
+def test_phase_inverted_stereo_uses_one_channel_and_says_so(tmp_path, caplog):
+    path = _phase_inverted(tmp_path / "inv.wav")
+    with caplog.at_level(logging.WARNING):
+        wav = load_audio(path, AudioConfig(trim_silence=False, normalize_loudness=False))
+    assert np.abs(wav).max() == pytest.approx(0.3, abs=1e-3)
+    assert str(path) in caplog.text and "cancel" in caplog.text
+
+
+def test_prepare_reports_each_bad_clip_by_file_and_reason(tmp_path):
+    root = tmp_path / "data"
+    makers = {"cut": _truncated, "range": _out_of_range, "dc": _dc, "clip": _clipped}
+    rows = [f"g{i}|the cat sat on the mat {i}" for i in range(4)] + [f"{k}|a bad clip" for k in makers]
+    root.mkdir()
+    (root / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    for i in range(4):
+        _write(root / "wavs" / f"g{i}.wav", _tone(1.0))
+    for uid, make in makers.items():
+        make(root / "wavs" / f"{uid}.wav")
+    out = tmp_path / "store"
+    assert main(["prepare", str(root), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    got = {Path(r["audio_path"]).stem: r["reason"] for r in report["rejected"]}
+    assert got == {"cut": TRUNCATED_AUDIO, "range": OUT_OF_RANGE_AUDIO, "dc": DC_OFFSET,
+                   "clip": CLIPPED_AUDIO}
