@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,10 @@ from myxtts.audio.io import (
     load_audio,
 )
 from myxtts.cli.main import main
-from myxtts.config import AudioConfig
+from myxtts.config import AudioConfig, TextConfig, load_config
+from myxtts.data.readers import read_dataset
+from myxtts.data.records import MALFORMED_ROW
+from myxtts.text import clean_text
 
 SR = 22050
 
@@ -131,3 +135,88 @@ def test_prepare_reports_each_bad_clip_by_file_and_reason(tmp_path):
     got = {Path(r["audio_path"]).stem: r["reason"] for r in report["rejected"]}
     assert got == {"cut": TRUNCATED_AUDIO, "range": OUT_OF_RANGE_AUDIO, "dc": DC_OFFSET,
                    "clip": CLIPPED_AUDIO}
+
+
+# ------------------------------------------------------------------ transcripts
+
+def _read(root: Path, *overrides: str):
+    return read_dataset(root, load_config(overrides=["data.val_fraction=0", *overrides]))
+
+
+def _clips(root: Path, ids: list[str]) -> None:
+    for uid in ids:
+        _write(root / "wavs" / f"{uid}.wav", _tone())
+
+
+def test_pipe_inside_ljspeech_text_is_reported_not_moved(tmp_path):
+    root = tmp_path / "lj"
+    rows = ["a1|one two|one two", "a2|three|three", "a3|left | right|left right",
+            "a4|four|four"]
+    root.mkdir()
+    (root / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _clips(root, ["a1", "a2", "a3", "a4"])
+    splits = _read(root)
+    assert sorted(u.id for u in splits.train) == ["a1", "a2", "a4"]
+    assert {u.speaker for u in splits.train} == {"lj"}  # no invented speaker
+    (p,) = splits.report.problems
+    assert (p.reason, p.line, p.utterance_id) == (MALFORMED_ROW, 3, "a3")
+    assert "metadata.csv" in p.source and "4 '|'-separated columns" in p.detail and "3" in p.detail
+
+
+def test_pipe_inside_two_column_text_is_reported(tmp_path):
+    root = tmp_path / "lj"
+    root.mkdir()
+    (root / "metadata.csv").write_text("b1|plain\nb2|also plain\nb3|this | that\n", "utf-8")
+    _clips(root, ["b1", "b2", "b3"])
+    splits = _read(root)
+    assert [u.text for u in splits.train] == ["plain", "also plain"]
+    assert [(p.line, p.reason) for p in splits.report.problems] == [(3, MALFORMED_ROW)]
+
+
+@pytest.mark.parametrize("field, value, kind", [
+    ("text", ["a", "b"], "array"),
+    ("speaker", ["ann", "bo"], "array"),
+    ("text", True, "boolean"),
+    ("language", False, "boolean"),
+    ("duration", True, "boolean"),
+])
+def test_jsonl_field_of_wrong_type_is_reported_with_row_and_field(tmp_path, field, value, kind):
+    root = tmp_path / "m"
+    _clips(root, ["c1", "c2"])
+    good = {"audio": "wavs/c1.wav", "text": "a good row", "speaker": "ann"}
+    bad = {"audio": "wavs/c2.wav", "text": "bad row", "speaker": "ann", field: value}
+    (root / "list.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", "utf-8")
+    splits = _read(root)
+    assert [u.id for u in splits.train] == ["c1"]
+    (p,) = splits.report.problems
+    assert (p.reason, p.line) == (MALFORMED_ROW, 2)
+    assert f"field {field!r} is a JSON {kind}" in p.detail and "line 2" in p.fix
+    assert not any("[" in u.text or u.speaker.startswith("[") for u in splits.train)
+
+
+def test_jsonl_numbers_stay_readable_where_they_make_sense(tmp_path):
+    root = tmp_path / "m"
+    _clips(root, ["c1"])
+    row = {"audio": "wavs/c1.wav", "text": "numbers", "id": 7, "duration": 0.6}
+    (root / "list.jsonl").write_text(json.dumps(row) + "\n", "utf-8")
+    splits = _read(root)
+    assert [(u.id, u.duration_s) for u in splits.train] == [("7", 0.6)]
+    assert len(splits.report) == 0
+
+
+def test_compatibility_characters_are_normalised_not_vocabulary():
+    assert clean_text("the \ufb01ne \ufb02ower", "en") == "the fine flower"
+    assert clean_text("\uff28\uff45\uff4c\uff4c\uff4f", "en") == "hello"
+    assert clean_text("\u2460 and x\u00b2", "en", TextConfig(expand_numbers=False)) == "1 and x2"
+    assert clean_text(clean_text("\ufb01 \ufb03", "en"), "en") == clean_text("\ufb01 \ufb03", "en")
+
+
+def test_nfkc_leaves_persian_text_intact():
+    text = "می\u200cخواهم کتاب\u200cها را بخوانم، آیا خانهٔ ما بزرگ است؟ ۀ ئ ؤ ژ گ چ پ"
+    expected = "می\u200cخواهم کتاب\u200cها را بخوانم, آیا خانۀ ما بزرگ است? ۀ ئ ؤ ژ گ چ پ"
+    cfg = TextConfig(languages=["fa"], default_language="fa")
+    assert clean_text(text, "fa", cfg) == expected
+    alphabet = "آابپتثجچحخدذرزژسشصضطظعغفقکگلمنوهیئؤۀء"
+    assert clean_text(alphabet, "fa", cfg) == unicodedata.normalize("NFC", alphabet)
+    # Arabic presentation forms still become the base letters (the Persian step).
+    assert clean_text("\ufefb \ufb8e\ufee4", "fa", cfg) == "لا کم"
