@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from myxtts.audio.io import (
     CLIPPED_AUDIO,
@@ -26,9 +27,10 @@ from myxtts.audio.io import (
     load_audio,
 )
 from myxtts.cli.main import main
-from myxtts.config import AudioConfig, TextConfig, load_config
+from myxtts.config import AudioConfig, Config, TextConfig, load_config
 from myxtts.data.readers import read_dataset
 from myxtts.data.records import MALFORMED_ROW
+from myxtts.inference.synthesizer import Synthesizer
 from myxtts.text import clean_text
 
 SR = 22050
@@ -220,3 +222,19 @@ def test_nfkc_leaves_persian_text_intact():
     assert clean_text(alphabet, "fa", cfg) == unicodedata.normalize("NFC", alphabet)
     # Arabic presentation forms still become the base letters (the Persian step).
     assert clean_text("\ufefb \ufb8e\ufee4", "fa", cfg) == "لا کم"
+
+
+# ------------------------------------------------------------------ references
+
+@pytest.mark.parametrize("rate, warned", [(8000, True), (16000, False), (SR, False)])
+def test_low_rate_reference_is_warned_with_file_and_rates(tmp_path, caplog, rate, warned):
+    cfg = Config()
+    synth = Synthesizer(torch.nn.Identity(), cfg, None, torch.device("cpu"))
+    path = _write(tmp_path / "ref.wav", _tone(2.0, sr=rate), sr=rate)
+    with caplog.at_level(logging.WARNING):
+        mel, n = synth.reference(path)
+    assert int(n) > 0
+    message = f"{path} is recorded at {rate} Hz"
+    assert (message in caplog.text) is warned
+    if warned:
+        assert f"audio.fmax={cfg.audio.fmax:.0f} Hz" in caplog.text and "4000 Hz" in caplog.text
