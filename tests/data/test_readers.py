@@ -66,17 +66,15 @@ def test_ljspeech_columns_normalized_speaker_and_defaults(tmp_path):
         "a1|Raw text one|normalized one",
         "a2|Raw text two|",  # empty normalized column -> raw text
         "a3|Only raw",
-        "a4|Raw four|norm four|alice",
     ])
     splits = read_dataset(root, _cfg("data.val_fraction=0"))
     assert splits.format == "ljspeech" and len(splits.report) == 0 and splits.val == []
     by_id = {u.id: u for u in splits.train}
-    assert [u.id for u in splits.train] == ["a1", "a2", "a3", "a4"]
+    assert [u.id for u in splits.train] == ["a1", "a2", "a3"]
     assert by_id["a1"].text == "normalized one"
     assert by_id["a2"].text == "Raw text two"
     assert by_id["a3"].text == "Only raw"
     assert by_id["a1"].speaker == "myvoice"  # the folder's name
-    assert by_id["a4"].speaker == "alice"
     assert by_id["a1"].audio_path == root / "wavs" / "a1.wav"
     assert all(u.language == "en" and u.duration_s is None for u in splits.train)
 

@@ -37,6 +37,29 @@ def is_silent(wav: np.ndarray) -> bool:
     return peak_dbfs(wav) < SILENT_PEAK_DBFS
 
 
+def dc_offset(wav: np.ndarray) -> float:
+    """Mean sample value (0.0 for an empty clip): the constant the waveform sits on."""
+    return float(np.mean(wav, dtype=np.float64)) if np.size(wav) else 0.0
+
+
+def clipped_fraction(wav: np.ndarray, min_run: int = 3) -> float:
+    """Share of samples in runs of ``min_run`` or more equal samples at the clip's peak
+    (+ or -): the flat tops hard clipping leaves. A clean waveform touches its peak at
+    single samples; 0.0 for an empty or all-zero clip."""
+    wav = np.asarray(wav)
+    if not np.size(wav):
+        return 0.0
+    peak = max(float(np.max(wav)), -float(np.min(wav)))
+    if peak == 0.0:
+        return 0.0
+    at_peak = np.abs(wav) == np.float32(peak)  # [T]
+    if np.count_nonzero(at_peak) < min_run:
+        return 0.0
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], at_peak.astype(np.int8), [0]])))
+    lengths = edges[1::2] - edges[::2]  # every run of samples at the peak
+    return float(lengths[lengths >= min_run].sum()) / len(wav)
+
+
 def frame_rms_db(wav: np.ndarray, frame_length: int, hop_length: int) -> np.ndarray:
     """RMS level of each frame in dB (re full scale 1.0); frame i covers [i*hop, i*hop+frame).
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from myxtts.audio.griffin_lim import GriffinLim
-from myxtts.audio.io import load_audio, save_wav
+from myxtts.audio.io import audio_info, load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
@@ -85,6 +85,7 @@ class Synthesizer:
         """Reference mel [1, R, n_mels] and length [1] of one clip, cropped around its middle
         to ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
         wav = load_audio(path, self.cfg.audio)
+        self._check_bandwidth(path)
         seconds = len(wav) / self.cfg.audio.sample_rate
         if seconds < MIN_REFERENCE_S:
             raise TrainError(f"reference {path} has {seconds:.2f} s of speech after trimming "
@@ -101,6 +102,18 @@ class Synthesizer:
         start = max(0, (n_frames - r) // 2)
         crop = mel[start:start + r]
         return crop[None], torch.tensor([crop.shape[0]], device=self.device)
+
+    def _check_bandwidth(self, path: str | Path) -> None:
+        """Warn when a reference recorded at a low rate (8 kHz telephone audio, even if
+        upsampled since) cannot fill the model's mel range: its top bands are empty and the
+        conditioning hears an unvoiced, muffled voice."""
+        source_rate = audio_info(path).sample_rate
+        fmax = self.cfg.audio.fmax
+        if source_rate / 2 < fmax:
+            log.warning("reference %s is recorded at %d Hz: it holds nothing above %.0f Hz, "
+                        "but the model's mel range reaches audio.fmax=%.0f Hz, so the voice "
+                        "may come out unvoiced or muffled; give a reference recorded at "
+                        "%.0f Hz or more", path, source_rate, source_rate / 2, fmax, 2 * fmax)
 
     @torch.inference_mode()
     def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor:

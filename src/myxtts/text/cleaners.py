@@ -33,7 +33,7 @@ _PUNCT_MAP = str.maketrans({
     # dashes and minus signs
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2212": "-", "\ufe63": "-",
     "\u2014": " - ", "\u2015": " - ", "\ufe58": " - ",
-    "\u2026": "...",
+    "\u2026": "...", "\u2044": "/",
     "[": "(", "]": ")", "{": "(", "}": ")",
     # Arabic-script punctuation
     "\u060c": ",", "\u061b": ";", "\u061f": "?", "\u066a": "%", "\u066b": ".", "\u066c": ",",
@@ -93,6 +93,14 @@ def _generic_punct(text: str) -> str:
     if _FULLWIDTH_RE.search(text):
         text = _FULLWIDTH_RE.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
     text = text.translate(_PUNCT_MAP)
+    if not text.isascii():
+        # Compatibility characters (ligatures such as "ﬁ", superscripts, circled or
+        # full-width forms) become the letters they stand for, never vocabulary of their
+        # own. After the mapping above, so the marks it folds keep their ASCII forms;
+        # Arabic-script letters have no compatibility forms left after step 3.
+        folded = unicodedata.normalize("NFKC", text)
+        if folded != text:
+            text = folded.translate(_PUNCT_MAP)
     text = _REPEAT_PUNCT_RE.sub(r"\1", text)
     return _tidy_spaces(text)
 
@@ -105,8 +113,9 @@ def clean_text(text: str, language: str, cfg: TextConfig | None = None) -> str:
     characters out (controls become spaces; zero-width joiners are kept for the scripts that
     need them); (3) Arabic-script characters get Persian forms, lose diacritics and tatweel
     (``persian.py``; Latin text untouched); (4) generic punctuation, digits and whitespace
-    folded to ASCII forms; (5) ``en`` abbreviations and (``cfg.expand_numbers``) numbers,
-    ``fa`` numbers, spelled out in the line's language -- other languages keep digits;
+    folded to ASCII forms, compatibility characters (ligatures, full-width letters) to
+    the letters they stand for (NFKC); (5) ``en`` abbreviations and
+    (``cfg.expand_numbers``) numbers, ``fa`` numbers, spelled out in the line's language -- other languages keep digits;
     (6) ``cfg.lowercase``, NFC again, a final whitespace tidy.
     """
     if not isinstance(text, str):

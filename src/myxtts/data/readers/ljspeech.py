@@ -1,7 +1,10 @@
 """LJSpeech layout: ``metadata.csv`` with ``id|text[|normalized[|speaker[|language]]]`` rows
 and the clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty;
 the speaker defaults to the dataset folder's name; a row with no language takes the one
-its script fits (``common.row_language``).
+its script fits (``common.row_language``). A file's column count is the one most of its
+rows have: a row with more columns (a ``|`` inside its text) is reported with its line, not
+read with words moved into the normalized, speaker or language column; a row with fewer
+leaves its trailing columns empty (they are optional).
 
 The language column makes a multilingual corpus (e.g. ``myxtts make-demo-data
 --languages en,fa``) readable without converting it to a manifest. A language that is
@@ -11,6 +14,7 @@ than read: the model has no token for it.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from myxtts.config import Config
@@ -39,16 +43,27 @@ def is_ljspeech_csv(path: Path) -> bool:
     return not is_manifest_header(path) and ("|" in first_line(path) or path.name == "metadata.csv")
 
 
+def _usual_columns(lines: list[tuple[int, str]]) -> int:
+    """The file's column count: the one most of its rows have (the first seen on a tie)."""
+    counts = Counter(line.count("|") + 1 for _, line in lines)
+    return counts.most_common(1)[0][0] if counts else 0
+
+
 def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
                    default_speaker: str) -> list[Row]:
     wav_dir = root / "wavs"
     files = FileIndex()
     rows: list[Row] = []
-    for line_no, line in decoded_lines(meta, report):
+    lines = list(decoded_lines(meta, report))
+    usual = _usual_columns(lines)
+    for line_no, line in lines:
         cols = line.split("|")
         uid = cols[0].strip()
-        if not 2 <= len(cols) <= 5 or not uid:
+        if not 2 <= len(cols) <= 5 or not uid or len(cols) > usual:
             detail = (f"{len(cols)} '|'-separated column(s), expected 2 to 5 ({LAYOUT})"
+                      if not 2 <= len(cols) <= 5 else
+                      f"{len(cols)} '|'-separated columns where the file's rows have {usual}: "
+                      f"a '|' in the text would move words into another column"
                       if uid else "the id (first column) is empty")
             report.add(meta, line_no, uid or None, MALFORMED_ROW,
                        f"fix line {line_no} of {meta.name} (a '|' inside the text must be removed)", detail)

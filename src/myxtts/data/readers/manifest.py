@@ -42,6 +42,25 @@ def manifests_in(path: Path) -> list[Path]:
                   if p.is_file() and p.suffix.lower() in MANIFEST_EXTS and not p.name.startswith("."))
 
 
+# The fields a reader uses; a JSONL value of another type is reported, never stored as its
+# Python repr ("['a', 'b']", "True"). Extra fields are ignored whatever their type.
+_STRING_FIELDS = ("audio", "text", "speaker", "language")
+_NUMERIC_FIELDS = ("id", "duration")
+_JSON_TYPES = {list: "array", dict: "object", bool: "boolean", int: "number", float: "number"}
+
+
+def _wrong_json_field(rec: dict) -> tuple[str, object] | None:
+    """The first used field of a JSONL record whose value has the wrong type, if any."""
+    for name in (*_STRING_FIELDS, *_NUMERIC_FIELDS):
+        value = rec.get(name)
+        if value is None or isinstance(value, str):
+            continue
+        if name in _NUMERIC_FIELDS and isinstance(value, int | float) and not isinstance(value, bool):
+            continue
+        return name, value
+    return None
+
+
 def manifest_records(path: Path, report: DataReport) -> Iterator[tuple[int, dict[str, str]]]:
     """``(line_no, {column: value})`` per row of a .csv/.tsv/.jsonl manifest."""
     lines = decoded_lines(path, report)
@@ -58,7 +77,18 @@ def manifest_records(path: Path, report: DataReport) -> Iterator[tuple[int, dict
                            f'write line {line_no} as an object like {{"audio": ..., "text": ...}}',
                            f"a JSON {type(rec).__name__}, expected an object")
                 continue
-            yield line_no, {str(k).strip().lower(): ("" if v is None else str(v)) for k, v in rec.items()}
+            rec = {str(k).strip().lower(): v for k, v in rec.items()}
+            wrong = _wrong_json_field(rec)
+            if wrong is not None:
+                name, value = wrong
+                kind = _JSON_TYPES.get(type(value), type(value).__name__)
+                want = "a number or a string" if name in _NUMERIC_FIELDS else "a string"
+                report.add(path, line_no, None, MALFORMED_ROW,
+                           f"write {name!r} on line {line_no} as {want}",
+                           f"field {name!r} is a JSON {kind} ({json.dumps(value)[:60]}), "
+                           f"expected {want}")
+                continue
+            yield line_no, {k: ("" if v is None else str(v)) for k, v in rec.items()}
         return
     tsv = path.suffix.lower() == ".tsv"
     kw = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else dict(delimiter=",")
