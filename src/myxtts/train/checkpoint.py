@@ -166,7 +166,8 @@ def save(path: Path, state: dict[str, Any]) -> None:
     torch.save({FORMAT: FORMAT_VERSION, **state}, buf)
     with zipfile.ZipFile(buf, "a") as z:
         prefix = z.infolist()[0].filename.split("/")[0]
-        z.writestr(f"{prefix}/{DIGEST_ENTRY}", _contents_digest(z))
+        entry = zipfile.ZipInfo(f"{prefix}/{DIGEST_ENTRY}", date_time=(1980, 1, 1, 0, 0, 0))
+        z.writestr(entry, _contents_digest(z))
     atomic_write(path, buf.getvalue())
 
 

@@ -130,11 +130,11 @@ class _LoopContext:
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
         """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
         r = self.record
+        self._check_weights(r.step)  # every rank: DDP keeps the weights alike, all stop alike
         self.saved_step = r.step
         rng_ranks = gather(self.dist, ck.rng_state(self.device)) if self.dist.enabled else None
         if self.dist.rank != 0:
             return None
-        self._check_weights(r.step)
         r.nonfinite_steps, r.nonfinite_in_row = self.step_fn.nonfinite_counts()
         extra = {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
