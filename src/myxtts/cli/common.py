@@ -133,8 +133,11 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
     brought = data_settings(data) if data is not None else None
     if brought is not None and brought[1].get("model"):
         return cfg, f"model: {cfg.model.preset}, {brought[0]}'s"
-    if any(Path(cfg.train.output_dir, "checkpoints").glob("ckpt_*.pt")):
-        return cfg, f"model: the one of the run in {cfg.train.output_dir} (continuing it)"
+    resume = getattr(args, "resume", None)
+    if resume or any(Path(cfg.train.output_dir, "checkpoints").glob("ckpt_*.pt")):
+        return _model_of_checkpoint(cfg, resume), (
+            f"model: the one of {resume or 'the run in ' + str(cfg.train.output_dir)} "
+            f"(continuing it)")
     device = resolve_device(cfg.train.device, "train.device").type
     size = DEFAULT_SIZE.get(device, "tiny")
     if size != cfg.model.preset:
@@ -143,3 +146,17 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
         args.preset = None
     where = "GPU" if device == "cuda" else "CPU"
     return cfg, f"model: {size}, the default on a {where} (choose with --model-size tiny|small|base)"
+
+
+def _model_of_checkpoint(cfg: Config, resume: str | None) -> Config:
+    """``cfg`` with the model section of the checkpoint a run continues from (``resume``, else
+    the run folder's newest good one): a resume that names no model trains the run's own."""
+    from myxtts.config import config_from_dict
+    from myxtts.train import checkpoint as ck
+
+    path = Path(resume) if resume else ck.CheckpointManager(
+        Path(cfg.train.output_dir) / "checkpoints", 1).resumable()
+    if path is None:
+        return cfg
+    saved = ck.load(path)[ck.CONFIG]
+    return config_from_dict({**cfg.to_dict(), "model": saved["model"]})

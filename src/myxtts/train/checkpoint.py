@@ -14,11 +14,14 @@ is an edit here.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import io
 import logging
 import math
 import random
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,11 @@ FORMAT = "format_version"
 FORMAT_VERSION = 2  # 1: progress spread over step / best_val_loss / counters / sampler keys
 
 _CKPT_RE = re.compile(r"ckpt_(\d+)\.pt$")
+DIGEST_ENTRY = ".myxtts_sha256"  # zip entry: sha256 of every other entry (name and bytes)
+# Declared contents beyond this many times the file's size (plus a little) are refused
+# unread: torch.save stores tensors uncompressed, so a checkpoint's zip entries add up to
+# about its size; more means compressed entries (a "zip bomb").
+_SIZE_FACTOR, _SIZE_SLACK = 2, 1 << 20
 
 
 @dataclass
@@ -164,9 +172,52 @@ def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> 
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically, with the sha256 of its contents inside."""
     buf = io.BytesIO()
     torch.save({FORMAT: FORMAT_VERSION, **state}, buf)
+    with zipfile.ZipFile(buf, "a") as z:
+        prefix = z.infolist()[0].filename.split("/")[0]
+        entry = zipfile.ZipInfo(f"{prefix}/{DIGEST_ENTRY}", date_time=(1980, 1, 1, 0, 0, 0))
+        z.writestr(entry, _contents_digest(z))
     atomic_write(path, buf.getvalue())
+
+
+def _contents_digest(z: zipfile.ZipFile) -> str:
+    """sha256 over every entry but the digest itself, by name, in name order (zipfile also
+    checks each entry's CRC-32 as it reads it)."""
+    h = hashlib.sha256()
+    for info in sorted(z.infolist(), key=lambda i: i.filename):
+        if info.filename.endswith("/" + DIGEST_ENTRY):
+            continue
+        h.update(info.filename.encode() + b"\0" + str(info.file_size).encode() + b"\0")
+        h.update(z.read(info))
+    return h.hexdigest()
+
+
+def _check_contents(path: Path, blob: bytes) -> None:
+    """TrainError naming ``path`` when its zip entries declare far more bytes than the file
+    holds, or its contents do not match the digest saved with them (a checkpoint written
+    without one passes)."""
+    try:
+        z = zipfile.ZipFile(io.BytesIO(blob))
+    except zipfile.BadZipFile:
+        return  # not a zip: torch.load says what it is
+    with z:
+        declared = sum(i.file_size for i in z.infolist())
+        if declared > _SIZE_FACTOR * len(blob) + _SIZE_SLACK:
+            raise TrainError(f"checkpoint {path} declares {declared / 2**20:.0f} MiB of contents "
+                             f"in a file of {len(blob) / 2**20:.1f} MiB; refused unread (not "
+                             f"written by myxtts)")
+        saved = [i for i in z.infolist() if i.filename.endswith("/" + DIGEST_ENTRY)]
+        if not saved:
+            return
+        try:
+            ok = z.read(saved[0]).decode("ascii", "replace") == _contents_digest(z)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            ok = False
+        if not ok:
+            raise TrainError(f"checkpoint {path} is damaged (its contents do not match their "
+                             f"checksum); delete it to resume from an older one")
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -177,7 +228,12 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise TrainError(f"checkpoint {path} is empty (0 bytes: a write that never finished); "
                          f"delete it to resume from an older one")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        blob = path.read_bytes()
+    except OSError as e:
+        raise TrainError(f"checkpoint {path} cannot be read ({e.strerror or e})") from e
+    _check_contents(path, blob)
+    try:
+        state = torch.load(io.BytesIO(blob), map_location=map_location, weights_only=True)
     except Exception as e:  # corrupt, truncated, or not a checkpoint
         why = (str(e).strip().splitlines() or [""])[0].rstrip(".")
         raise TrainError(f"checkpoint {path} cannot be read ({type(e).__name__}"
@@ -219,11 +275,21 @@ class CheckpointManager:
         """Newest step checkpoint: the one ``latest.txt`` names, else the highest step."""
         pointer = self.dir / "latest.txt"
         if pointer.is_file():
-            p = self.dir / pointer.read_text().strip()
+            p = self.pointed(pointer)
             if p.is_file():
                 return p
         paths = self.step_paths()
         return paths[-1] if paths else None
+
+    def pointed(self, pointer: Path) -> Path:
+        """The checkpoint a pointer file (``latest.txt``, ``best.txt``) names: a file name in
+        this folder; anything else (an absolute path, ``..``) is refused naming the pointer."""
+        words = pointer.read_text(encoding="utf-8", errors="replace").split()
+        name = words[0] if words else ""
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise TrainError(f"{pointer} names {name!r}, not a checkpoint file in {self.dir}; "
+                             f"fix or delete the pointer")
+        return self.dir / name
 
     def resumable(self) -> Path | None:
         """The newest step checkpoint that loads (auto-resume): a damaged newest one (a
@@ -245,11 +311,19 @@ class CheckpointManager:
              is_best: bool = False) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"ckpt_{step:08d}.pt"
-        save(path, state)
-        atomic_write(self.dir / "latest.txt", path.name)
-        if is_best:
-            save(self.dir / "best.pt", state)
-            atomic_write(self.dir / "best.txt", f"{path.name} val_loss={val_loss}\n")
+        previous = self.latest()
+        try:
+            save(path, state)
+            atomic_write(self.dir / "latest.txt", path.name)
+            if is_best:
+                save(self.dir / "best.pt", state)
+                atomic_write(self.dir / "best.txt", f"{path.name} val_loss={val_loss}\n")
+        except OSError as e:
+            why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+            kept = (f"the previous checkpoint {previous} survives" if previous is not None
+                    else "no earlier checkpoint exists")
+            raise TrainError(f"cannot write checkpoint {path} at step {step} ({why}); "
+                             f"{kept}") from e
         for old in self.step_paths()[: -self.keep_last] if self.keep_last > 0 else []:
             if old != path:
                 old.unlink(missing_ok=True)

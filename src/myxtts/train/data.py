@@ -78,15 +78,25 @@ class TrainData:
             raise RuntimeError("this TrainData cannot be rebuilt")
         self.loader, self.sampler = self.rebuild(sizes)
 
+    def check_vocabulary(self, state: dict[str, Any]) -> None:
+        """TrainError unless the data speaks the vocabulary of the checkpoint ``state`` (checked
+        before its weights are loaded: another size would not even fit the model)."""
+        if self.tokenizer.to_dict() != state[ck.VOCAB]:
+            try:
+                theirs = Tokenizer.from_dict(state[ck.VOCAB]).vocab_size
+            except Exception:  # an unreadable vocabulary: the message needs no number
+                theirs = "?"
+            raise TrainError(f"{self.source or 'the data'} has another vocabulary than the "
+                             f"checkpoint ({self.tokenizer.vocab_size} symbols here, the "
+                             f"checkpoint's {theirs}); resume on the data the run started "
+                             f"with, or start a new run with another --output-dir")
+
     def continue_from(self, state: dict[str, Any] | None, progress: ck.TrainingProgress) -> None:
         """With a checkpoint ``state``: its vocabulary must match, and the sampler continues
         at ``progress``'s data position (mapped onto a changed batch plan if need be).
         ``progress.data_plan`` is set to the sampler's plan either way."""
         if state is not None:
-            if self.tokenizer.to_dict() != state[ck.VOCAB]:
-                raise TrainError(f"{self.source or 'the data'} has another vocabulary than the "
-                                 f"checkpoint; resume on the data the run started with, or start "
-                                 f"a new run with another --output-dir")
+            self.check_vocabulary(state)
             try:
                 progress.batches_consumed = self.sampler.resume(
                     progress.data_plan, progress.epoch, progress.batches_consumed)

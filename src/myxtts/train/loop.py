@@ -60,7 +60,8 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         load_vocoder(cfg.train.vocoder, cfg.audio, torch.device("cpu"))
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, out / "config.yaml")
+        if record.step < cfg.train.max_steps or not (out / "config.yaml").is_file():
+            save_config(cfg, out / "config.yaml")  # what this run trains with, in effect
         data.tokenizer.save(out / "vocab.json")
     logger = build_logger(out, dist.rank, cfg.train.tensorboard)
     n_params = sum(p.numel() for p in model.parameters())
@@ -129,6 +130,7 @@ class _LoopContext:
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
         """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
         r = self.record
+        self._check_weights(r.step)  # every rank: DDP keeps the weights alike, all stop alike
         self.saved_step = r.step
         rng_ranks = gather(self.dist, ck.rng_state(self.device)) if self.dist.enabled else None
         if self.dist.rank != 0:
@@ -140,6 +142,18 @@ class _LoopContext:
         state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
                            self.step_fn.scaler, extra, self.device, rng_ranks, self.step_fn.ema)
         return self.manager.save(state, r.step, val_loss, is_best)
+
+    def _check_weights(self, step: int) -> None:
+        """TrainError naming the step unless every weight is finite (one host sync): weights
+        that overflowed are never saved as a checkpoint to resume or synthesise from."""
+        bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in self.model.parameters())
+        if bad:
+            total = sum(p.numel() for p in self.model.parameters())
+            raise TrainError(
+                f"{bad} of {total} weights are non-finite at step {step}; not saved (the last "
+                f"checkpoint stays the newest). The updates diverged: lower train.lr (now "
+                f"{self.cfg.train.lr}), keep train.grad_clip > 0, or try --set "
+                f"train.precision=fp32 to rule out overflow")
 
     def _efficiency(self) -> IntervalEfficiency | None:
         """GPU utilisation and MFU per log interval (rank 0 logs; the others skip it). A

@@ -51,14 +51,36 @@ class TrainSetup:
 
 
 def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
-    """Keep the run's training knobs, but take architecture and features from the checkpoint."""
+    """Keep the run's training knobs, but take architecture and features from the checkpoint;
+    model keys that differ from the checkpoint's are refused, naming them (its weights are of
+    that model)."""
     merged = cfg.to_dict()
+    diffs = [f"model.{k}: checkpoint {v!r}, asked {merged['model'].get(k)!r}"
+             for k, v in sorted(saved["model"].items()) if merged["model"].get(k) != v]
+    if diffs:
+        raise TrainError(f"the run's checkpoint holds another model than the config asks for "
+                         f"({'; '.join(diffs)}); resume without --model-size and model.* "
+                         f"settings, or start a new run with another --output-dir")
     for section in _ARCH_SECTIONS:
         if merged[section] != saved[section]:
             log.warning("config section '%s' differs from the checkpoint's; using the checkpoint's",
                         section)
         merged[section] = saved[section]
     return config_from_dict(merged)
+
+
+def _schedule_from_config(step_fn: TrainStep, cfg: Config) -> None:
+    """On resume the learning rate follows the config (``train.lr``, warm-up, ``max_steps``):
+    the schedule is rebuilt at the restored step, not taken from the checkpoint."""
+    from myxtts.train.optim import lr_factor
+
+    sched, groups = step_fn.sched, step_fn.opt.param_groups
+    sched.base_lrs = [cfg.train.lr for _ in groups]
+    factor = lr_factor(sched.last_epoch, cfg.train)
+    for group, base in zip(groups, sched.base_lrs):
+        group["initial_lr"] = base
+        group["lr"] = base * factor
+    sched._last_lr = [group["lr"] for group in groups]
 
 
 def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
@@ -97,6 +119,8 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
         failure = e
     agree(dist, failure)
     assert data is not None
+    if state is not None:
+        data.check_vocabulary(state)
     from myxtts.model.xtts import build_model
 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
@@ -110,6 +134,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
         ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
                    dist.world_size, step_fn.ema)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
+        _schedule_from_config(step_fn, cfg)
     reserve = graphs_reserve(step_fn, data, cfg) if plan.graphs else 0
     fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir), reserve)
     data.continue_from(state, record)

@@ -124,4 +124,22 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if version != FORMAT_VERSION:
         raise StoreError(f"{path}: store format version {version} but this myxtts reads version "
                          f"{FORMAT_VERSION}; rebuild it with `myxtts prepare DATA --out {path} --force`")
+    files = manifest.get("files", {})
+    if not isinstance(files, dict):
+        raise StoreError(f"{path / MANIFEST}: 'files' is not a JSON object; re-run prepare with "
+                         f"--force")
+    for rel in files:
+        if not inside(path, rel):
+            raise StoreError(f"{path / MANIFEST}: lists {rel!r}, a path outside the store; "
+                             f"a manifest names only the store's own files (re-run prepare "
+                             f"with --force)")
     return manifest
+
+
+def inside(store: Path, rel: str) -> bool:
+    """Whether the manifest path ``rel`` names a file inside ``store`` (relative, no ``..``,
+    and not led out by a symlink)."""
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        return False
+    root = Path(store).resolve()
+    return (root / rel).resolve().is_relative_to(root)
