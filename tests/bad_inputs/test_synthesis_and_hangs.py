@@ -27,7 +27,6 @@ from myxtts.train.loop import BatchStream, train
 from tests.helpers import MICRO_MODEL, micro_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +168,10 @@ def _synth_cmd(run: Path, ref: Path) -> str:
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    import myxtts
+
+    src = Path(myxtts.__file__).resolve().parents[1]  # the package under test
+    return {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
 
 
 def test_stream_into_a_closed_pipe_ends_quietly_and_a_full_disk_is_one_line(run, ref):
