@@ -3,7 +3,7 @@
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
 run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``inference.bundle``) is
 enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
-mel definition) or Griffin-Lim. Long text is split into sentences decoded as a batch
+mel definition) or Griffin-Lim. Long text is split into sentences decoded in windows of batches
 (``inference.longform``); ``stream`` yields audio while frames are decoded
 (``inference.streaming``). Several reference clips make one voice: each is conditioned on
 its own and the latents are averaged (a clip's crop is what the encoder was trained on).
@@ -189,7 +189,7 @@ class Synthesizer:
 
     def synthesize(self, texts: Sequence[str], reference: Sequence[str | Path],
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
-        """One clip per text; a text of several sentences is split, decoded as a batch with
+        """One clip per text; a text of several sentences is split, decoded in batches with
         the others and joined with short pauses (``inference.longform``). Without
         ``language`` each text is spoken in the language its script says
         (:meth:`language_for`)."""
