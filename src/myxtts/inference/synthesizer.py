@@ -4,7 +4,7 @@ The checkpoint carries everything inference needs (config, vocabulary, mel stati
 run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``inference.bundle``) is
 enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
 mel definition) or Griffin-Lim. Long text is split into sentences decoded in windows of batches
-(``inference.longform``); ``stream`` yields audio while frames are decoded
+(``inference.longform``); ``stream`` yields audio as its sentences are decoded
 (``inference.streaming``). Several reference clips make one voice: each is conditioned on
 its own and the latents are averaged (a clip's crop is what the encoder was trained on).
 """
