@@ -238,11 +238,13 @@ def _cli(capsys, *argv) -> tuple[int, str, str]:
 
 def test_cli_on_a_run_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    (tmp_path / "metrics.jsonl").write_text(train_row(50))
-    log = tmp_path / "m.csv"
-    rc, out, err = _cli(capsys, tmp_path, "--count", "2", "--interval", "0.01", "--log", log)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(train_row(50))
+    log = tmp_path / "m.csv"  # beside the run: the monitor never writes into it
+    rc, out, err = _cli(capsys, run, "--count", "2", "--interval", "0.01", "--log", log)
     assert rc == 0 and err == "" and "Traceback" not in out
-    assert out.count("myxtts monitor  ") == 2 and out.count(f"run {tmp_path}  step 50") == 2
+    assert out.count("myxtts monitor  ") == 2 and out.count(f"run {run}  step 50") == 2
     assert out.count("pip install nvidia-ml-py") == 1
     assert len(log.read_text().splitlines()) == 3  # header + one row per refresh, no GPU
 

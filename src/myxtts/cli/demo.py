@@ -98,12 +98,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reference_clip(data: Path, speaker: str) -> Path:
-    """The last clip of ``speaker`` in the metadata (a few seconds of that voice)."""
-    chosen = None
+    """The longest clip of ``speaker`` in the metadata: the synthesizer wants a reference of at
+    least half the conditioning crop after trimming silence (``Synthesizer.reference``), and
+    the longest clip is the one most likely to hold that much of the voice."""
+    import soundfile as sf
+
+    chosen, best = None, -1
     for line in (data / "metadata.csv").read_text(encoding="utf-8").splitlines():
         cols = line.split("|")
         if len(cols) >= 4 and cols[3] == speaker:
-            chosen = data / "wavs" / f"{cols[0]}.wav"
+            wav = data / "wavs" / f"{cols[0]}.wav"
+            try:
+                frames = sf.info(str(wav)).frames
+            except (OSError, RuntimeError):
+                continue
+            if frames > best:
+                chosen, best = wav, frames
     if chosen is None:
         raise CLIError(f"no clip of {speaker} in {data / 'metadata.csv'}; delete {data} and re-run")
     return chosen

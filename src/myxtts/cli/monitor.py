@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         if not run_dir.is_dir():
             raise CLIError(f"{run_dir} is not a folder; pass a training run folder "
                            "(the one holding metrics.jsonl)")
+        if args.log and _inside(Path(args.log), run_dir):
+            raise CLIError(f"--log {args.log} is inside the run folder {run_dir}; the monitor "
+                           "never writes into a run's files: give a path outside it")
     try:
         from myxtts.diagnose.monitor import MonitorError, run_monitor  # imports torch
 
@@ -53,3 +56,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C is how an endless monitor ends: not an error
         pass
     return 0
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` (resolved through links, existing or not) is ``folder`` or under it."""
+    p, f = path.expanduser().resolve(), folder.expanduser().resolve()
+    return p == f or f in p.parents

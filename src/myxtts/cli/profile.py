@@ -12,6 +12,8 @@ from pathlib import Path
 from myxtts.cli.common import CLIError, add_config_args, config_with_size
 from myxtts.cli.train import add_run_args, run_overrides
 
+MAX_STEPS = 1000  # a profile's figures settle within tens of steps; more is a run, not a profile
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "memory and padding; end with a verdict and the change to try. Writes no "
                     "checkpoint.")
     p.add_argument("data", help="prepared store folder, or a raw dataset (features on the fly)")
-    p.add_argument("--steps", type=int, default=30, help="measured steps (default 30)")
+    p.add_argument("--steps", type=int, default=30, help="measured steps (default 30, at most 1000)")
     p.add_argument("--json", action="store_true",
                    help="print everything as one JSON object on stdout (progress goes to stderr)")
     p.add_argument("--trace", metavar="DIR", type=Path,
@@ -40,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise CLIError(f"--steps must be at least 1, got {args.steps}")
+    if args.steps > MAX_STEPS:
+        raise CLIError(f"--steps {args.steps} is more than {MAX_STEPS}: a profile needs a window "
+                       f"of tens of steps (default 30); time a long run with `myxtts train` and "
+                       f"its metrics instead")
     if args.trace is not None:  # fail now, not after the whole window
         try:
             args.trace.mkdir(parents=True, exist_ok=True)

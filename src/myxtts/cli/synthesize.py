@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synthesize", help="speak text in the voice of reference clips",
                        description="Speak each --text (or the whole --text-file) in the voice of "
                                    "the --reference clips. Long text is split into sentences, "
-                                   "decoded as a batch and joined with short pauses.")
+                                   "decoded a window of sentences at a time (one output .wav is "
+                                   "written as it goes, with progress) and joined with short "
+                                   "pauses.")
     p.add_argument("--checkpoint", "-c", required=True,
                    help="a run folder (uses its best.pt, else the newest checkpoint), a "
                         "checkpoint .pt file or a bundle from `myxtts export`")
@@ -112,8 +114,34 @@ def run(args: argparse.Namespace) -> int:
                                         raw_weights=args.raw_weights)
     if args.stream:
         return _stream(synth, texts[0], args, out)
+    if len(outputs) == 1:
+        return _write_as_it_goes(synth, texts[0], args, out)
     for p in synth.synthesize_to_files(texts, args.reference, outputs, args.language, args.seed):
         print(p)
+    return 0
+
+
+def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
+    """One text into one wav, appended window by window: memory stays flat in the text's
+    length and a long text shows its progress."""
+    import soundfile as sf
+
+    language = synth.language_for(text, args.language)
+    voice = synth.voice(args.reference)
+    t0 = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        if total > 1:
+            print(f"synthesised {done}/{total} sentences ({time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    partial = Path(str(out) + ".partial")
+    with sf.SoundFile(str(partial), "w", synth.cfg.audio.sample_rate, 1, "PCM_16",
+                      format="WAV") as sink:
+        for _, audio in synth.speak([text], voice, language, args.seed, progress):
+            sink.write(_clean(audio))
+    partial.replace(out)
+    print(out)
     return 0
 
 
@@ -124,10 +152,13 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
     from myxtts.audio.io import PCM16_SCALE
 
     sr = synth.cfg.audio.sample_rate
+    raw = str(out) == "-"
+    if raw and sys.stdout is None:  # started with stdout closed (`>&-`)
+        raise CLIError("-o -: standard output is closed; redirect it to a file or a pipe, or "
+                       "give -o FILE.wav")
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
     first, n_samples = None, 0
-    raw = str(out) == "-"
     sink = None if raw else sf.SoundFile(str(out) + ".partial", "w", sr, 1, "PCM_16", format="WAV")
     try:
         for chunk in synth.stream(text, voice, args.language, args.seed):
@@ -139,7 +170,16 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
                 sys.stdout.buffer.write(pcm.tobytes())
                 sys.stdout.buffer.flush()
             else:
-                sink.write(chunk)
+                sink.write(_clean(chunk))
+    except BrokenPipeError:  # the reader stopped (`| head -c 100`): what it took, it has
+        _quiet_stdout()
+        return 0
+    except OSError as e:
+        if not raw:
+            raise
+        _quiet_stdout()
+        raise CLIError(f"-o -: cannot write to standard output ({e.strerror or e}); "
+                       f"stopped after {n_samples / sr:.2f} s of audio") from None
     finally:
         if sink is not None:
             sink.close()
@@ -151,3 +191,20 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
     print(f"streamed {seconds:.2f} s of audio: first audio after {1000 * (first or 0):.0f} ms, "
           f"real-time factor {total / max(seconds, 1e-9):.3f}", file=sys.stderr)
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _clean(audio):  # noqa: ANN001, ANN202 - numpy, imported lazily
+    """As ``audio.io.save_wav`` writes it: NaN silenced, clipped to [-1, 1]."""
+    import numpy as np
+
+    return np.clip(np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)

@@ -3,17 +3,20 @@
 Why: the autoregressive decoder stops at ``model.max_decoder_frames`` (a guard against a
 stop token that never fires), so a paragraph spoken in one go would be cut there without a
 word of warning. Here text is split into sentences (``text.sentences``, language-aware),
-all sentences are decoded together as one batch (the KV cache makes a batch of B
-sentences cost about as much wall time as the longest one), and a sentence that still
+sentences are decoded together in batches (the KV cache makes a batch of B sentences
+cost about as much wall time as the longest one), and a sentence that still
 reaches the limit without stopping is split again at clause punctuation or the middle
 word and re-decoded -- never cut silently. A single word that cannot be said within the
-limit is the only case left, and it is reported.
+limit is the only case left, and it is reported. A long text is decoded window by window
+(``windows``: the first sentence alone, then ``MAX_BATCH`` sentences in text order), so
+memory holds one window's mels, the audio can be written as it is made, and streamed
+and whole synthesis decode the very same batches with the very same random state.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +29,7 @@ log = logging.getLogger(__name__)
 SENTENCE_PAUSE_S = 0.30  # between sentences
 CLAUSE_PAUSE_S = 0.12  # between the pieces of a sentence that had to be split
 MAX_BATCH = 16  # sentences decoded together
+FIRST_WINDOW = 1  # the first sentence alone: its audio is ready after one sentence's decode
 
 
 @dataclass
@@ -51,14 +55,24 @@ def plan_pieces(texts: Sequence[str], language: str) -> list[Piece]:
 Decode = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]]
 
 
-def decode_pieces(pieces: list[Piece], decode: Decode, max_frames: int, language: str,
-                  fps: float) -> list[tuple[Piece, torch.Tensor]]:
-    """Decode ``pieces`` in batches; a piece that reaches ``max_frames`` without stopping is
-    split and decoded again. Returns ``(piece, log-mel [F, n_mels])`` in text order."""
+def windows(pieces: list[Piece], first: int = FIRST_WINDOW, size: int = MAX_BATCH
+            ) -> Iterator[list[tuple[int, Piece]]]:
+    """Consecutive runs of ``(index, piece)``: ``first`` pieces (a short wait for the first
+    audio), then ``size`` at a time -- the schedule every caller shares."""
+    start, n = 0, first
+    while start < len(pieces):
+        yield [(i, pieces[i]) for i in range(start, min(start + n, len(pieces)))]
+        start, n = start + n, size
+
+
+def decode_window(window: list[tuple[int, Piece]], decode: Decode, max_frames: int,
+                  language: str, fps: float) -> list[tuple[Piece, torch.Tensor]]:
+    """Decode one window of pieces in batches; a piece that reaches ``max_frames`` without
+    stopping is split and decoded again. Returns ``(piece, log-mel [F, n_mels])`` in text order."""
     # A slot is a piece's place in the text: (i,) for sentence i, (i, j) for part j of it, ...
     # so output order is the sorted slots, whatever order the batches finish in.
     done: dict[tuple[int, ...], tuple[Piece, torch.Tensor]] = {}
-    queue = [((i,), p) for i, p in enumerate(pieces)]
+    queue = [((i,), p) for i, p in window]
     while queue:
         # similar lengths together: a batch costs as many steps as its longest sentence
         queue.sort(key=lambda item: len(item[1].text))
@@ -78,9 +92,16 @@ def decode_pieces(pieces: list[Piece], decode: Decode, max_frames: int, language
                             "= %d (%.1f s) without stopping and was cut there; give shorter "
                             "words or raise model.max_decoder_frames", piece.text, max_frames,
                             max_frames / fps)
-            done[slot] = (piece, mels[b, :n])
+            done[slot] = (piece, mels[b, :n].clone())  # not a view holding the whole batch
         queue += retry
     return [done[slot] for slot in sorted(done)]
+
+
+def decode_pieces(pieces: list[Piece], decode: Decode, max_frames: int, language: str,
+                  fps: float) -> list[tuple[Piece, torch.Tensor]]:
+    """Every window of ``pieces`` decoded (:func:`decode_window`), in text order."""
+    return [item for w in windows(pieces)
+            for item in decode_window(w, decode, max_frames, language, fps)]
 
 
 def join(waves: Sequence[np.ndarray], pauses_s: Sequence[float], sample_rate: int) -> np.ndarray:

@@ -3,8 +3,8 @@
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
 run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``inference.bundle``) is
 enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
-mel definition) or Griffin-Lim. Long text is split into sentences decoded as a batch
-(``inference.longform``); ``stream`` yields audio while frames are decoded
+mel definition) or Griffin-Lim. Long text is split into sentences decoded in windows of batches
+(``inference.longform``); ``stream`` yields audio as its sentences are decoded
 (``inference.streaming``). Several reference clips make one voice: each is conditioned on
 its own and the latents are averaged (a clip's crop is what the encoder was trained on).
 """
@@ -12,7 +12,7 @@ its own and the latents are averaged (a clip's crop is what the encoder was trai
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +207,7 @@ class Synthesizer:
 
     def synthesize(self, texts: Sequence[str], reference: Sequence[str | Path],
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
-        """One clip per text; a text of several sentences is split, decoded as a batch with
+        """One clip per text; a text of several sentences is split, decoded in batches with
         the others and joined with short pauses (``inference.longform``). Without
         ``language`` each text is spoken in the language its script says
         (:meth:`language_for`)."""
@@ -221,27 +221,40 @@ class Synthesizer:
                     out.update(zip(mine, clips))
                 return [out[k] for k in range(len(texts))]
             language = languages[0] if languages else self.cfg.text.default_language
-        latents = self.voice(reference)
+        out: list[list[np.ndarray]] = [[] for _ in texts]
+        for k, audio in self.speak(texts, reference, language, seed):
+            out[k].append(audio)
+        return [np.concatenate(parts) if parts else np.zeros(0, np.float32) for parts in out]
+
+    def speak(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
+              language: str, seed: int | None = 0,
+              progress: Callable[[int, int], None] | None = None
+              ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(text index, audio)`` in text order, one piece (with its pause) at a time, decoded
+        window by window (``inference.longform.windows``): memory holds one window, not the
+        text. ``progress(done, total)`` after each window, in sentences."""
+        latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
         self.encode(texts, language)  # user errors (language, nothing to say) before decoding
         pieces = longform.plan_pieces(texts, language)
-        decoded = longform.decode_pieces(
-            pieces, lambda batch: self.synthesize_mel(batch, latents, language, seed, check=False),
-            self.max_frames, language, self.cfg.audio.frames_per_second)
-        mels = [m for _, m in decoded]
-        lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
-        padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)  # [P, F, n_mels]
-        waves = self.vocode(padded, lengths)
-        out = []
-        for k in range(len(texts)):
-            mine = [(w, p.pause_s) for w, (p, _) in zip(waves, decoded) if p.source == k]
-            out.append(longform.join([w for w, _ in mine], [s for _, s in mine],
-                                     self.cfg.audio.sample_rate))
-        return out
+        sr, done = self.cfg.audio.sample_rate, 0
+        for window in longform.windows(pieces):
+            decoded = longform.decode_window(
+                window, lambda batch: self.synthesize_mel(batch, latents, language, seed,
+                                                          check=False),
+                self.max_frames, language, self.cfg.audio.frames_per_second)
+            mels = [m for _, m in decoded]
+            lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
+            padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)  # [P, F, n_mels]
+            for wav, (piece, _) in zip(self.vocode(padded, lengths), decoded):
+                yield piece.source, longform.join([wav], [piece.pause_s], sr)
+            done += len(window)
+            if progress is not None:
+                progress(done, len(pieces))
 
     def stream(self, text: str, reference: Sequence[str | Path], language: str | None = None,
                seed: int | None = 0, first_frames: int = 8, chunk_frames: int = 32
                ) -> Iterator[np.ndarray]:
-        """float32 audio chunks of ``text`` while it is being decoded (see
+        """float32 audio chunks of ``text`` as its sentences are decoded (see
         ``inference.streaming``); their concatenation is ``synthesize([text], ...)[0]``."""
         return stream_speech(self, text, reference, self.language_for(text, language),
                              seed, first_frames, chunk_frames)

@@ -11,7 +11,7 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -54,6 +54,11 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     run = build_setup(cfg, data_path, resume_path, init_from)
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
                                                run.dist, run.record)
+    if cfg.train.grad_accum_steps > len(data.sampler):
+        raise TrainError(f"train.grad_accum_steps={cfg.train.grad_accum_steps} is more than the "
+                         f"{len(data.sampler)} batches of an epoch: one optimizer step would hold "
+                         f"them all; give at most {len(data.sampler)} (or a smaller "
+                         f"data.batch_frames for more batches)")
     if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in
         from myxtts.train.vocoder.checkpoint import load_vocoder
 
@@ -188,7 +193,17 @@ class _LoopContext:
         self.model.train()
         try:
             while r.step < t.max_steps:
-                micro, frames = next_micro(stream, timer, t.grad_accum_steps)
+                position = (r.epoch, r.batches_consumed)
+                got = next_micro(stream, timer, t.grad_accum_steps,
+                                 None if self.dist.enabled else lambda: stop.signum is not None)
+                if got is None:  # a signal between micro-batches: drop the unfinished cycle
+                    r.epoch, r.batches_consumed = position  # its batches are read on resume
+                    if self.saved_step != r.step:
+                        last = self.save()
+                    bar.note(f"stopped by signal in an accumulation cycle after step {r.step}; "
+                             f"checkpoint {last}")
+                    break
+                micro, frames = got
                 try:
                     self.step_fn(micro)
                 except Exception as e:
@@ -265,12 +280,15 @@ class _LoopContext:
         bar.update_to(step, values)
 
 
-def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer,
-               accum: int) -> tuple[list[Batch], int]:
+def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer, accum: int,
+               stopped: Callable[[], bool] | None = None) -> tuple[list[Batch], int] | None:
     """The micro-batches of one optimizer step (``train.grad_accum_steps``) from ``stream``
-    and their real frames, each fetch timed as data wait."""
+    and their real frames, each fetch timed as data wait. None when ``stopped()`` says so
+    between two micro-batches: a long accumulation cycle is not waited out after a signal."""
     micro, frames = [], 0
-    for _ in range(accum):
+    for k in range(accum):
+        if k and stopped is not None and stopped():
+            return None
         timer.wait_begin()
         batch, n_frames = next(stream)
         timer.wait_end()

@@ -84,14 +84,18 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
     model.eval()
     # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
     # and one resumed from a checkpoint see the same random stream afterwards.
+    # Samples run in fp32 whatever train.precision says: generation is hundreds of one-frame
+    # steps, and on a CPU (where bf16 is emulated) an autocast around them would cost far more
+    # than the training step; fp32 also keeps samples comparable across precisions.
     devices = [device] if device.type == "cuda" else []
+    fp32 = torch.autocast(device.type, enabled=False)
     with step_fn.averaged(), step_fn.eager():
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=devices), fp32:
             torch.manual_seed(step)
             mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
                                            batch["language_ids"], batch["ref_mel"],
                                            batch["ref_lengths"])
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
             align = model.alignment(batch)
     if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
         from myxtts.train.vocoder.checkpoint import load_vocoder
