@@ -23,22 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import (
-    UNNAMED,
-    FileIndex,
-    Row,
-    decoded_lines,
-    first_line,
-    unknown_language,
-)
-from myxtts.data.records import (
-    EMPTY_TEXT,
-    MALFORMED_ROW,
-    MISSING_AUDIO,
-    DataReport,
-    DatasetError,
-    Utterance,
-)
+from myxtts.data import records
+from myxtts.data.readers import common
 from myxtts.text.cleaners import canonical_language
 
 ROW_FILES = ("train.tsv", "dev.tsv", "validated.tsv", "test.tsv", "other.tsv", "invalidated.tsv")
@@ -66,7 +52,7 @@ def is_common_voice(path: Path) -> bool:
         return False
     for name in ("train.tsv", "validated.tsv"):
         if (path / name).is_file():
-            header = {c.strip().lower() for c in first_line(path / name).rstrip("\r\n").split("\t")}
+            header = {c.strip().lower() for c in common.first_line(path / name).rstrip("\r\n").split("\t")}
             return set(REQUIRED) <= header
     return False
 
@@ -98,14 +84,14 @@ def map_locale(locale: str, languages: list[str]) -> str | None:
     return base if base in languages else None
 
 
-def read_common_voice(tsv: Path, root: Path, cfg: Config, report: DataReport,
-                      default_speaker: str) -> list[Row]:
+def read_common_voice(tsv: Path, root: Path, cfg: Config, report: records.DataReport,
+                      default_speaker: str) -> list[common.Row]:
     """Rows of one Common Voice row file; clips resolved under ``root/clips``."""
     clips = root / "clips"
-    files = FileIndex()
-    rows: list[Row] = []
+    files = common.FileIndex()
+    rows: list[common.Row] = []
     header: list[str] | None = None
-    for line_no, line in decoded_lines(tsv, report):
+    for line_no, line in common.decoded_lines(tsv, report):
         # Common Voice writes no quoting, yet sentences can hold '"' (quotations, inch
         # marks): with csv's default quoting a stray '"' would swallow the tabs and lines
         # after it into one field. QUOTE_NONE splits on tabs only, as the release was written.
@@ -114,12 +100,12 @@ def read_common_voice(tsv: Path, root: Path, cfg: Config, report: DataReport,
             header = [c.strip().lower() for c in cols]
             missing = [c for c in REQUIRED if c not in header]
             if missing:
-                raise DatasetError(f"{tsv}:{line_no}: a Common Voice row file needs the columns "
+                raise records.DatasetError(f"{tsv}:{line_no}: a Common Voice row file needs the columns "
                                    f"path and sentence (found: {', '.join(header)}); restore the "
                                    f"release's header line")
             continue
         if len(cols) != len(header):
-            report.add(tsv, line_no, None, MALFORMED_ROW, f"fix line {line_no} of {tsv.name} "
+            report.add(tsv, line_no, None, records.MALFORMED_ROW, f"fix line {line_no} of {tsv.name} "
                        "(a tab inside the sentence must be removed)",
                        f"{len(cols)} tab-separated column(s), the header has {len(header)}")
             continue
@@ -127,30 +113,30 @@ def read_common_voice(tsv: Path, root: Path, cfg: Config, report: DataReport,
         clip = rec["path"].strip()
         uid = Path(clip).stem
         if not clip:
-            report.add(tsv, line_no, None, MALFORMED_ROW, f"give line {line_no} of {tsv.name} "
+            report.add(tsv, line_no, None, records.MALFORMED_ROW, f"give line {line_no} of {tsv.name} "
                        "a path or delete it", "the path column is empty")
             continue
         text = rec["sentence"].strip()
         if not text:
-            report.add(tsv, line_no, uid, EMPTY_TEXT,
+            report.add(tsv, line_no, uid, records.EMPTY_TEXT,
                        f"write the sentence on line {line_no} of {tsv.name} or delete the line")
             continue
         locale = rec.get("locale", "").strip()
-        language = UNNAMED
+        language = common.UNNAMED
         if locale:
             mapped = map_locale(locale, cfg.text.languages)
             if mapped is None:
-                unknown_language(report, tsv, line_no, uid, canonical_language(locale),
+                common.unknown_language(report, tsv, line_no, uid, canonical_language(locale),
                                  cfg.text.languages, f"(locale {locale!r}) on line {line_no} "
                                  f"of {tsv.name}")
                 continue
             language = mapped
         audio = clips / clip
         if not files.exists(audio):
-            report.add(tsv, line_no, uid, MISSING_AUDIO,
+            report.add(tsv, line_no, uid, records.MISSING_AUDIO,
                        f"put the clip at {audio} or delete line {line_no} of {tsv.name}",
                        f"{audio} does not exist")
             continue
         speaker = rec.get("client_id", "").strip() or default_speaker
-        rows.append((Utterance(uid, audio, text, speaker, language), str(tsv), line_no))
+        rows.append((records.Utterance(uid, audio, text, speaker, language), str(tsv), line_no))
     return rows

@@ -18,29 +18,16 @@ from collections import Counter
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import (
-    UNNAMED,
-    FileIndex,
-    Row,
-    decoded_lines,
-    first_line,
-    unknown_language,
-)
+from myxtts.data import records
+from myxtts.data.readers import common
 from myxtts.data.readers.manifest import is_manifest_header
-from myxtts.data.records import (
-    EMPTY_TEXT,
-    MALFORMED_ROW,
-    MISSING_AUDIO,
-    DataReport,
-    Utterance,
-)
 
 LAYOUT = "id|text[|normalized[|speaker[|language]]]"
 
 
 def is_ljspeech_csv(path: Path) -> bool:
     """A ``.csv`` of ``id|text`` rows rather than a manifest with a header."""
-    return not is_manifest_header(path) and ("|" in first_line(path) or path.name == "metadata.csv")
+    return not is_manifest_header(path) and ("|" in common.first_line(path) or path.name == "metadata.csv")
 
 
 def _usual_columns(lines: list[tuple[int, str]]) -> int:
@@ -49,12 +36,12 @@ def _usual_columns(lines: list[tuple[int, str]]) -> int:
     return counts.most_common(1)[0][0] if counts else 0
 
 
-def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
-                   default_speaker: str) -> list[Row]:
+def read_ljspeech(meta: Path, root: Path, cfg: Config, report: records.DataReport,
+                   default_speaker: str) -> list[common.Row]:
     wav_dir = root / "wavs"
-    files = FileIndex()
-    rows: list[Row] = []
-    lines = list(decoded_lines(meta, report))
+    files = common.FileIndex()
+    rows: list[common.Row] = []
+    lines = list(common.decoded_lines(meta, report))
     usual = _usual_columns(lines)
     for line_no, line in lines:
         cols = line.split("|")
@@ -65,27 +52,27 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: DataReport,
                       f"{len(cols)} '|'-separated columns where the file's rows have {usual}: "
                       f"a '|' in the text would move words into another column"
                       if uid else "the id (first column) is empty")
-            report.add(meta, line_no, uid or None, MALFORMED_ROW,
+            report.add(meta, line_no, uid or None, records.MALFORMED_ROW,
                        f"fix line {line_no} of {meta.name} (a '|' inside the text must be removed)", detail)
             continue
         text = cols[1].strip()
         if len(cols) >= 3 and cols[2].strip():
             text = cols[2].strip()
         speaker = cols[3].strip() if len(cols) >= 4 and cols[3].strip() else default_speaker
-        lang = cols[4].strip() if len(cols) == 5 else UNNAMED
+        lang = cols[4].strip() if len(cols) == 5 else common.UNNAMED
         if not text:
-            report.add(meta, line_no, uid, EMPTY_TEXT,
+            report.add(meta, line_no, uid, records.EMPTY_TEXT,
                        f"write the transcript on line {line_no} or delete the line")
             continue
         if lang and lang not in cfg.text.languages:
-            unknown_language(report, meta, line_no, uid, lang, cfg.text.languages,
+            common.unknown_language(report, meta, line_no, uid, lang, cfg.text.languages,
                              f"on line {line_no} of {meta.name}")
             continue
         audio = files.find_audio(wav_dir, uid)
         if audio is None:
-            report.add(meta, line_no, uid, MISSING_AUDIO,
+            report.add(meta, line_no, uid, records.MISSING_AUDIO,
                        f"put the clip at {wav_dir / uid}.wav or delete line {line_no} of {meta.name}",
                        files.why_missing(wav_dir, uid))
             continue
-        rows.append((Utterance(uid, audio, text, speaker, lang), str(meta), line_no))
+        rows.append((records.Utterance(uid, audio, text, speaker, lang), str(meta), line_no))
     return rows
