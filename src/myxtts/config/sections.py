@@ -66,9 +66,7 @@ class DataConfig:
     )
     val_fraction: float = _f(0.05, "share of utterances held out for validation when no val split exists")
     min_val_utterances: int = _f(2, "at least this many validation utterances in a seeded split")
-    max_val_utterances: int = _f(1000, "validation runs on at most this many utterances of the "
-                                 "val split: a fixed subset drawn with split_seed, the same on "
-                                 "every rank and resume (0 = the whole split)")
+    max_val_utterances: int = _f(1000, "validate on a fixed split_seed subset of this many (0 = all)")
     split_seed: int = _f(1234, "seed of the train/val split (fixed so a re-prepare gives the same split)")
     min_duration_s: float = _f(0.3, "clips shorter than this are rejected by prepare")
     max_duration_s: float = _f(20.0, "clips longer than this are rejected (never truncated)")
@@ -154,10 +152,12 @@ class TrainConfig:
     max_steps: int = _f(20000, "optimizer steps to train")
     lr: float = _f(1e-3, "peak learning rate (AdamW)")
     min_lr_ratio: float = _f(0.1, "cosine schedule ends at lr x this")
-    warmup_steps: int = _f(500, "linear warmup steps")
+    warmup_steps: int = _f(500, "linear warmup steps (up to train.lr, then the cosine "
+                           "schedule)")
     weight_decay: float = _f(0.01, "AdamW weight decay (not on norms, biases, embeddings)")
-    beta1: float = _f(0.9, "AdamW beta1")
-    beta2: float = _f(0.98, "AdamW beta2")
+    beta1: float = _f(0.9, "AdamW beta1 (momentum of the gradient's moving average)")
+    beta2: float = _f(0.98, "AdamW beta2 (of the squared gradient's moving average; below the "
+                      "usual 0.999: faster to adapt)")
     grad_clip: float = _f(1.0, "max global gradient norm (0 disables)")
     ema_decay: float = _f(0.99, "keep an exponential moving average of the weights with this "
                           "decay (0 = off; one more copy of the weights on the training device; "
