@@ -20,7 +20,9 @@ import torch
 from myxtts.audio.io import (
     CLIPPED_AUDIO,
     DC_OFFSET,
+    ONE_CHANNEL,
     OUT_OF_RANGE_AUDIO,
+    SCALED_AUDIO,
     TRUNCATED_AUDIO,
     AudioError,
     audio_info,
@@ -139,6 +141,31 @@ def test_prepare_reports_each_bad_clip_by_file_and_reason(tmp_path):
                    "clip": CLIPPED_AUDIO}
 
 
+def test_prepare_lists_every_clip_it_kept_after_a_fix(tmp_path, capsys):
+    root = tmp_path / "data"
+    root.mkdir()
+    rows = [f"g{i}|the cat sat on the mat {i}" for i in range(4)] + ["loud|a loud clip",
+                                                                    "inv|an inverted clip"]
+    (root / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    for i in range(4):
+        _write(root / "wavs" / f"g{i}.wav", _tone(1.0))
+    _write(root / "wavs" / "loud.wav", _tone(1.0, amp=1.5), subtype="FLOAT")
+    _phase_inverted(root / "wavs" / "inv.wav")
+    out = tmp_path / "store"
+    assert main(["prepare", str(root), "--out", str(out), "--workers", "1", "--quiet",
+                 "--set", "data.min_duration_s=0.3"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["rejected"] == []
+    got = {r["id"]: r["reason"] for r in report["fixed"]}
+    assert got == {"loud": SCALED_AUDIO, "inv": ONE_CHANNEL}
+    assert report["counts_by_fix"] == {ONE_CHANNEL: 1, SCALED_AUDIO: 1}
+    assert all(r["split"] in ("train", "val") and r["detail"].startswith(r["audio_path"])
+               for r in report["fixed"])
+    printed = capsys.readouterr().out
+    assert "kept after a fix: 2" in printed
+    assert str(root / "wavs" / "loud.wav") in printed and "scaled down by 3.5 dB" in printed
+
+
 # ------------------------------------------------------------------ transcripts
 
 def _read(root: Path, *overrides: str):
@@ -173,6 +200,21 @@ def test_pipe_inside_two_column_text_is_reported(tmp_path):
     splits = _read(root)
     assert [u.text for u in splits.train] == ["plain", "also plain"]
     assert [(p.line, p.reason) for p in splits.report.problems] == [(3, MALFORMED_ROW)]
+
+
+def test_row_with_fewer_columns_than_its_file_is_reported_not_given_a_guessed_speaker(tmp_path):
+    root = tmp_path / "lj"
+    root.mkdir()
+    rows = ["d1|one|one|ann", "d2|two|two|bo", "d3|three", "d4|four||ann"]
+    (root / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _clips(root, ["d1", "d2", "d3", "d4"])
+    splits = _read(root)
+    assert sorted((u.id, u.speaker) for u in splits.train) == [("d1", "ann"), ("d2", "bo"),
+                                                              ("d4", "ann")]
+    (p,) = splits.report.problems
+    assert (p.reason, p.line, p.utterance_id) == (MALFORMED_ROW, 3, "d3")
+    assert "2 '|'-separated columns where the file's rows have 4" in p.detail
+    assert "without its speaker column" in p.detail and "line 3" in p.fix and "'id|text||'" in p.fix
 
 
 @pytest.mark.parametrize("field, value, kind", [

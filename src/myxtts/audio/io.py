@@ -21,6 +21,9 @@ the header ones):
 - phase-inverted channels: a multi-channel clip whose channels cancel when averaged is not
   silent; its loudest channel is used alone and a warning names the file.
 
+The two fixes (``SCALED_AUDIO``, ``ONE_CHANNEL``) are logged, or, where the caller passes a
+``notes`` list (``prepare``), recorded there so the report lists every clip kept after a fix.
+
 This module deliberately does not import torch, so data readers and worker processes
 that only need to load or inspect audio stay light.
 """
@@ -57,6 +60,9 @@ TRUNCATED_AUDIO = "truncated audio"
 OUT_OF_RANGE_AUDIO = "out-of-range audio"
 DC_OFFSET = "DC offset"
 CLIPPED_AUDIO = "clipped audio"
+# What was done to a clip that is kept (the same report, under "fixed").
+SCALED_AUDIO = "scaled down to full scale"
+ONE_CHANNEL = "one channel of cancelling channels"
 
 # Limits of the module doc's rules.
 MAX_FLOAT_PEAK = 2.0  # 6 dB over full scale
@@ -94,6 +100,17 @@ class AudioInfo(NamedTuple):
     n_samples: int
     channels: int
     duration_s: float
+
+
+Notes = list  # of {"reason": SCALED_AUDIO or ONE_CHANNEL, "detail": message}
+
+
+def _fixed(notes: Notes | None, reason: str, message: str) -> None:
+    """A fix made to a kept clip: into ``notes`` when the caller collects them, else logged."""
+    if notes is None:
+        log.warning("%s", message)
+    else:
+        notes.append({"reason": reason, "detail": message})
 
 
 _FIX_BROKEN = "re-export it as WAV/FLAC/OGG or remove it from the dataset"
@@ -178,12 +195,12 @@ def _pcm16_to_float(data: np.ndarray) -> np.ndarray:
     return out
 
 
-def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+def read_audio(path: str | Path, notes: Notes | None = None) -> tuple[np.ndarray, int]:
     """Decode a clip as mono float32 at its own rate; errors for unreadable/empty/non-finite.
 
     Multi-channel audio is mixed down by averaging channels (not by taking the first:
     some recorders put the voice on one side only), unless the channels cancel (the module
-    doc); a truncated WAV is an error.
+    doc); a truncated WAV is an error. ``notes``: see the module doc.
     """
     path = Path(path)
     _check_exists(path)
@@ -212,11 +229,12 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
                          f"{_FIX_BROKEN}")
     wav = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [T]
     if data.shape[1] > 1:
-        wav = _uncancelled(path, data, wav)
+        wav = _uncancelled(path, data, wav, notes)
     return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate)
 
 
-def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray) -> np.ndarray:
+def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray, notes: Notes | None
+                 ) -> np.ndarray:
     """``mix`` unless averaging the channels of ``data`` [T, C] lost more than 20 dB of the
     loudest channel's peak (phase-inverted channels cancel): then that channel alone."""
     channel_peak = np.max(np.abs(data), axis=0)  # [C]
@@ -225,13 +243,13 @@ def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray) -> np.ndarray:
     if channel_peak[loudest] == 0.0 or mix_peak >= 0.1 * float(channel_peak[loudest]):
         return mix
     drop = 20.0 * np.log10(max(mix_peak, 1e-12) / float(channel_peak[loudest]))
-    log.warning("%s: its %d channels cancel when averaged (phase-inverted: the mix peaks "
-                "%.0f dB below channel %d); using channel %d alone", path, data.shape[1],
-                drop, loudest + 1, loudest + 1)
+    _fixed(notes, ONE_CHANNEL, f"{path}: its {data.shape[1]} channels cancel when averaged "
+           f"(phase-inverted: the mix peaks {drop:.0f} dB below channel {loudest + 1}); "
+           f"using channel {loudest + 1} alone")
     return data[:, loudest]
 
 
-def _check_levels(path: Path, wav: np.ndarray) -> np.ndarray:
+def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarray:
     """The module doc's out-of-range, DC offset and clipping rules, on the clip as read;
     returns the clip (scaled down to full scale when its peak is a little over)."""
     peak = max(float(np.max(wav)), -float(np.min(wav)))
@@ -251,25 +269,25 @@ def _check_levels(path: Path, wav: np.ndarray) -> np.ndarray:
                          f"record it again at a lower level or remove it from the dataset",
                          CLIPPED_AUDIO)
     if peak > 1.0:
-        log.warning("%s: samples reach %.3f, over full scale; scaled down by %.1f dB to fit "
-                    "[-1, 1]", path, peak, 20.0 * np.log10(peak))
+        _fixed(notes, SCALED_AUDIO, f"{path}: samples reach {peak:.3f}, over full scale; "
+               f"scaled down by {20.0 * np.log10(peak):.1f} dB to fit [-1, 1]")
         wav = wav * np.float32(1.0 / peak)
     return wav
 
 
-def load_audio(path: str | Path, cfg: AudioConfig) -> np.ndarray:
+def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -> np.ndarray:
     """Load a clip ready for feature extraction: float32 [T], mono, at ``cfg.sample_rate``,
     silence-trimmed if ``cfg.trim_silence`` and loudness-normalised if ``cfg.normalize_loudness``.
 
     Raises AudioError (naming the file and the fix) for anything that would make the clip
     useless or poison training: unreadable, truncated, empty, non-finite, silent, out of
     range, offset, clipped (the module doc's rules), or at another rate while
-    ``cfg.resample`` is false.
+    ``cfg.resample`` is false. A clip kept after a fix is recorded in ``notes`` (module doc).
     """
     path = Path(path)
-    wav, sample_rate = read_audio(path)
+    wav, sample_rate = read_audio(path, notes)
     if not is_silent(wav):  # a silent clip is reported as silent (below)
-        wav = _check_levels(path, wav)
+        wav = _check_levels(path, wav, notes)
     if sample_rate != cfg.sample_rate:
         if not cfg.resample:
             raise AudioError(

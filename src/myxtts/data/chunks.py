@@ -38,7 +38,8 @@ from myxtts.system import atomic_write
 MAX_CHUNK_SIZE = 256  # utterances per chunk on big datasets (~2.5 min of work per 256 x 6 s)
 MIN_CHUNK_SIZE = 8
 TARGET_CHUNKS = 64  # small datasets still get enough chunks to keep every worker busy
-_SUMMARY_KEYS = ("n_frames", "duration_s", "mel_sum", "mel_sq_sum", "rejections")
+_SUMMARY_KEYS = ("n_frames", "duration_s", "mel_sum", "mel_sq_sum", "rejections", "fixes")
+_JSON_KEYS = ("rejections", "fixes")
 
 
 # ---------------------------------------------------------------- planning
@@ -103,7 +104,7 @@ def chunk_ok(path: Path, n_utterances: int, n_mels: int,
         n_frames, mel = arrays["n_frames"], arrays["mel"]
         return (len(n_frames) == n_utterances and mel.dtype == MEL_DTYPE
                 and mel.shape == (int(n_frames.sum()), n_mels)
-                and all(k in arrays for k in ("duration_s", "mel_sum", "mel_sq_sum", "rejections"))
+                and all(k in arrays for k in _SUMMARY_KEYS)
                 and (audio_cfg is None or chunk_audio_ok(arrays, n_frames.astype(np.int64),
                                                          audio_cfg.n_fft, audio_cfg.hop_length)))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -112,11 +113,12 @@ def chunk_ok(path: Path, n_utterances: int, n_mels: int,
 
 def read_chunk_summary(path: Path, n_utterances: int) -> dict[str, Any]:
     """Everything of a chunk but its mels and audio (``NpzFile`` loads arrays lazily):
-    ``n_frames``, ``duration_s``, ``mel_sum``, ``mel_sq_sum``, ``rejections`` (a list of
-    dicts), and ``n_samples`` in a chunk with audio."""
+    ``n_frames``, ``duration_s``, ``mel_sum``, ``mel_sq_sum``, ``rejections`` and ``fixes``
+    (lists of dicts), and ``n_samples`` in a chunk with audio."""
     with np.load(path, allow_pickle=False) as z:
         out = {k: z[k] for k in _SUMMARY_KEYS + (("n_samples",) if "n_samples" in z.files else ())}
-    out["rejections"] = json.loads(out["rejections"].tobytes().decode())
+    for k in _JSON_KEYS:
+        out[k] = json.loads(out[k].tobytes().decode())
     if len(out["n_frames"]) != n_utterances:
         raise StoreError(f"{path}: holds {len(out['n_frames'])} clips, the plan {n_utterances}; "
                          f"delete {path.parent.parent} and re-run prepare")
@@ -177,8 +179,9 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
     """Worker: load + check + featurise one chunk (and, with ``task["store_audio"]``, keep
     each kept clip's int16 waveform), commit it atomically, return counts. The ``.npz``
     (no pickle): ``mel`` float16, ``n_frames`` int32 (0 = rejected), ``duration_s``,
-    ``mel_sum`` / ``mel_sq_sum`` float64 over kept frames as stored, ``rejections`` (JSON
-    as uint8); with audio also ``audio`` int16 and ``n_samples`` (a chunk without them
+    ``mel_sum`` / ``mel_sq_sum`` float64 over kept frames as stored, ``rejections`` and
+    ``fixes`` (what was done to kept clips, ``audio.io``'s notes; JSON as uint8); with
+    audio also ``audio`` int16 and ``n_samples`` (a chunk without them
     never satisfies a run that wants audio, so it is extracted again)."""
     import torch
 
@@ -200,12 +203,14 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
     n_samples = np.zeros(n, np.int32)
     waves: list[np.ndarray] = []
     rejections: list[dict[str, str]] = []
+    fixes: list[dict[str, str]] = []
     mel_sum = np.zeros(audio_cfg.n_mels, np.float64)
     mel_sq_sum = np.zeros(audio_cfg.n_mels, np.float64)
     audio_s = 0.0
     for j, (uid, path) in enumerate(task["utterances"]):
+        notes: list[dict[str, str]] = []
         try:
-            wav = load_audio(path, audio_cfg)  # float32 [samples]
+            wav = load_audio(path, audio_cfg, notes)  # float32 [samples]
         except AudioError as e:
             rejections.append({"id": uid, "audio_path": path, "reason": e.reason,
                                "detail": str(e)})
@@ -221,6 +226,7 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
                            f"{'min' if too_short else 'max'}_duration_s is "
                            f"{min_s if too_short else max_s} s")})
             continue
+        fixes += [{"id": uid, "audio_path": path, **note} for note in notes]
         # One clip per call: grouping a chunk's clips into length-sorted padded batches
         # gives the same features but measures 1.3-4x slower on CPU (the per-clip
         # reflect padding copies and the bigger working set cost more than the calls saved).
@@ -246,10 +252,13 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
                  "n_samples": n_samples}
     np.savez(buf, mel=mel, n_frames=n_frames, duration_s=durations, mel_sum=mel_sum,
              mel_sq_sum=mel_sq_sum,
-             rejections=np.frombuffer(json.dumps(rejections, ensure_ascii=False).encode(), np.uint8),
-             **extra)
+             rejections=_json_array(rejections), fixes=_json_array(fixes), **extra)
     write_chunk(task["path"], buf.getvalue())
     return {"n": n, "audio_s": audio_s, "rejected": len(rejections)}
+
+
+def _json_array(items: list[dict[str, str]]) -> np.ndarray:
+    return np.frombuffer(json.dumps(items, ensure_ascii=False).encode(), np.uint8)
 
 
 # ---------------------------------------------------------------- running the workers

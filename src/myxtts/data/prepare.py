@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ import numpy as np
 from myxtts.config import Config
 from myxtts.data import chunks
 from myxtts.data.plan import Planned, choose_refs, mel_mean_std, plan_texts
-from myxtts.data.records import SPLITS, first_per_reason
+from myxtts.data.prepare_report import count_reasons, format_counts, report_blob, summary_lines
+from myxtts.data.records import SPLITS
 from myxtts.data.store.audio import format_size
 from myxtts.data.store.format import (
     AUDIO_FILE,
     LOCK_FILE,
-    MANIFEST,
     PARTIAL_MARKER,
     REPORT,
     VOCAB,
@@ -176,9 +176,9 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
     _remove_temp_files(out)
     n_total = sum(len(v) for v in planned.values())
     if n_total == 0:
-        atomic_write(out / REPORT, _report_blob(rejections, dataset_report))
+        atomic_write(out / REPORT, report_blob(rejections, dataset_report, []))
         raise StoreError(f"{data}: every utterance was rejected before audio was read "
-                         f"({_format_counts(_count(rejections))}); see {out / REPORT}")
+                         f"({format_counts(count_reasons(rejections))}); see {out / REPORT}")
     chunk_size = _settle_plan(out, key, planned, chunk_size)
     plan_meta = json.loads((work / "plan.json").read_text(encoding="utf-8"))
     tasks = []
@@ -260,25 +260,6 @@ def _settle_plan(out: Path, key: dict[str, Any], planned: dict[str, list[Planned
 
 # ---------------------------------------------------------------- packing
 
-def _count(rejections: list[dict[str, str]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rejections:
-        counts[r["reason"]] = counts.get(r["reason"], 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def _format_counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{reason}: {n}" for reason, n in counts.items()) or "none"
-
-
-def _report_blob(rejections: list[dict[str, str]], dataset_report: Any) -> bytes:
-    """``report.json``: every rejected utterance with its reason, and the reader's problems."""
-    report = {"rejected": rejections, "counts_by_reason": _count(rejections),
-              "dataset_problems": [asdict(p) for p in dataset_report.problems],
-              "dataset_problem_counts": dataset_report.counts_by_reason()}
-    return (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode()
-
-
 def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
           planned: dict[str, list[Planned]], tokenizer: Any, text_rejections: list[dict[str, str]],
           dataset_report: Any, chunk_size: int, created: str) -> PrepareResult:
@@ -288,12 +269,13 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
     # Pass 1 over the chunk summaries (no mels): which clips were kept, lengths, durations,
     # audio rejections, and the training split's mel statistics in chunk order.
     summaries: dict[str, list[tuple[Path, dict[str, Any], list[Planned]]]] = {s: [] for s in SPLITS}
-    rejections = list(text_rejections)
+    rejections, fixes = list(text_rejections), []
     mel_sum, mel_sq_sum = np.zeros(n_mels, np.float64), np.zeros(n_mels, np.float64)
     for split, k, utts in chunks.split_into_chunks(planned, chunk_size):
         path = chunks.chunk_path(work, split, k)
         summary = chunks.read_chunk_summary(path, len(utts))
         rejections += [{"split": split, **r} for r in summary["rejections"]]
+        fixes += [{"split": split, **f} for f in summary["fixes"]]
         if split == "train":
             mel_sum += summary["mel_sum"]
             mel_sq_sum += summary["mel_sq_sum"]
@@ -302,11 +284,11 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
                 for u, f, d in zip(utts, summary["n_frames"], summary["duration_s"]) if f > 0]
             for s in SPLITS}
     if not kept["train"]:
-        atomic_write(out / REPORT, _report_blob(rejections, dataset_report))
+        atomic_write(out / REPORT, report_blob(rejections, dataset_report, fixes))
         n_all = sum(len(v) for v in planned.values()) + len(text_rejections)
         what = "every utterance was" if not kept["val"] else "every training utterance was"
         raise StoreError(f"{data}: {what} rejected ({n_all} in total; "
-                         f"{_format_counts(_count(rejections))}); see {out / REPORT} and check "
+                         f"{format_counts(count_reasons(rejections))}); see {out / REPORT} and check "
                          f"data.min_duration_s/max_duration_s and the audio files")
 
     speakers = sorted({u.speaker for s in SPLITS for u, _, _ in kept[s]})
@@ -329,11 +311,11 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
         if cfg.data.store_audio:
             split_stats[split].update(_write_audio(writer, split, summaries[split]))
     writer.write_file(VOCAB, tokenizer.to_json().encode())
-    writer.write_file(REPORT, _report_blob(rejections, dataset_report))
+    writer.write_file(REPORT, report_blob(rejections, dataset_report, fixes))
 
     n_frames_train = split_stats["train"]["frames"]
     mean, std = mel_mean_std(mel_sum, mel_sq_sum, n_frames_train)
-    rejected_counts = _count(rejections)
+    rejected_counts = count_reasons(rejections)
     writer.finish({
         "feature_hash": cfg.feature_hash(),
         "audio": key["audio"],
@@ -357,8 +339,8 @@ def _pack(out: Path, data: Path, cfg: Config, key: dict[str, Any],
     result = PrepareResult(out, kept={s: split_stats[s]["utterances"] for s in SPLITS},
                            rejected=rejected_counts,
                            hours={s: split_stats[s]["hours"] for s in SPLITS})
-    result.summary = _summary(out, split_stats, rejected_counts, dataset_report, speakers,
-                              rejections)
+    result.summary = summary_lines(out, split_stats, rejected_counts, dataset_report, speakers,
+                                   rejections, fixes)
     if cfg.data.store_audio:
         n_bytes = sum(writer.files[f"{s}/{AUDIO_FILE}"]["size"] for s in SPLITS)
         result.summary += f"\n  audio: {format_size(n_bytes)} int16 kept for vocoder training"
@@ -372,35 +354,3 @@ def _write_audio(writer: StoreWriter, split: str,
     blocks = (chunks.read_chunk_audio(path, int(summary["n_samples"].sum()))
               for path, summary, _ in summaries)
     return writer.write_audio(split, np.concatenate([np.zeros(0, np.int64), *n_samples]), blocks)
-
-
-def _summary(out: Path, split_stats: dict[str, Any], rejected: dict[str, int],
-             dataset_report: Any, speakers: list[str], rejections: list[dict[str, str]],
-             max_speakers: int = 20) -> str:
-    kept = sum(split_stats[s]["utterances"] for s in SPLITS)
-    n_rej = sum(rejected.values())
-    lines = [f"prepared {out}: kept {kept} of {kept + n_rej} utterances, rejected {n_rej}"
-             + (f" ({_format_counts(rejected)})" if n_rej else "")]
-    lines += [f"    {r['reason']}: {r['audio_path']} [{r['id']}] {r.get('detail', '')}".rstrip()
-              for r in first_per_reason(rejections)]
-    if len(dataset_report):
-        lines.append(f"  dataset rows skipped by the reader: {len(dataset_report)} "
-                     f"({_format_counts(dataset_report.counts_by_reason())})")
-        lines += [f"    {p.format()}" for p in first_per_reason(dataset_report.problems)]
-        if dataset_report.language_fix is not None:
-            lines.append(f"  {dataset_report.language_fix.line()}")
-    for s in SPLITS:
-        st = split_stats[s]
-        lines.append(f"  {s:<5} {st['utterances']:>7} utterances  {st['hours']:8.3f} h  "
-                     f"{st['frames']:>10} frames  {len(st['speakers'])} speakers")
-    lines.append(f"  hours per speaker (train + val), {len(speakers)} speakers:")
-    totals = {sp: sum(split_stats[s]["speakers"].get(sp, {}).get("hours", 0.0) for s in SPLITS)
-              for sp in speakers}
-    ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
-    for sp, h in ranked[:max_speakers]:
-        lines.append(f"    {sp:<24} {h:8.3f} h")
-    if len(ranked) > max_speakers:
-        lines.append(f"    ... and {len(ranked) - max_speakers} more (see {out / MANIFEST})")
-    if n_rej:
-        lines.append(f"  rejected utterances and reasons: {out / REPORT}")
-    return "\n".join(lines)

@@ -2,9 +2,10 @@
 and the clips at ``wavs/ID.wav``. The normalized column wins when present and non-empty;
 the speaker defaults to the dataset folder's name; a row with no language takes the one
 its script fits (``common.row_language``). A file's column count is the one most of its
-rows have: a row with more columns (a ``|`` inside its text) is reported with its line, not
-read with words moved into the normalized, speaker or language column; a row with fewer
-leaves its trailing columns empty (they are optional).
+rows have. A row with more columns (a ``|`` inside its text) is reported with its line, not
+read with words moved into the normalized, speaker or language column; so is a row without
+the speaker column the file's rows have (it would be given the folder's name). A missing
+normalized or language column reads as an empty one: the raw text, the script's language.
 
 The language column makes a multilingual corpus (e.g. ``myxtts make-demo-data
 --languages en,fa``) readable without converting it to a manifest. A language that is
@@ -23,6 +24,7 @@ from myxtts.data.readers import common
 from myxtts.data.readers.manifest import is_manifest_header
 
 LAYOUT = "id|text[|normalized[|speaker[|language]]]"
+COLUMNS = ("id", "text", "normalized", "speaker", "language")
 
 
 def is_ljspeech_csv(path: Path) -> bool:
@@ -36,6 +38,26 @@ def _usual_columns(lines: list[tuple[int, str]]) -> int:
     return counts.most_common(1)[0][0] if counts else 0
 
 
+def _malformed(report: records.DataReport, meta: Path, line_no: int, uid: str, n: int,
+               usual: int) -> None:
+    """Report a row whose columns cannot be trusted (see the module doc)."""
+    fix = f"fix line {line_no} of {meta.name}"
+    if not 2 <= n <= 5:
+        detail = f"{n} '|'-separated column(s), expected 2 to 5 ({LAYOUT})"
+        fix += " (a '|' inside the text must be removed)"
+    elif not uid:
+        detail = "the id (first column) is empty"
+    elif n > usual:
+        detail = (f"{n} '|'-separated columns where the file's rows have {usual}: a '|' in "
+                  f"the text would move words into the {'/'.join(COLUMNS[usual:n])} column")
+        fix += " (a '|' inside the text must be removed)"
+    else:
+        detail = (f"{n} '|'-separated columns where the file's rows have {usual}: without its "
+                  f"speaker column it would be spoken by the folder's name")
+        fix += f" (give it the file's {usual} columns; a column may be empty, as in 'id|text||')"
+    report.add(meta, line_no, uid or None, records.MALFORMED_ROW, fix, detail)
+
+
 def read_ljspeech(meta: Path, root: Path, cfg: Config, report: records.DataReport,
                    default_speaker: str) -> list[common.Row]:
     wav_dir = root / "wavs"
@@ -46,14 +68,10 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: records.DataRepor
     for line_no, line in lines:
         cols = line.split("|")
         uid = cols[0].strip()
-        if not 2 <= len(cols) <= 5 or not uid or len(cols) > usual:
-            detail = (f"{len(cols)} '|'-separated column(s), expected 2 to 5 ({LAYOUT})"
-                      if not 2 <= len(cols) <= 5 else
-                      f"{len(cols)} '|'-separated columns where the file's rows have {usual}: "
-                      f"a '|' in the text would move words into another column"
-                      if uid else "the id (first column) is empty")
-            report.add(meta, line_no, uid or None, records.MALFORMED_ROW,
-                       f"fix line {line_no} of {meta.name} (a '|' inside the text must be removed)", detail)
+        # fewer columns matter only where they drop the speaker column the file has
+        short = len(cols) < 4 <= usual
+        if not 2 <= len(cols) <= 5 or not uid or len(cols) > usual or short:
+            _malformed(report, meta, line_no, uid, len(cols), usual)
             continue
         text = cols[1].strip()
         if len(cols) >= 3 and cols[2].strip():
