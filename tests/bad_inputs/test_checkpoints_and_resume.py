@@ -22,6 +22,7 @@ import torch
 from myxtts.cli.main import main
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
+from myxtts.train.step import TrainStep
 from tests.helpers import MICRO_MODEL
 
 SETS = [*MICRO_MODEL, "train.device=cpu", "data.num_workers=0", "train.tensorboard=false",
@@ -187,13 +188,30 @@ def test_resume_that_trains_nothing_keeps_config_yaml(run, micro_store):
 
 # ---- non-finite weights stop the run and are never saved
 
-def test_nonfinite_weights_stop_the_run_unsaved(micro_store, tmp_path, capsys):
+def test_absurd_learning_rate_is_refused_naming_the_key(micro_store, tmp_path, capsys):
+    for key in ("train.lr", "vocoder.lr"):
+        line = _one_error(main(_train_argv(micro_store, tmp_path / "r", 6, f"{key}=1e300")), capsys)
+        assert f"{key}=1e+300 is above 1" in line and "1e-4 to 1e-3" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_nonfinite_weights_stop_the_run_unsaved(micro_store, tmp_path, capsys, monkeypatch):
+    real, calls = TrainStep.__call__, []
+
+    def overflow_after_three(self, batches):  # what an update that overflowed leaves behind
+        real(self, batches)
+        calls.append(1)
+        if len(calls) == 3:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("inf"))
+
+    monkeypatch.setattr(TrainStep, "__call__", overflow_after_three)
     run = tmp_path / "r"
-    line = _one_error(main(_train_argv(micro_store, run, 6, "train.lr=1e300")), capsys)
-    assert "non-finite" in line and "at step" in line and "train.lr" in line
-    for path in (run / "checkpoints").glob("*.pt"):
-        weights = ck.load(path)[ck.MODEL]
-        assert all(torch.isfinite(w).all() for w in weights.values()), path
+    line = _one_error(main(_train_argv(micro_store, run, 6)), capsys)
+    assert "non-finite at step 4" in line and "not saved" in line and "train.lr" in line
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt_*.pt")) == ["ckpt_00000002.pt"]
+    weights = ck.load(run / "checkpoints" / "ckpt_00000002.pt")[ck.MODEL]
+    assert all(torch.isfinite(w).all() for w in weights.values())
 
 
 # ---- no tracebacks

@@ -11,6 +11,7 @@ from myxtts.config import load_config
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
+from myxtts.train.vocoder import checkpoint as vck
 from myxtts.train.vocoder.checkpoint import check_mel_definition, load_vocoder, mel_hash
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.loop import train_vocoder
@@ -157,3 +158,25 @@ def test_fine_tuning_reads_the_tts_models_teacher_forced_mels(audio_store, tmp_p
     assert run.step == 2 and list((tmp_path / "voc" / "cache").glob("tts_mels_train_*.f16"))
     with pytest.raises(TrainError, match="is a vocoder run"):
         teacher_forced_mels(tmp_path / "voc", store, tmp_path / "cache", torch.device("cpu"))
+
+
+def test_diverged_vocoder_stops_naming_the_step_and_saves_nothing_non_finite(
+        audio_store, tmp_path, monkeypatch):
+    real = VocoderStep.__call__
+
+    def overflow_at_step_4(self, batch, step):  # what an update that overflowed leaves behind
+        real(self, batch, step)
+        if step == 3:
+            with torch.no_grad():
+                next(self.disc.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(VocoderStep, "__call__", overflow_at_step_4)
+    out = tmp_path / "v"
+    with pytest.raises(TrainError) as e:  # checkpoints every 3 steps: 3 is saved, 6 is not
+        train_vocoder(vocoder_config(out, "train.max_steps=6", "train.log_every=100"),
+                      audio_store, progress=False)
+    assert "non-finite at step 6" in str(e.value) and "vocoder.lr" in str(e.value)
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt_*.pt")) == ["ckpt_00000003.pt"]
+    state = ck.load(out / "checkpoints" / "ckpt_00000003.pt")
+    for name in (vck.GENERATOR, vck.DISCRIMINATORS):
+        assert all(torch.isfinite(w).all() for w in state[name].values()), name

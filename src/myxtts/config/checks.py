@@ -10,6 +10,8 @@ from typing import Any
 
 from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError, FreezePart
 
+MAX_LR = 1.0  # Adam/AdamW learning rates above this move weights by more than their scale
+
 
 def validate(cfg: Config) -> None:
     """Reject impossible values, naming the key and what would be valid."""
@@ -103,6 +105,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"vocoder.periods must be a non-empty list of periods >= 2, got {v.periods}")
     if not 0 <= v.beta1 < 1 or not 0 <= v.beta2 < 1:
         raise ConfigError(f"vocoder.beta1/beta2 must be in [0, 1), got {v.beta1}, {v.beta2}")
+    for key, lr in (("train.lr", t.lr), ("vocoder.lr", v.lr)):
+        if lr > MAX_LR:  # a typo (3e4 for 3e-4) would diverge at the first step
+            raise ConfigError(f"{key}={lr:g} is above {MAX_LR:g}: an Adam step moves each weight "
+                              f"by about the learning rate, so training would diverge at once; "
+                              f"usual values are 1e-4 to 1e-3")
 
 
 def _finite(cfg: Config) -> None:

@@ -29,7 +29,7 @@ from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.finetune import check_new_run
-from myxtts.train.run import StopFlag, TrainResult, locked_run
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run
 from myxtts.train.setup import build_setup
 from myxtts.train.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
@@ -149,16 +149,9 @@ class _LoopContext:
         return self.manager.save(state, r.step, val_loss, is_best)
 
     def _check_weights(self, step: int) -> None:
-        """TrainError naming the step unless every weight is finite (one host sync): weights
-        that overflowed are never saved as a checkpoint to resume or synthesise from."""
-        bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in self.model.parameters())
-        if bad:
-            total = sum(p.numel() for p in self.model.parameters())
-            raise TrainError(
-                f"{bad} of {total} weights are non-finite at step {step}; not saved (the last "
-                f"checkpoint stays the newest). The updates diverged: lower train.lr (now "
-                f"{self.cfg.train.lr}), keep train.grad_clip > 0, or try --set "
-                f"train.precision=fp32 to rule out overflow")
+        check_finite_weights([self.model], step, (
+            f"lower train.lr (now {self.cfg.train.lr}), keep train.grad_clip > 0, or try "
+            f"--set train.precision=fp32 to rule out overflow"))
 
     def _efficiency(self) -> IntervalEfficiency | None:
         """GPU utilisation and MFU per log interval (rank 0 logs; the others skip it). A

@@ -3,7 +3,8 @@
 ``myxtts train`` (``train.loop``) and ``myxtts train-vocoder`` (``train.vocoder.loop``)
 both run through ``locked_run`` (one writer per run folder), stop at a step boundary on
 SIGINT/SIGTERM (``StopFlag``), seed Python, NumPy and torch the same way
-(``seed_everything``) and return a ``TrainResult``.
+(``seed_everything``), check the weights before every save (``check_finite_weights``) and
+return a ``TrainResult``.
 """
 
 from __future__ import annotations
@@ -78,3 +79,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def check_finite_weights(modules: list[torch.nn.Module], step: int, fix: str) -> None:
+    """TrainError naming the step unless every weight of ``modules`` is finite (one host
+    sync per module): weights that overflowed are never saved as a checkpoint to resume or
+    synthesise from. ``fix`` says what to change (the learning rate key, its value)."""
+    params = [p for m in modules for p in m.parameters()]
+    bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
+    if bad:
+        total = sum(p.numel() for p in params)
+        raise TrainError(f"{bad} of {total} weights are non-finite at step {step}; not saved "
+                         f"(the last checkpoint stays the newest). The updates diverged: {fix}")

@@ -28,7 +28,7 @@ from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.run import StopFlag, TrainResult, locked_run
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run
 from myxtts.train.vocoder import checkpoint as vck
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
@@ -109,6 +109,8 @@ class _LoopContext:
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path:
         r = self.setup
+        check_finite_weights([r.gen, r.disc], r.record.step, (
+            f"lower vocoder.lr (now {self.cfg.vocoder.lr}) or use --precision fp32"))
         self.saved_step = r.record.step
         state = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
                  vck.GENERATOR: r.gen.state_dict(), vck.DISCRIMINATORS: r.disc.state_dict(),
@@ -175,7 +177,7 @@ class _LoopContext:
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
         values = self.setup.step_fn.read()
         if not all(math.isfinite(x) for x in values.values()):
-            self.save()
+            self.save()  # where the weights are still finite: a diverged one is refused there
             raise TrainError(f"non-finite vocoder loss at step {step}; lower vocoder.lr (now "
                              f"{self.cfg.vocoder.lr}) or use --precision fp32")
         iv = timer.collect()
