@@ -166,7 +166,7 @@ def test_rerun_is_a_noop_and_other_settings_need_force(data, reference_store):
     messages: list[str] = []
     result = prepare_store(data, reference_store, Config(), workers=1, progress=False,
                            echo=messages.append)
-    assert result.noop and "nothing to do" in messages[0]
+    assert result.noop and "nothing to do" in messages[0] and "--force rebuilds it" in messages[0]
     other = load_config(overrides=["data.max_duration_s=3.0"])
     with pytest.raises(StoreError, match=r"data\.max_duration_s: store 20\.0, config 3\.0.*--force"):
         prepare_store(data, reference_store, other, workers=1, **QUIET)
@@ -183,6 +183,15 @@ def test_force_rebuilds_with_new_settings(data, reference_store, tmp_path):
     prepare_store(data, out, cfg, workers=1, force=True, **QUIET)
     store = FeatureStore.open(out, "train", cfg)
     assert store.mel(0).shape[1] == 40 and (out / "notes.txt").read_text() == "mine"
+
+
+def test_force_rebuilds_a_current_store_too(data, reference_store, tmp_path):
+    out = tmp_path / "s"
+    shutil.copytree(reference_store, out)
+    (out / "train" / "mel.f16").write_bytes(b"damaged")  # what a user would --force away
+    result = prepare_store(data, out, Config(), workers=1, force=True, **QUIET)
+    assert not result.noop and verify_store(out) == []
+    assert (out / "train" / "mel.f16").read_bytes() == (reference_store / "train" / "mel.f16").read_bytes()
 
 
 def test_foreign_folder_is_never_used(data, tmp_path):

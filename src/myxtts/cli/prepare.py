@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also keep every clip's trimmed, resampled waveform (int16) in STORE, for "
                         "vocoder training (the same as --set data.store_audio=true)")
     p.add_argument("--force", action="store_true",
-                   help="rebuild STORE even if it was prepared with other settings")
+                   help="rebuild STORE, also one that is complete with these settings or was "
+                        "prepared with other ones (only files its manifest lists are deleted)")
     p.add_argument("--verify", metavar="STORE",
                    help="check an existing store (sizes, sha256 checksums, index) and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -140,7 +140,7 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
             if not force:
                 raise
             manifest = None
-        if manifest is not None and manifest.get("prepare") == key:
+        if manifest is not None and manifest.get("prepare") == key and not force:
             shutil.rmtree(out / WORK_DIR, ignore_errors=True)
             msg = (f"{out}: already prepared from {data} with this config; nothing to do "
                    f"(--force rebuilds it)")
