@@ -137,3 +137,14 @@ def test_duplicate_yaml_keys_are_refused(yaml_text, needles, tmp_path, capsys):
     cfg.write_text(yaml_text)
     _error(["config", "show", "--config", str(cfg)], capsys, "dup.yaml", *needles)
 
+
+
+@pytest.mark.parametrize("make, needles", [
+    (lambda p: p.mkdir(), ("is a folder, not a file",)),
+    (lambda p: os.mkfifo(p), ("is a FIFO (named pipe), not a file",)),  # never opened
+    (lambda p: p.write_bytes(b"\xff\xfetrain: {}"), ("not UTF-8 text (byte 0)",)),
+])
+def test_config_that_is_not_a_text_file_is_one_line(make, needles, tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    make(path)
+    _error(["config", "show", "--config", str(path)], capsys, str(path), *needles)

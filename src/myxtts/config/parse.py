@@ -24,7 +24,7 @@ import yaml
 
 from myxtts.config.checks import validate
 from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
-from myxtts.system import atomic_write
+from myxtts.system import atomic_write, path_kind
 
 # Refused key names -> the key to write instead (the names say which GPU and role a share caps).
 RENAMED_KEYS = {
@@ -206,10 +206,19 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
     d: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
+        kind = path_kind(p)
+        if kind == "nothing":
             raise ConfigError(f"config file {p} does not exist (write one with `myxtts config show > {p.name}`)")
+        if kind != "a file":  # a FIFO would block the read; a folder is a wrong argument
+            raise ConfigError(f"config file {p} is {kind}, not a file; give a YAML file "
+                              f"(`myxtts config show` prints one)")
         try:
             d = load_yaml(p.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); give a YAML file saved "
+                              f"as UTF-8") from None
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot be read ({e.strerror or e})") from None
         except DuplicateKeyError as e:
             raise ConfigError(f"{p}: {e}") from None
         except yaml.YAMLError as e:
