@@ -4,8 +4,11 @@ Arms, each length in a fresh process (so peak RSS is that run's alone):
 
 * ``windows``: ``myxtts synthesize --text-file`` itself -- the text decoded a window of
   sentences at a time and appended to the wav as each window finishes;
-* ``whole text`` (the baseline): the same sentences decoded in the same batches, but every
-  mel kept and vocoded at once, then joined and written -- what holding the whole text costs.
+* ``whole text`` (the baseline): the same sentences decoded in batches of up to 16 as one
+  window (so the random state, and the audio, differ a little from the windows'), every mel
+  kept and vocoded at once, then joined and written -- what holding the whole text costs;
+* ``stream`` (at the shortest length only): ``Synthesizer.stream`` written chunk by chunk,
+  with the time to its first audio (the first sentence's decode).
 
 The baseline runs only up to ``--baseline-up-to`` characters: its memory grows with the
 text, which is what the windows avoid. The text is the demo corpus' own transcripts, one
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from common import say
 
-ARMS = ("windows", "whole text")
+ARMS = ("windows", "whole text", "stream")
 
 
 def _text(data: Path, n_chars: int) -> str:
@@ -70,7 +73,15 @@ def _child(arm: str, checkpoint: Path, reference: Path, text_file: Path, out: Pa
                    str(text_file), "-o", str(out), "--device", "cpu"])
         if rc != 0:
             raise SystemExit(f"synthesize exited {rc}")
-        n_pieces = None
+        first = None
+    elif arm == "stream":
+        synth = Synthesizer.from_checkpoint(checkpoint, device="cpu")
+        voice = synth.voice([reference])
+        first = None
+        with sf.SoundFile(str(out), "w", synth.cfg.audio.sample_rate, 1, "PCM_16") as sink:
+            for chunk in synth.stream(text_file.read_text(encoding="utf-8"), voice):
+                first = first if first is not None else time.perf_counter() - t0
+                sink.write(chunk)
     else:
         synth = Synthesizer.from_checkpoint(checkpoint, device="cpu")
         text = text_file.read_text(encoding="utf-8")
@@ -86,10 +97,10 @@ def _child(arm: str, checkpoint: Path, reference: Path, text_file: Path, out: Pa
         waves = synth.vocode(torch.nn.utils.rnn.pad_sequence(mels, batch_first=True), lengths)
         sr = synth.cfg.audio.sample_rate
         save_wav(out, longform.join(waves, [p.pause_s for p, _ in decoded], sr), sr)
-        n_pieces = len(decoded)
+        first = None
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "audio_s": sf.info(str(out)).duration, "peak_rss_mb": _peak_rss_mb(),
-            "loaded_rss_mb": rss_loaded, "pieces": n_pieces}
+            "loaded_rss_mb": rss_loaded, "first_audio_s": first}
 
 
 def _measure(arm: str, n_chars: int, args: argparse.Namespace, tmp: Path) -> dict:
@@ -139,7 +150,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
             for arm in ARMS:
-                if arm == "whole text" and n > args.baseline_up_to:
+                if (arm == "whole text" and n > args.baseline_up_to) or (
+                        arm == "stream" and n != min(lengths)):
                     continue
                 rows.append((n, arm, _measure(arm, n, args, Path(tmp))))
     import torch
@@ -148,17 +160,20 @@ def main() -> None:
           f"{torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads, load "
           f"average {os.getloadavg()[0]:.1f}")
     print(f"{'characters':>10}  {'arm':<11}{'audio s':>9}{'wall s':>9}{'RTF':>7}"
-          f"{'peak RSS MB':>13}{'above load MB':>15}{'vs baseline':>13}")
+          f"{'peak RSS MB':>13}{'above load MB':>15}{'time vs base':>14}{'mem vs base':>13}"
+          f"{'first audio s':>15}")
     base = {n: r for n, arm, r in rows if arm == "whole text"}
     for n, arm, r in rows:
         above = r["peak_rss_mb"] - r["loaded_rss_mb"]
-        ratio = "-"
+        t_ratio = m_ratio = "-"
         if n in base:
             b = base[n]
-            ratio = f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x mem"
+            t_ratio = f"{r['wall_s'] / b['wall_s']:.2f}x"
+            m_ratio = f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x"
+        first = "-" if r["first_audio_s"] is None else f"{r['first_audio_s']:.1f}"
         print(f"{n:>10}  {arm:<11}{r['audio_s']:>9.1f}{r['wall_s']:>9.1f}"
               f"{r['wall_s'] / max(r['audio_s'], 1e-9):>7.3f}{r['peak_rss_mb']:>13.0f}"
-              f"{above:>15.0f}{ratio:>13}")
+              f"{above:>15.0f}{t_ratio:>14}{m_ratio:>13}{first:>15}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Vocoder benchmark: training speed, re-synthesis quality against Griffin-Lim (the
-baseline, measured in the same run), and streaming latency / real-time factor.
+"""Vocoder benchmark: training speed and re-synthesis quality against Griffin-Lim (the
+baseline, measured in the same run). Streaming latency is measured by ``longform.py``.
 
     python benchmarks/vocoder.py [--data DIR] [--steps N] [--gan-steps M] [--preset tiny|base]
                                  [--listen DIR]
@@ -13,10 +13,6 @@ baseline, measured in the same run), and streaming latency / real-time factor.
    ratio = vocoder / Griffin-Lim), PESQ (wide-band, 16 kHz) where the ``pesq`` package imports.
    ``--listen DIR`` also writes 4 of them as recording / Griffin-Lim / vocoder wavs with a
    spectrogram sheet each (the material for a listening note).
-3. Streaming: a tiny TTS model (random weights: decoding speed does not depend on what was
-   learned; every utterance runs to ``--frames`` frames) speaks one sentence; time to first
-   audio and real-time factor (compute time / audio time) of ``Synthesizer.stream`` against
-   the non-streaming ``synthesize`` of the same utterance, with Griffin-Lim and the vocoder.
 """
 
 from __future__ import annotations
@@ -125,60 +121,12 @@ def write_listening_set(folder: Path, store, indices, vocoders: dict, audio, dev
     return written
 
 
-def streaming_rows(store_path: Path, vocoder_run: Path, frames: int, device: torch.device
-                   ) -> list[str]:
-    from myxtts.config import load_config
-    from myxtts.data.store import FeatureStore
-    from myxtts.inference.synthesizer import Synthesizer
-    from myxtts.model.xtts import build_model
-    from myxtts.train.vocoder.checkpoint import load_vocoder
-
-    store = FeatureStore.open(store_path, "train")
-    cfg = load_config(overrides=[f"model.max_decoder_frames={frames}", "model.stop_threshold=0.999"])
-    tok = store.tokenizer
-    torch.manual_seed(0)
-    model = build_model(cfg, tok.vocab_size, len(tok.languages), None, None).to(device).eval()
-    with torch.no_grad():  # never stop: every run decodes exactly `frames` frames
-        model.decoder.stop_head.bias.fill_(-30.0)
-    ref = [str(store_path.parent / "ref.wav")]
-    from myxtts.audio.io import PCM16_SCALE, save_wav
-
-    save_wav(Path(ref[0]), store.audio(0).astype(np.float32) / PCM16_SCALE, cfg.audio.sample_rate)
-    text = "printing, in the only sense with which we are at present concerned."
-    rows = []
-    for name, voc in (("Griffin-Lim", None), ("vocoder", load_vocoder(vocoder_run, cfg.audio, device))):
-        synth = Synthesizer(model, cfg, tok, device, voc)
-        voice = synth.voice(ref)
-        for _ in range(2):  # warm-up
-            list(synth.stream(text, voice))
-        t0 = time.perf_counter()
-        whole = synth.vocode(*synth.synthesize_mel([text], voice))[0]
-        t_whole = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        first = None
-        n = 0
-        for chunk in synth.stream(text, voice):
-            first = first or time.perf_counter() - t0
-            n += chunk.size
-        t_stream = time.perf_counter() - t0
-        audio_s = n / cfg.audio.sample_rate
-        rows.append(f"{name + ': whole utterance (' + f'{audio_s:.2f} s audio)':<{LABEL}} "
-                    f"first audio {1000 * t_whole:7.0f} ms  RTF {t_whole / (len(whole) / cfg.audio.sample_rate):.3f}")
-        rows.append(f"{name + ': streamed':<{LABEL}} first audio {1000 * first:7.0f} ms  "
-                    f"RTF {t_stream / audio_s:.3f}  (first audio {first / t_whole:.2f}x the whole)")
-    return rows
-
-
 def main() -> None:
-    import logging
-
-    logging.getLogger("myxtts.inference.streaming").setLevel(logging.ERROR)  # runs to the cap on purpose
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, help="dataset (default ../shared/data/ljspeech-mini)")
     p.add_argument("--preset", default=None, help="vocoder preset (default tiny on CPU, base on CUDA)")
     p.add_argument("--steps", type=int, default=1500, help="reconstruction-only steps")
     p.add_argument("--gan-steps", type=int, default=100, help="steps with the discriminators after")
-    p.add_argument("--frames", type=int, default=258, help="frames per streamed utterance (~3 s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     p.add_argument("--listen", type=Path, help="also write the val clips' recordings, "
                    "Griffin-Lim and vocoder re-syntheses (wav) and their log-mels (PNG) here")
@@ -229,8 +177,6 @@ def main() -> None:
             names = write_listening_set(args.listen, val, ids[:4], {"griffin lim": gl, "vocoder": gen},
                                         cfg.audio, device)
             say(f"listening set in {args.listen}: {', '.join(names)}")
-        say("measuring streaming")
-        stream = streaming_rows(store_path, run, args.frames, device)
     dev = torch.cuda.get_device_name(0) if cuda else f"CPU, {torch.get_num_threads()} threads"
     lines = [f"data: {data}; device: {dev}; torch {torch.__version__}",
              f"vocoder {preset}: {args.steps} reconstruction + {args.gan_steps} GAN steps "
@@ -250,7 +196,6 @@ def main() -> None:
                      f"{q['stft_distance'] / q_gl['stft_distance']:6.3f} {fmt(pq):>8}")
     if p_gl is None:
         lines.append("  (PESQ: n/a, the pesq package is not installed)")
-    lines += ["", "streaming (tiny TTS model, random weights, one sentence)"] + stream
     print("\n".join(lines))
 
 
