@@ -82,8 +82,8 @@ def seed_everything(seed: int) -> None:
 
 
 def check_finite_weights(modules: list[torch.nn.Module], step: int, fix: str) -> None:
-    """TrainError naming the step unless every weight of ``modules`` is finite (one host
-    sync per module): weights that overflowed are never saved as a checkpoint to resume or
+    """TrainError naming the step unless every weight of ``modules`` is finite (a host read
+    per parameter, at checkpoints only): weights that overflowed are never saved as a checkpoint to resume or
     synthesise from. ``fix`` says what to change (the learning rate key, its value)."""
     params = [p for m in modules for p in m.parameters()]
     bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
