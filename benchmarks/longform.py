@@ -146,14 +146,11 @@ def main() -> None:
     if args.data is None:
         p.error("give --data (a demo corpus folder) with --checkpoint")
     lengths = [int(c) for c in args.chars.split(",")]
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in lengths:
-            for arm in ARMS:
-                if (arm == "whole text" and n > args.baseline_up_to) or (
-                        arm == "stream" and n != min(lengths)):
-                    continue
-                rows.append((n, arm, _measure(arm, n, args, Path(tmp))))
+    # the baseline of a length first (its row's ratios need it); the lengths without a
+    # baseline (the longest, slowest runs) last
+    short = [n for n in lengths if n <= args.baseline_up_to]
+    plan = ([(n, arm) for n in short for arm in ("whole text", "windows")]
+            + [(min(lengths), "stream")] + [(n, "windows") for n in lengths if n not in short])
     import torch
 
     print(f"checkpoint {args.checkpoint}, reference {args.reference}; torch "
@@ -161,19 +158,24 @@ def main() -> None:
           f"average {os.getloadavg()[0]:.1f}")
     print(f"{'characters':>10}  {'arm':<11}{'audio s':>9}{'wall s':>9}{'RTF':>7}"
           f"{'peak RSS MB':>13}{'above load MB':>15}{'time vs base':>14}{'mem vs base':>13}"
-          f"{'first audio s':>15}")
-    base = {n: r for n, arm, r in rows if arm == "whole text"}
-    for n, arm, r in rows:
-        above = r["peak_rss_mb"] - r["loaded_rss_mb"]
-        t_ratio = m_ratio = "-"
-        if n in base:
-            b = base[n]
-            t_ratio = f"{r['wall_s'] / b['wall_s']:.2f}x"
-            m_ratio = f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x"
-        first = "-" if r["first_audio_s"] is None else f"{r['first_audio_s']:.1f}"
-        print(f"{n:>10}  {arm:<11}{r['audio_s']:>9.1f}{r['wall_s']:>9.1f}"
-              f"{r['wall_s'] / max(r['audio_s'], 1e-9):>7.3f}{r['peak_rss_mb']:>13.0f}"
-              f"{above:>15.0f}{t_ratio:>14}{m_ratio:>13}{first:>15}")
+          f"{'first audio s':>15}", flush=True)
+    base: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, arm in plan:  # each row as it is measured: a long run shows what it has
+            r = _measure(arm, n, args, Path(tmp))
+            if arm == "whole text":
+                base[n] = r
+            above = r["peak_rss_mb"] - r["loaded_rss_mb"]
+            t_ratio = m_ratio = "-"
+            if n in base:
+                b = base[n]
+                t_ratio = f"{r['wall_s'] / b['wall_s']:.2f}x"
+                m_ratio = f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x"
+            first = "-" if r["first_audio_s"] is None else f"{r['first_audio_s']:.1f}"
+            print(f"{n:>10}  {arm:<11}{r['audio_s']:>9.1f}{r['wall_s']:>9.1f}"
+                  f"{r['wall_s'] / max(r['audio_s'], 1e-9):>7.3f}{r['peak_rss_mb']:>13.0f}"
+                  f"{above:>15.0f}{t_ratio:>14}{m_ratio:>13}{first:>15}", flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
