@@ -82,11 +82,11 @@ def seed_everything(seed: int) -> None:
 
 
 def check_finite_weights(modules: list[torch.nn.Module], step: int, fix: str) -> None:
-    """TrainError naming the step unless every weight of ``modules`` is finite (a host read
-    per parameter, at checkpoints only): weights that overflowed are never saved as a checkpoint to resume or
-    synthesise from. ``fix`` says what to change (the learning rate key, its value)."""
-    params = [p for m in modules for p in m.parameters()]
-    bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
+    """TrainError naming the step unless every weight of ``modules`` is finite (one host read,
+    at checkpoints only): weights that overflowed are never saved as a checkpoint to resume
+    or synthesise from. ``fix`` says what to change (the learning rate key, its value)."""
+    params = [p.detach() for m in modules for p in m.parameters()]
+    bad = int(torch.stack([(~torch.isfinite(p)).sum() for p in params]).sum()) if params else 0
     if bad:
         total = sum(p.numel() for p in params)
         raise TrainError(f"{bad} of {total} weights are non-finite at step {step}; not saved "
