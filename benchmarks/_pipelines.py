@@ -20,7 +20,7 @@ LJSPEECH_SIZE = 13100
 def source_audio_s(data: Path) -> tuple[float, list[str]]:
     from myxtts.audio.io import audio_info
     from myxtts.config import Config
-    from myxtts.data.readers import read_dataset
+    from myxtts.data.prepare.readers import read_dataset
 
     utts = read_dataset(data, Config()).all
     paths = [str(u.audio_path) for u in utts]
@@ -33,7 +33,7 @@ def part_prepare(args: argparse.Namespace) -> dict:
     import torch  # noqa: F401  (imported before timing: the baseline's imports are not timed either)
 
     from myxtts.config import Config
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
 
     audio_s, _ = source_audio_s(args.data)
 
@@ -91,7 +91,7 @@ def part_baseline(args: argparse.Namespace) -> dict:
 
 def part_loader(args: argparse.Namespace) -> dict:
     from myxtts.config import Config
-    from myxtts.data.loader import build_loader
+    from myxtts.data.feed.loader import build_loader
 
     cfg = Config()
     loader, _ = build_loader(args.store, cfg, num_workers=args.workers)
@@ -103,7 +103,7 @@ def part_loader(args: argparse.Namespace) -> dict:
 def part_naive(args: argparse.Namespace) -> dict:
     """The common hand-written loader (``librosa_loader``): batch 16, shuffled."""
     from myxtts.config import Config
-    from myxtts.data.readers import read_dataset
+    from myxtts.data.prepare.readers import read_dataset
 
     cfg = Config()
     clips = [(u.audio_path, [ord(c) % 256 for c in u.text]) for u in read_dataset(args.data, cfg).train]
@@ -120,8 +120,8 @@ def _raw_train(data: Path, cfg) -> tuple:
     import numpy as np
 
     from myxtts.audio.io import audio_info
-    from myxtts.data.loader import build_sampler
-    from myxtts.data.onthefly import read_raw_splits
+    from myxtts.data.feed.loader import build_sampler
+    from myxtts.data.feed.onthefly import read_raw_splits
 
     splits = read_raw_splits(data, cfg)
     raw = splits[0]["train"]
@@ -146,7 +146,7 @@ def _otf_cfg():
 
 def part_onthefly(args: argparse.Namespace) -> dict:
     """``build_onthefly_loader`` over the raw clips: decode + trim in workers, log-mels batched."""
-    from myxtts.data.onthefly import build_onthefly_loader
+    from myxtts.data.feed.onthefly import build_onthefly_loader
 
     cfg = _otf_cfg()
     splits, raw, _, durations, plan = _raw_train(args.data, cfg)
@@ -164,7 +164,7 @@ def part_peritem(args: argparse.Namespace) -> dict:
     """The per-item peer under the same load: ``librosa_loader`` (librosa.load +
     melspectrogram in ``__getitem__``, padded per batch) over the on-the-fly loader's own
     batches (same clips, same utterances per batch, epoch by epoch), same worker count."""
-    from myxtts.data.loader import worker_init
+    from myxtts.data.feed.loader import worker_init
 
     cfg = _otf_cfg()
     _, raw, sampler, durations, plan = _raw_train(args.data, cfg)
@@ -180,7 +180,7 @@ def part_padding(args: argparse.Namespace) -> dict:
     import numpy as np
 
     from myxtts.config import Config, load_config
-    from myxtts.data.loader import build_sampler
+    from myxtts.data.feed.loader import build_sampler
     from myxtts.data.store import FeatureStore
 
     store = FeatureStore.open(args.store)

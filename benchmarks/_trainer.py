@@ -127,7 +127,7 @@ class Trainer:
         sampler and stream stay untouched). ``loader`` / ``sampler``: another source of the
         same plan (default: the store's)."""
         from myxtts.data.batch import to_model_dtypes
-        from myxtts.data.loader import build_loader
+        from myxtts.data.feed.loader import build_loader
         from myxtts.observe.flops import batch_key
 
         if loader is None:

@@ -89,7 +89,7 @@ def prepare(data: Path | None, store: Path | None, tmp: Path, cfg: Any = None,
     """A store of ``data`` (``find_data``) made with ``cfg`` (default: the default config),
     kept at ``store`` or made in ``tmp``."""
     from myxtts.config import Config
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
 
     data = find_data(data, tmp)
     store = store or tmp / "store"

@@ -74,7 +74,7 @@ def _row(metric: str, ours_v: str, base_v: str = "", ratio: str = "") -> str:
 def _store_section(args: argparse.Namespace, parts: set[str], data: Path,
                    tmp: Path) -> tuple[list[str], list[str]]:
     """Rows and footnotes of (a)-(d): prepare, the store loader, padding, memory."""
-    from myxtts.data.loader import default_num_workers
+    from myxtts.data.feed.loader import default_num_workers
     from myxtts.system import available_cpus
 
     workers = args.workers or available_cpus()

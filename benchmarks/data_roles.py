@@ -59,7 +59,7 @@ ARMS = ("store", "cpu-role", "gpu-role (same GPU)", "gpu-role (second GPU)")
 def stage_onthefly(t: Trainer) -> dict[tuple, tuple[dict, int]]:
     """``Trainer.stage`` for a raw folder: one device batch per bucket shape, features made
     on the arm's data device by a loader of its own (the trainer's sampler stays untouched)."""
-    from myxtts.data.onthefly import build_onthefly_loader
+    from myxtts.data.feed.onthefly import build_onthefly_loader
 
     src = t.data.loader
     return t.stage(*build_onthefly_loader(
@@ -75,8 +75,8 @@ class Arm:
 
     def __init__(self, name: str, path: Path, preset: str, sets: list[str],
                  args: argparse.Namespace, cuda: bool) -> None:
-        from myxtts.data.loader import PREFETCH_PER_WORKER
-        from myxtts.data.onthefly import OnTheFlyLoader
+        from myxtts.data.feed.loader import PREFETCH_PER_WORKER
+        from myxtts.data.feed.onthefly import OnTheFlyLoader
 
         bf = None if cuda else common.CPU_BATCH_FRAMES[preset]
         self.name = name
@@ -208,7 +208,7 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from myxtts.data.onthefly import default_onthefly_workers
+    from myxtts.data.feed.onthefly import default_onthefly_workers
 
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n_gpus:

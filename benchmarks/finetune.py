@@ -73,7 +73,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="keep the data and runs here (default: a temp dir)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
     from myxtts.train.loop import train
 

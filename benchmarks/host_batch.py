@@ -31,9 +31,9 @@ BUDGETS = {"planning budget (12000 frames)": 12000, "large GPU (48000 frames)": 
 
 
 def _arms(store, cfg):
-    from myxtts.data.collate import Collator
-    from myxtts.data.dataset import StoreDataset
-    from myxtts.data.loader import build_sampler, pad_multiple
+    from myxtts.data.feed.collate import Collator
+    from myxtts.data.feed.dataset import StoreDataset
+    from myxtts.data.feed.loader import build_sampler, pad_multiple
 
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, seed=0)
     table = sampler.shape_table()

@@ -36,7 +36,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def micro_store(tmp_path_factory) -> Path:
     """A prepared store of 2 demo speakers x 16 short utterances (seconds to build)."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     root = tmp_path_factory.mktemp("micro")
@@ -49,7 +49,7 @@ def micro_store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def audio_store(tmp_path_factory) -> Path:
     """Like ``micro_store`` but with the clips' audio kept (what the vocoder trains on)."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     root = tmp_path_factory.mktemp("audio")

@@ -1,7 +1,7 @@
 """Bad audio and bad transcripts that decode without error but are wrong: each is reported
 (file, line or field, reason) or handled as its module's rule says, never kept quietly.
 
-Audio rules: ``myxtts.audio.io`` (module doc); transcript rules: ``myxtts.data.readers``.
+Audio rules: ``myxtts.audio.io`` (module doc); transcript rules: ``myxtts.data.prepare.readers``.
 Fixtures are generated here (soundfile); the prepare cases run in-process.
 """
 
@@ -30,8 +30,8 @@ from myxtts.audio.io import (
 )
 from myxtts.cli.main import main
 from myxtts.config import AudioConfig, Config, TextConfig, load_config
-from myxtts.data.readers import read_dataset
-from myxtts.data.records import MALFORMED_ROW
+from myxtts.data.prepare.readers import read_dataset
+from myxtts.data.prepare.records import MALFORMED_ROW
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.text import clean_text
 

@@ -11,7 +11,7 @@ from myxtts.cli.main import main
 @pytest.fixture(scope="module")
 def bilingual_store(tmp_path_factory):
     """The demo's two languages, prepared with text.languages=[en,fa] (not the default)."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
     from tests.helpers import micro_config
 

@@ -17,7 +17,7 @@ from myxtts.data.batch import (
     crop,
     stop_targets,
 )
-from myxtts.data.collate import Collator
+from myxtts.data.feed.collate import Collator
 from myxtts.model.dummy import random_batch
 
 SHAPE = BatchShape(batch=3, text=16, frames=40, ref_frames=12, n_mels=8)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from myxtts.data.buckets import ShapeTable, choose_boundaries
+from myxtts.data.feed.buckets import ShapeTable, choose_boundaries
 
 
 def _epoch_cost(boundaries, mel, batch_frames, max_batch_size, fill_cost):

@@ -10,9 +10,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from myxtts.data.batch import BatchShape, check_batch, to_model_dtypes
-from myxtts.data.buckets import ShapeTable
-from myxtts.data.collate import Collator
-from myxtts.data.sampler import BucketBatchSampler
+from myxtts.data.feed.buckets import ShapeTable
+from myxtts.data.feed.collate import Collator
+from myxtts.data.feed.sampler import BucketBatchSampler
 
 N_MELS, REF = 4, 6
 TABLE = ShapeTable(boundaries=(16, 40), text_caps=(8, 24), batch_sizes=(4, 2))

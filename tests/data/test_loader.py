@@ -6,9 +6,14 @@ import pytest
 import torch
 
 from myxtts.config import Config, ConfigError, load_config
-from myxtts.data.dataset import StoreDataset
-from myxtts.data.loader import PREFETCH_PER_WORKER, build_loader, default_num_workers, pad_multiple
-from myxtts.data.prepare import prepare_store
+from myxtts.data.feed.dataset import StoreDataset
+from myxtts.data.feed.loader import (
+    PREFETCH_PER_WORKER,
+    build_loader,
+    default_num_workers,
+    pad_multiple,
+)
+from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
 from myxtts.synthetic import make_demo_data
 
@@ -93,7 +98,7 @@ def test_workers_give_the_same_batches(store_path):
 
 
 def test_an_overwritten_slot_is_an_error_not_wrong_data(store_path, monkeypatch):
-    import myxtts.data.loader as loader_mod
+    import myxtts.data.feed.loader as loader_mod
 
     loader, sampler = build_loader(store_path, _cfg(), num_workers=1)
     slots = loader.slots
@@ -176,10 +181,10 @@ def test_batches_for_a_gpu_carry_the_stores_float16_bytes_without_a_host_cast(st
 
 
 def test_the_store_loaders_feed_yields_its_batches_with_their_real_frames(store_path):
-    from myxtts.data.feed import DeviceFeed, TrainLoader
+    from myxtts.data.feed.protocol import DeviceFeed, TrainLoader
 
     loader, sampler = build_loader(store_path, _cfg(prefetch_batches=3), num_workers=0)
-    assert isinstance(loader, TrainLoader)
+    assert isinstance(loader, TrainLoader) and loader.feature_work() is None  # features made
     sampler.set_epoch(0)
     want = list(loader)
     sampler.set_epoch(0)  # the same epoch again (a pass advances the sampler)

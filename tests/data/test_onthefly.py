@@ -4,14 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from myxtts.audio.frames import n_frames_for
+from myxtts.audio.frames import crop_window, n_frames_for
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, ConfigError, load_config
 from myxtts.data.batch import check_batch
-from myxtts.data.dataset import StoreDataset
-from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
-from myxtts.data.prepare import prepare_store
-from myxtts.data.raw import crop_window
+from myxtts.data.feed.dataset import StoreDataset
+from myxtts.data.feed.onthefly import build_onthefly_loader, read_raw_splits
+from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
 from myxtts.synthetic import make_demo_data
 
@@ -104,7 +103,7 @@ def test_unusable_dataset_is_a_clear_error(demo):
 
 def test_the_raw_wav_batch_follows_its_table_and_counts_its_frames_on_the_host(demo):
     from myxtts.data.batch import RAW_FIELDS, check_fields
-    from myxtts.data.feed import DeviceFeed, TrainLoader
+    from myxtts.data.feed.protocol import DeviceFeed, TrainLoader
 
     data, path, cfg = demo
     loader, sampler = build_onthefly_loader(data, cfg, mel_stats=FeatureStore.open(path),
@@ -119,6 +118,10 @@ def test_the_raw_wav_batch_follows_its_table_and_counts_its_frames_on_the_host(d
         check_batch(batch)
         assert loader.featurizer.real_frames(raw) == int(batch["mel_lengths"].sum())
     check_fields(loader.largest_raw_batch(), RAW_FIELDS)
+    work = loader.feature_work()  # the data role's heaviest batch: the largest bucket, full
+    b, _, frames = max(sampler.shapes(), key=lambda s: s[0] * s[2])
+    assert work.device == torch.device("cpu") and loader.num_workers == 0
+    assert work.run()["mel"].shape[:2] == (b, frames)
     with pytest.raises(ValueError, match=r"RAW_FIELDS: missing \['n_frames'\], unexpected \['x'\]"):
         check_fields({**{k: v for k, v in raw.items() if k != "n_frames"}, "x": raw["n_frames"]},
                      RAW_FIELDS)
@@ -158,7 +161,7 @@ def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_onc
     real_load = audio_io.load_audio
     monkeypatch.setattr(audio_io, "load_audio", lambda path, a: reads.append(path) or real_load(path, a))
     hit = 0
-    with caplog.at_level("WARNING", logger="myxtts.data.onthefly"):
+    with caplog.at_level("WARNING", logger="myxtts.data.feed.onthefly"):
         for epoch in range(3):
             for indices in sampler.batches(epoch):
                 raw = collate.pad(dataset.__getitems__((epoch, indices)))

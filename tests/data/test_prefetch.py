@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import DevicePrefetcher
 
 
 def batches(n: int = 5) -> list[dict]:
@@ -50,8 +50,8 @@ def test_transform_runs_on_each_batch_once_it_is_on_the_device():
 
 
 def test_the_store_feed_pairs_each_batch_with_its_real_frames_in_model_dtypes():
-    from myxtts.data.feed import DeviceFeed
-    from myxtts.data.prefetch import PrefetchFeed
+    from myxtts.data.feed.prefetch import PrefetchFeed
+    from myxtts.data.feed.protocol import DeviceFeed
 
     data = [{"mel": torch.full((2, 4, 3), 0.5, dtype=torch.float16),
              "mel_lengths": torch.tensor([4, i + 1])} for i in range(3)]

@@ -16,9 +16,9 @@ import soundfile as sf
 
 from myxtts.cli.main import main
 from myxtts.config import Config, ConfigError, load_config
-from myxtts.data.loader import build_loader
-from myxtts.data.prepare import prepare_store
-from myxtts.data.records import DatasetError
+from myxtts.data.feed.loader import build_loader
+from myxtts.data.prepare.build import prepare_store
+from myxtts.data.prepare.records import DatasetError
 from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.synthetic import make_demo_data
 
@@ -32,7 +32,8 @@ AUDIO = ["data.store_audio=true"]
 SLOW_PREPARE = """
 import sys, time
 from myxtts.config import load_config
-from myxtts.data import chunks, prepare
+from myxtts.data.prepare import build as prepare
+from myxtts.data.prepare import chunks
 from myxtts.data.store import writer
 
 _extract, _write_split = chunks.extract_chunk, writer.StoreWriter.write_split
@@ -275,7 +276,7 @@ def test_a_second_concurrent_prepare_is_refused(data, tmp_path):
 def test_damaged_chunk_is_extracted_again(data, reference_store, tmp_path, monkeypatch):
     # Chunks are committed by rename without fsync; an OS crash can leave one renamed but
     # empty or cut short. Resume must redo such a chunk, not trust it or crash on it.
-    from myxtts.data import prepare as prep
+    from myxtts.data.prepare import build as prep
 
     out = tmp_path / "store"
     real_pack = prep._pack

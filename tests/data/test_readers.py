@@ -11,8 +11,8 @@ import pytest
 import soundfile as sf
 
 from myxtts.config import load_config
-from myxtts.data.readers import read_dataset, split_train_val
-from myxtts.data.records import (
+from myxtts.data.prepare.readers import read_dataset, split_train_val
+from myxtts.data.prepare.records import (
     DUPLICATE_ID,
     EMPTY_TEXT,
     MALFORMED_ROW,

@@ -11,8 +11,8 @@ import soundfile as sf
 
 from myxtts.cli.main import main
 from myxtts.config import load_config
-from myxtts.data.readers import read_dataset
-from myxtts.data.records import (
+from myxtts.data.prepare.readers import read_dataset
+from myxtts.data.prepare.records import (
     MISSING_AUDIO,
     MISSING_TRANSCRIPT,
     OUTSIDE_LANGUAGE,
@@ -227,7 +227,7 @@ def test_the_setting_that_removes_every_language_problem_is_named(tmp_path, caps
 
 
 def test_prepare_names_the_setting(tmp_path):
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
 
     root = _speakers(tmp_path / "d", {k: v for k, v in BILINGUAL.items() if k != "bo/b3"})
     lines: list[str] = []

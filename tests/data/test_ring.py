@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from myxtts.data.feed import DeviceFeed
-from myxtts.data.ring import SlotRing
+from myxtts.data.feed.protocol import DeviceFeed
+from myxtts.data.feed.ring import SlotRing
 
 
 class Source:

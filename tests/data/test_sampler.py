@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from myxtts.data.buckets import ShapeTable
-from myxtts.data.sampler import BucketBatchSampler
+from myxtts.data.feed.buckets import ShapeTable
+from myxtts.data.feed.sampler import BucketBatchSampler
 
 
 def lj_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

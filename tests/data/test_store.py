@@ -10,9 +10,9 @@ import pytest
 
 from myxtts.audio import compute_mel, load_audio
 from myxtts.config import Config, load_config
-from myxtts.data.plan import choose_refs
-from myxtts.data.prepare import prepare_store
-from myxtts.data.readers import read_dataset
+from myxtts.data.prepare.build import prepare_store
+from myxtts.data.prepare.plan import choose_refs
+from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.synthetic import make_demo_data
 from myxtts.text import clean_text

@@ -12,8 +12,8 @@ from myxtts.audio import load_audio
 from myxtts.audio.frames import frames_for_samples
 from myxtts.cli.main import main
 from myxtts.config import load_config
-from myxtts.data.prepare import prepare_store
-from myxtts.data.readers import read_dataset
+from myxtts.data.prepare.build import prepare_store
+from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.data.store.audio import format_size, quantize
 from myxtts.data.store.reader import require_audio
@@ -189,7 +189,7 @@ def test_resume_redoes_chunks_without_valid_audio(demo, tmp_path, monkeypatch):
     # An interrupted run with audio, then: a chunk gone, one without audio (as a run
     # without --audio writes it), one whose audio disagrees with its mels. Resume must
     # re-extract exactly those and give the uninterrupted store's bytes.
-    from myxtts.data import prepare as prep
+    from myxtts.data.prepare import build as prep
 
     data, _, reference, _ = demo
     cfg = load_config(overrides=AUDIO)

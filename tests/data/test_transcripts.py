@@ -13,8 +13,8 @@ import pytest
 
 from myxtts.cli.main import main
 from myxtts.config import Config, load_config
-from myxtts.data.readers import read_dataset
-from myxtts.data.records import NOTHING_TO_SAY, OUTSIDE_LANGUAGE
+from myxtts.data.prepare.readers import read_dataset
+from myxtts.data.prepare.records import NOTHING_TO_SAY, OUTSIDE_LANGUAGE
 from myxtts.text.scripts import outside_language, speakable
 from tests.data.test_readers import _ljspeech
 

@@ -177,7 +177,7 @@ def test_shm_too_small_for_four_workers():
 
 
 def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
-    from myxtts.data.loader import PREFETCH_PER_WORKER, build_sampler, slot_bytes
+    from myxtts.data.feed.loader import PREFETCH_PER_WORKER, build_sampler, slot_bytes
     from myxtts.data.store import FeatureStore
 
     cfg = load_config()

@@ -138,8 +138,8 @@ def test_the_loader_sends_float16_and_the_prefetcher_casts_on_the_gpu(micro_stor
     """What crosses PCIe is float16 in pinned memory (half the bytes; through the workers'
     shared slots too); the side-stream prefetcher casts it to float32 on the GPU, exactly."""
     from myxtts.data.batch import to_model_dtypes
-    from myxtts.data.loader import build_loader
-    from myxtts.data.prefetch import DevicePrefetcher
+    from myxtts.data.feed.loader import build_loader
+    from myxtts.data.feed.prefetch import DevicePrefetcher
 
     cfg = micro_config(tmp_path, "train.device=cuda")
     loader, _ = build_loader(micro_store, cfg, device=CUDA, num_workers=workers, shuffle=False)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from myxtts.config import load_config
-from myxtts.data.readers import read_dataset
+from myxtts.data.prepare.readers import read_dataset
 from myxtts.synthetic import (
     DEMO_ALPHABET,
     DEMO_ALPHABETS,
@@ -117,8 +117,8 @@ def test_fa_sounds_are_their_own():
 
 
 def test_bilingual_corpus_reads_and_prepares_with_both_languages(bilingual, tmp_path):
-    from myxtts.data.prepare import prepare_store
-    from myxtts.data.records import UNKNOWN_LANGUAGE
+    from myxtts.data.prepare.build import prepare_store
+    from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
     from myxtts.data.store import FeatureStore
 
     cfg = load_config(None, None, ["text.languages=[en, fa]"])

@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 
 from myxtts.config import load_config
-from myxtts.data.readers import read_dataset
+from myxtts.data.prepare.readers import read_dataset
 from myxtts.synthetic import (
     DEMO_ALPHABET,
     demo_speaker,

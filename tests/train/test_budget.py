@@ -187,7 +187,7 @@ def test_a_gpu_too_small_for_one_utterance_is_a_clear_error(tmp_path, one_thread
 
 
 def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
-    from myxtts.data.loader import build_loader
+    from myxtts.data.feed.loader import build_loader
 
     cfg = micro_config(tmp_path)
     _, planned = build_loader(micro_store, cfg)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from myxtts.data.batch import to_model_dtypes
-from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.model.xtts import build_model
 from myxtts.observe.loggers import NullLogger
 from myxtts.train.checkpoint import TrainingProgress

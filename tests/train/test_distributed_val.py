@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def val_store(tmp_path_factory):
     """A store whose val split has several batches (a third of 2 x 12 utterances)."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     root = tmp_path_factory.mktemp("valstore")

@@ -32,7 +32,7 @@ def _quiet(*_: object) -> None:
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict[str, Path]:
     """``en`` and ``fa`` stores of the demo voices (3 speakers x 16 clips each)."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     root = tmp_path_factory.mktemp("finetune")
@@ -171,7 +171,7 @@ def test_init_from_and_resume_conflict(stores, base, tmp_path):
 
 
 def test_other_mel_definition_is_refused_naming_the_keys(stores, base, tmp_path):
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     data = make_demo_data(tmp_path / "fa", speakers=1, utterances=8, seed=5, languages=("fa",))

@@ -44,7 +44,7 @@ def _cfg(out: Path):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
     from myxtts.train.loop import train
 

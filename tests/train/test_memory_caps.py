@@ -96,7 +96,8 @@ def test_the_cli_refuses_a_cap_on_cpu_training_in_one_line(micro_store, tmp_path
 @pytest.mark.gpu
 def test_a_data_share_too_small_for_the_features_is_refused_on_a_gpu():
     from myxtts.config import load_config
-    from myxtts.data.features import Featurizer
+    from myxtts.data.feed.features import Featurizer
+    from myxtts.data.feed.protocol import FeatureWork
 
     cfg = load_config(overrides=["data.data_device_memory_cap=0.000001", "train.device=cuda:0",
                                  "data.data_device=cuda:0", "train.device_memory_cap=0.9"])
@@ -109,8 +110,10 @@ def test_a_data_share_too_small_for_the_features_is_refused_on_a_gpu():
            "speaker_ids": torch.zeros(b, dtype=torch.long),
            "language_ids": torch.zeros(b, dtype=torch.long),
            "indices": torch.zeros(b, dtype=torch.long), "n_frames": torch.tensor(1 + n // 256)}
+    featurize = Featurizer(cfg.audio, 256)
+    work = FeatureWork(GPU0, lambda: featurize(dict(raw), GPU0))
     with pytest.raises(ConfigError, match="raise data.data_device_memory_cap"):
-        check_feature_memory(Featurizer(cfg.audio, 256), raw, cap)
+        check_feature_memory(work, cap)
     roomy = resolve_caps(load_config(overrides=["data.data_device_memory_cap=0.5",
                                                 "train.device_memory_cap=0.4"]), GPU0, GPU0)
-    assert 0 < check_feature_memory(Featurizer(cfg.audio, 256), raw, roomy) < 0.5 * 2**40
+    assert 0 < check_feature_memory(work, roomy) < 0.5 * 2**40

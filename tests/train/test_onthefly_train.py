@@ -1,5 +1,5 @@
 """Training from raw audio: the trainer's stream takes the on-the-fly batches through the
-data role's slot ring (``data.ring``) and gets exactly what the loader makes."""
+data role's slot ring (``data.feed.ring``) and gets exactly what the loader makes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from myxtts.data.ring import SlotRing
+from myxtts.data.feed.ring import SlotRing
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo

@@ -66,7 +66,7 @@ def compute_losses_of(model, batch, cfg):
 
 
 def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path):
-    from myxtts.data.loader import build_loader
+    from myxtts.data.feed.loader import build_loader
     from myxtts.model.xtts import build_model
     from myxtts.train.optim import build_optimizer, build_scheduler
     from myxtts.train.step import TrainStep
@@ -92,7 +92,7 @@ def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path
 
 
 def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
-    from myxtts.data.loader import build_loader
+    from myxtts.data.feed.loader import build_loader
     from myxtts.model.losses import compute_losses
     from myxtts.model.xtts import build_model
     from myxtts.train.optim import build_optimizer, build_scheduler

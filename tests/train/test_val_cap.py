@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from myxtts.data.sampler import capped_subset
+from myxtts.data.feed.sampler import capped_subset
 from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
@@ -21,7 +21,7 @@ CAP = 5
 def sources(tmp_path_factory):
     """A raw dataset whose seeded val split (a third of 2 x 12 utterances) exceeds the cap,
     and the store prepared from it."""
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
 
     root = tmp_path_factory.mktemp("valcap")

@@ -68,8 +68,8 @@ def _inspect(args: argparse.Namespace) -> int:
     """Read a dataset and every clip's header; print counts per split, hours, per-speaker
     totals, a duration histogram, sample rates and the problems found (file:line and the
     fix). Exit code 0 even when problems are found."""
-    from myxtts.data.inspect import format_inspection, inspect_dataset
-    from myxtts.data.records import DatasetError
+    from myxtts.data.prepare.inspect import format_inspection, inspect_dataset
+    from myxtts.data.prepare.records import DatasetError
     from myxtts.system import atomic_write, writable_folder
 
     cfg = config_from_args(args)

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
     from myxtts.system import writable_folder

@@ -48,7 +48,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from myxtts.system import FolderError
 
     errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError, FolderError]
-    for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.records", "DatasetError"),
+    for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.prepare.records", "DatasetError"),
                       ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
                       ("myxtts.text.tokenizer", "TokenizerError")]:
         try:

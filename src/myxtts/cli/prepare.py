@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"--workers {args.workers}: extraction needs at least one process; use "
                        f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
 
     if args.audio:  # last override, so it wins over --config and --set
         args.overrides = [*args.overrides, "data.store_audio=true"]

@@ -1,10 +1,13 @@
-"""Data: a dataset on disk -> padded batches on the device, and the store in between.
+"""Data: a dataset on disk -> padded batches on the training device.
 
-Preparing: ``readers/`` (one module per dataset layout) -> ``records`` (Utterance, the
-report) -> ``plan`` -> ``chunks`` -> ``prepare`` -> ``store/`` (format, writer, reader,
-verify); ``inspect`` reports on a dataset. Training from the store: ``buckets`` and
-``sampler`` (few shapes, exact resume), ``dataset``, ``collate`` and ``loader`` (workers,
-shared-memory slots) produce ``batch``-contract batches; ``prefetch`` copies them to the GPU.
-From raw audio: ``onthefly`` with ``features`` on ``data.data_device`` and ``ring``'s slots.
-``feed`` is the trainer's view of either path.
+``batch`` is the contract every room speaks (the fields of a batch, their dtypes and shapes).
+Then three rooms, each importing only the rooms before it:
+
+    prepare/  a dataset folder -> a store: readers (one per layout), records (utterances
+              and the problem report), plan, chunks (parallel feature extraction), build
+              (the ``prepare`` command's work), report, inspect
+    store/    the packed, memory-mapped features: format, writer, reader, verify
+    feed/     from a store (or raw audio, on the fly) to batches on the device: dataset,
+              buckets, sampler, collate, loader, prefetch, raw, features, onthefly, ring;
+              ``protocol`` is the trainer's view of either path
 """

@@ -94,7 +94,7 @@ RAW_FIELDS: dict[str, FieldSpec] = {
     "wav": FieldSpec(torch.float32, ("B", "S"), "trimmed waveform, 0.0 after wav_lengths"),
     "wav_lengths": FieldSpec(torch.int64, ("B",), "real samples per clip"),
     "ref_wav": FieldSpec(torch.float32, ("B", "C"),
-                         "reference crop with an STFT margin (onthefly.crop_window), 0.0 after "
+                         "reference crop with an STFT margin (audio.frames.crop_window), 0.0 after "
                          "ref_wav_lengths"),
     "ref_wav_lengths": FieldSpec(torch.int64, ("B",), "real samples per reference crop"),
     "ref_first": FieldSpec(torch.int64, ("B",), "the crop's first wanted STFT frame"),

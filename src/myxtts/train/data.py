@@ -20,15 +20,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
-from myxtts.data.dataset import VocabMap
-from myxtts.data.sampler import BucketBatchSampler
+from myxtts.data.feed.dataset import VocabMap
+from myxtts.data.feed.protocol import TrainLoader
+from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
 from myxtts.train import checkpoint as ck
@@ -36,13 +37,10 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
 
 if TYPE_CHECKING:  # the loaders are imported where a run opens its data (audio, workers)
-    from myxtts.data.loader import StoreLoader
-    from myxtts.data.onthefly import OnTheFlyLoader, RawSplit
+    from myxtts.data.feed.onthefly import RawSplit
 
-# Either implements ``data.feed.TrainLoader`` (``device_feed``: what the trainer iterates);
-# each keeps the extras of its path (a store's dataset; the on-the-fly featurizer).
-Loader = Union["StoreLoader", "OnTheFlyLoader"]
-Rebuild = Callable[[list[int] | None], tuple[Loader, BucketBatchSampler]]
+# builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
+Rebuild = Callable[[list[int] | None], tuple[TrainLoader, BucketBatchSampler]]
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +49,15 @@ VAL_SEED = 0  # validation batches and reference crops are the same at every val
 
 @dataclass
 class TrainData:
-    loader: Loader
+    loader: TrainLoader
     sampler: BucketBatchSampler
-    val_loader: Loader | None
+    val_loader: TrainLoader | None
     val_sampler: BucketBatchSampler | None
     tokenizer: Tokenizer
     mel_mean: np.ndarray
     mel_std: np.ndarray
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
-    # builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
     rebuild: Rebuild | None = None
     source: str = ""  # the store or dataset folder, for messages
 
@@ -173,7 +170,7 @@ def _remap_raw(splits: dict[str, RawSplit], vocab_map: VocabMap) -> dict[str, Ra
 
 def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                 state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
-    from myxtts.data.loader import build_loader
+    from myxtts.data.feed.loader import build_loader
 
     train_store = FeatureStore.open(path, "train", cfg)
     train_store.check_statistics()
@@ -185,7 +182,7 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
 
     tokenizer, vocab_map = model_vocabulary(train_store.tokenizer, state, base)
 
-    def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
+    def rebuild(sizes: list[int] | None) -> tuple[TrainLoader, BucketBatchSampler]:
         return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
                             device=device, batch_sizes=sizes, vocab_map=vocab_map)
 
@@ -205,7 +202,7 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
 
 def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                 state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
-    from myxtts.data.onthefly import build_onthefly_loader, read_raw_splits
+    from myxtts.data.feed.onthefly import build_onthefly_loader, read_raw_splits
 
     tok = Tokenizer.from_dict(state[ck.VOCAB]) if state is not None else None
     stats = _saved_stats(state if state is not None else base)
@@ -218,7 +215,7 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                                             rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
     mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio for a new model
 
-    def rebuild(sizes: list[int] | None) -> tuple[Loader, BucketBatchSampler]:
+    def rebuild(sizes: list[int] | None) -> tuple[TrainLoader, BucketBatchSampler]:
         return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),
                                      rank=dist.rank, world_size=dist.world_size, raw_splits=raw,
                                      batch_sizes=sizes)

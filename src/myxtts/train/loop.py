@@ -18,7 +18,7 @@ import torch
 
 from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
-from myxtts.data.feed import DeviceFeed
+from myxtts.data.feed.protocol import DeviceFeed
 from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
@@ -90,7 +90,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
 
 class BatchStream:
     """The trainer's endless stream of (device batch, real frames), exactly as training sees
-    it: the train loader's ``device_feed`` (``data.feed.DeviceFeed``: side-stream prefetch of a
+    it: the train loader's ``device_feed`` (``data.feed.protocol.DeviceFeed``: side-stream prefetch of a
     store, the data role's slot ring on the fly). It advances the run's data position in
     ``record`` (``epoch``, ``batches_consumed``) as batches are handed out, so a checkpoint
     taken between steps resumes at the next batch. Public so benchmarks measure the real

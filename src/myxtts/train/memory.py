@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from myxtts.config import Config, ConfigError
+from myxtts.data.feed.protocol import FeatureWork
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -87,19 +88,19 @@ def apply_caps(caps: MemoryCaps) -> None:
         log.info("memory cap on %s: %.0f%% (%.1f GiB)", device, 100 * share, share * total / GIB)
 
 
-def check_feature_memory(featurizer, raw_batch: dict, caps: MemoryCaps) -> int:
-    """Run the data role on its largest batch (``raw_batch``: a worst-case ``WavCollator``
-    batch) and refuse a ``data.data_device_memory_cap`` it does not fit. Returns the peak bytes
-    the features took (0 when the data role is not capped on a GPU)."""
+def check_feature_memory(work: FeatureWork | None, caps: MemoryCaps) -> int:
+    """Run the data role's largest batch of feature work (``TrainLoader.feature_work``) and
+    refuse a ``data.data_device_memory_cap`` it does not fit. Returns the peak bytes the
+    features took (0 when the data role is not capped on a GPU)."""
     device = caps.data_device
-    if not caps.data or device is None:
+    if not caps.data or device is None or work is None:
         return 0
     limit = int(caps.data * torch.cuda.get_device_properties(device).total_memory)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     try:
-        batch = featurizer(dict(raw_batch), device)
+        batch = work.run()
         del batch
         torch.cuda.synchronize(device)
         need = torch.cuda.max_memory_allocated(device) - before

@@ -139,7 +139,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
     fit_batches(step_fn, data, cfg, dist, Path(cfg.train.output_dir), reserve)
     data.continue_from(state, record)
     if on_the_fly:
-        check_feature_memory(data.loader.featurizer, data.loader.largest_raw_batch(), caps)
+        check_feature_memory(data.loader.feature_work(), caps)
     for attempt in range(3) if step_fn.compiled or device.type == "cuda" else []:
         report = warm_up_buckets(step_fn, data, cfg, dist, plan.graphs)
         sizes = [report.resized.get(s, s.batch) for s in bucket_shapes(data.sampler, cfg)]
@@ -163,14 +163,12 @@ def graphs_reserve(step_fn: TrainStep, data: TrainData, cfg: Config) -> int:
     the data role's largest batch. Measured with the random streams put back after."""
     if step_fn.device.type != "cuda":
         return 0
-    from myxtts.data.onthefly import OnTheFlyLoader
     from myxtts.train.budget import CudaMemory, side_reserve
 
     val = None if data.val_sampler is None else max(
         bucket_shapes(data.val_sampler, cfg), key=lambda s: s.batch * s.frames)
-    loader, role = data.loader, None
-    if isinstance(loader, OnTheFlyLoader) and loader.device == step_fn.device:
-        role = lambda: loader.featurizer(dict(loader.largest_raw_batch()), loader.device)  # noqa: E731
+    work = data.loader.feature_work()
+    role = work.run if work is not None and work.device == step_fn.device else None
     with torch.random.fork_rng(devices=[step_fn.device]):
         return side_reserve(step_fn, val, data.vocab_size, len(data.languages),
                             CudaMemory(step_fn.device), role)

@@ -16,7 +16,7 @@ import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
-from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import MetricLogger
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from myxtts.audio.io import PCM16_SCALE
-from myxtts.data.records import SPLITS as SPLITS
+from myxtts.data.prepare.records import SPLITS as SPLITS
 from myxtts.system import LOCK_FILE as LOCK_FILE  # prepare holds it (system.folder_lock)
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ def check_data(cfg: Config, path: str | Path | None,
 def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
                 ) -> tuple[list[Check], DataPlan]:
     """Integrity (``verify_store``), features matching ``cfg``, batching, read speed."""
-    from myxtts.data.loader import build_sampler
+    from myxtts.data.feed.loader import build_sampler
     from myxtts.data.store import FeatureStore, StoreError, verify_store
     from myxtts.data.store.format import store_state
 
@@ -187,8 +187,8 @@ def check_run(path: Path) -> list[Check]:
 def check_dataset(path: Path, cfg: Config) -> list[Check]:
     """``inspect_dataset``'s summary as one line: usable, with problems (clips skipped), or
     unreadable (``DatasetError``)."""
-    from myxtts.data.inspect import inspect_dataset
-    from myxtts.data.records import DatasetError
+    from myxtts.data.prepare.inspect import inspect_dataset
+    from myxtts.data.prepare.records import DatasetError
 
     see = f"`myxtts inspect-data {path}` lists every problem"
     try:
@@ -219,8 +219,8 @@ def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False) -> tuple[i
 
 
 def _default_workers(cpus: int, on_the_fly: bool) -> int:
-    from myxtts.data.loader import default_num_workers
-    from myxtts.data.onthefly import default_onthefly_workers
+    from myxtts.data.feed.loader import default_num_workers
+    from myxtts.data.feed.onthefly import default_onthefly_workers
 
     return default_onthefly_workers(cpus) if on_the_fly else default_num_workers(cpus)
 
@@ -245,7 +245,7 @@ def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, in
     """``(bytes per batch, batches each worker holds in shared memory, how it was sized)``.
     ``transfer``: training on a GPU (batches travel in float16)."""
     from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
-    from myxtts.data.loader import PREFETCH_PER_WORKER, pad_multiple, plan_frames, slot_bytes
+    from myxtts.data.feed.loader import PREFETCH_PER_WORKER, pad_multiple, plan_frames, slot_bytes
 
     d, a = cfg.data, cfg.audio
     slots = PREFETCH_PER_WORKER + 2

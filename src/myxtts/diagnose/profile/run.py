@@ -23,7 +23,6 @@ from typing import Any
 import torch
 
 from myxtts.config import Config, ConfigError
-from myxtts.data.loader import default_num_workers
 from myxtts.diagnose.profile.phases import COPY, PhaseClock, copy_seconds, phase_stats
 from myxtts.diagnose.profile.verdict import Figures, decide
 from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
@@ -175,10 +174,7 @@ def _setup_info(run: TrainSetup, data_path: str | Path, seconds: float) -> dict[
 
 
 def _workers(run: TrainSetup) -> int:
-    n = getattr(run.data.loader, "num_workers", None)
-    if n is None:
-        n = run.cfg.data.num_workers if run.cfg.data.num_workers >= 0 else default_num_workers()
-    return int(n)
+    return run.data.loader.num_workers
 
 
 def _memory(device: torch.device) -> dict[str, Any]:

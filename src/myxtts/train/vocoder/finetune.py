@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from myxtts.config import config_from_dict
-from myxtts.data.collate import Collator
-from myxtts.data.dataset import StoreDataset
+from myxtts.data.feed.collate import Collator
+from myxtts.data.feed.dataset import StoreDataset
 from myxtts.data.store import FeatureStore
 from myxtts.model.xtts import build_model
 from myxtts.system import atomic_write

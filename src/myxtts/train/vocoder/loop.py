@@ -22,7 +22,7 @@ import torch
 
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import Config, save_config
-from myxtts.data.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress

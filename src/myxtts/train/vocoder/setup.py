@@ -38,7 +38,7 @@ def find_store(cfg: Config, data: str | Path, progress: bool) -> Path:
     if not data.exists():
         raise StoreError(f"{data} does not exist; pass a store from `myxtts prepare --audio` "
                          f"or a dataset folder")
-    from myxtts.data.prepare import prepare_store
+    from myxtts.data.prepare.build import prepare_store
 
     store = Path(cfg.train.output_dir) / "store"
     log.info("%s is a raw dataset: preparing a store with audio in %s", data, store)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from myxtts.data.records import (
+from myxtts.data.prepare.records import (
     NOT_UTF8,
     NOTHING_TO_SAY,
     OUTSIDE_LANGUAGE,

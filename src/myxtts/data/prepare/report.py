@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from myxtts.data.records import SPLITS, first_per_reason
+from myxtts.data.prepare.records import SPLITS, first_per_reason
 from myxtts.data.store.format import MANIFEST, REPORT
 
 Rows = list[dict[str, str]]  # {"split", "id", "audio_path", "reason", "detail"}

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import (
+from myxtts.data.prepare.readers.common import (
     MANIFEST_EXTS,
     UNNAMED,
     FileIndex,
@@ -21,7 +21,7 @@ from myxtts.data.readers.common import (
     first_line,
     unknown_language,
 )
-from myxtts.data.records import (
+from myxtts.data.prepare.records import (
     EMPTY_TEXT,
     MALFORMED_ROW,
     MISSING_AUDIO,

@@ -1,8 +1,8 @@
 """``myxtts prepare``: a raw dataset in any layout -> a packed feature store, in parallel,
 resumable after a kill at any instant, byte-identical whether interrupted or not.
 
-Stages: ``data.plan.plan_texts`` (list, clean, tokenize, reject; no audio opened), then
-``data.chunks`` (fixed chunks per split, extracted by worker processes and committed one
+Stages: ``data.prepare.plan.plan_texts`` (list, clean, tokenize, reject; no audio opened), then
+``data.prepare.chunks`` (fixed chunks per split, extracted by worker processes and committed one
 file each; complete chunks are skipped on resume), then packing (``_pack`` here,
 ``data.store.writer``: chunks concatenated in plan order, references drawn, statistics
 summed, ``manifest.json`` written last, atomically). Why every step is deterministic
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from myxtts.config import Config
-from myxtts.data import chunks
-from myxtts.data.plan import Planned, choose_refs, mel_mean_std, plan_texts
-from myxtts.data.prepare_report import count_reasons, format_counts, report_blob, summary_lines
-from myxtts.data.records import SPLITS
+from myxtts.data.prepare import chunks
+from myxtts.data.prepare.plan import Planned, choose_refs, mel_mean_std, plan_texts
+from myxtts.data.prepare.records import SPLITS
+from myxtts.data.prepare.report import count_reasons, format_counts, report_blob, summary_lines
 from myxtts.data.store.audio import format_size
 from myxtts.data.store.format import (
     AUDIO_FILE,

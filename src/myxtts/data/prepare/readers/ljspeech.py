@@ -19,9 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data import records
-from myxtts.data.readers import common
-from myxtts.data.readers.manifest import is_manifest_header
+from myxtts.data.prepare import records
+from myxtts.data.prepare.readers import common
+from myxtts.data.prepare.readers.manifest import is_manifest_header
 
 LAYOUT = "id|text[|normalized[|speaker[|language]]]"
 COLUMNS = ("id", "text", "normalized", "speaker", "language")

@@ -25,7 +25,7 @@ from myxtts.data.batch import (
     round_up,
     stop_targets,
 )
-from myxtts.data.buckets import ShapeTable
+from myxtts.data.feed.buckets import ShapeTable
 
 
 class Collator:

@@ -8,7 +8,7 @@ process costs 1.35-1.8x the CPU per audio second of a naive per-item loader and 
 workers); with ``data.data_device='cuda:N'`` the ring's producer thread calls it on that GPU,
 in its own stream. Lengths come from the wav lengths on the host (``audio.frames``), so the
 real-frame count never reads a device tensor back. Reference wavs arrive cut with a margin
-(``raw.crop_window``) so their STFT frames equal the full clip's.
+(``audio.frames.crop_window``) so their STFT frames equal the full clip's.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.config import Config
-from myxtts.data.records import LANGUAGE_REASONS, DataReport, DatasetError, LanguageFix
+from myxtts.data.prepare.records import LANGUAGE_REASONS, DataReport, DatasetError, LanguageFix
 from myxtts.text.scripts import LANGUAGE_SCRIPTS
 
 # read(config) -> (splits, path named when nothing was usable, else None)

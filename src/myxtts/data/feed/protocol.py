@@ -10,8 +10,8 @@ reaches the device (:func:`real_frames`), so throughput figures never read a dev
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -36,10 +36,28 @@ class DeviceFeed(Protocol):
         ...
 
 
+class FeatureWork(NamedTuple):
+    """The heaviest job of a data role that computes features on a device: ``run()`` makes
+    the features of the loader's largest batch on ``device`` (memory checks run it once)."""
+
+    device: torch.device
+    run: Callable[[], object]
+
+
 @runtime_checkable
 class TrainLoader(Protocol):
     """A loader the trainer takes batches from: host-side batches (one epoch per pass, for
     validation and inspection) and the feed that puts them on the training device."""
+
+    @property
+    def num_workers(self) -> int:
+        """Loader worker processes (0: batches are made in the training process)."""
+        ...
+
+    def feature_work(self) -> FeatureWork | None:
+        """The data role's largest batch of feature work, or None where the loader computes
+        no features (a prepared store)."""
+        ...
 
     def __len__(self) -> int: ...
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data import records
-from myxtts.data.readers import common
+from myxtts.data.prepare import records
+from myxtts.data.prepare.readers import common
 from myxtts.text.cleaners import canonical_language
 
 ROW_FILES = ("train.tsv", "dev.tsv", "validated.tsv", "test.tsv", "other.tsv", "invalidated.tsv")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from myxtts.data.batch import Batch, to_model_dtypes
-from myxtts.data.feed import real_frames
+from myxtts.data.feed.protocol import real_frames
 
 
 def _map_tensors(obj: Any, fn: Any) -> Any:

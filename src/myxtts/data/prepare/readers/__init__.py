@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
-from myxtts.data.readers.common_voice import is_common_voice, read_common_voice, release_parts
-from myxtts.data.readers.languages import find_language_fix
-from myxtts.data.readers.libritts import is_libritts, libritts_parts, read_libritts_subset
-from myxtts.data.readers.ljspeech import is_ljspeech_csv, read_ljspeech
-from myxtts.data.readers.manifest import manifests_in, read_manifest
-from myxtts.data.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
-from myxtts.data.records import DUPLICATE_ID, DataReport, DatasetError, Utterance
+from myxtts.data.prepare.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
+from myxtts.data.prepare.readers.common_voice import (
+    is_common_voice,
+    read_common_voice,
+    release_parts,
+)
+from myxtts.data.prepare.readers.languages import find_language_fix
+from myxtts.data.prepare.readers.libritts import is_libritts, libritts_parts, read_libritts_subset
+from myxtts.data.prepare.readers.ljspeech import is_ljspeech_csv, read_ljspeech
+from myxtts.data.prepare.readers.manifest import manifests_in, read_manifest
+from myxtts.data.prepare.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
+from myxtts.data.prepare.records import DUPLICATE_ID, DataReport, DatasetError, Utterance
 from myxtts.system import path_kind
 
 

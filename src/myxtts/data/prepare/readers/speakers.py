@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import (
+from myxtts.data.prepare.readers.common import (
     UNNAMED,
     FileIndex,
     Row,
@@ -23,7 +23,7 @@ from myxtts.data.readers.common import (
     prefixed_id,
     read_transcript,
 )
-from myxtts.data.records import (
+from myxtts.data.prepare.records import (
     EMPTY_TEXT,
     MALFORMED_ROW,
     MISSING_AUDIO,

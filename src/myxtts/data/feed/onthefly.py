@@ -1,11 +1,11 @@
 """On-the-fly loading: the store's batches straight from raw audio, without ``prepare``.
 
-Loader workers (``data.raw``) read, resample and trim the clips and reference crops and pad
+Loader workers (``data.feed.raw``) read, resample and trim the clips and reference crops and pad
 them into wav batches; with ``data.data_device='cpu'`` they also compute the log-mels
 (``features.Featurizer``, the ``MelSpectrogram`` prepare uses) and hand finished batches
 over through reused shared-memory slots (``loader.SlotCollator``; a new segment per tensor
 per batch costs ~5x the CPU); with ``'cuda:N'`` that GPU's producer thread computes them
-(``data.ring``). Training takes them through ``OnTheFlyLoader.device_feed``. Lengths for
+(``data.feed.ring``). Training takes them through ``OnTheFlyLoader.device_feed``. Lengths for
 bucketing come from the file headers (an upper bound), and every batch keeps the shape of
 the bucket the sampler drew it from: a clip that fails to load is reported once, skipped
 from then on, and replaced in its batch by another of the batch's clips.
@@ -23,24 +23,24 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from myxtts.audio.frames import n_frames_for
+from myxtts.audio.frames import n_frames_for, samples_for_frames, window_margin
 from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
-from myxtts.data.dataset import EpochBatches
-from myxtts.data.features import Featurizer
-from myxtts.data.feed import real_frames
-from myxtts.data.loader import (
+from myxtts.data.feed.dataset import EpochBatches
+from myxtts.data.feed.features import Featurizer
+from myxtts.data.feed.loader import (
     PREFETCH_PER_WORKER,
     SlotCollator,
     build_sampler,
     slot_bytes,
     worker_init,
 )
-from myxtts.data.plan import choose_refs, mel_mean_std, plan_texts
-from myxtts.data.raw import RawAudioDataset, RawSplit, WavCollator
-from myxtts.data.records import SPLITS
-from myxtts.data.ring import SlotRing
-from myxtts.data.sampler import BucketBatchSampler
+from myxtts.data.feed.protocol import FeatureWork, real_frames
+from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
+from myxtts.data.feed.ring import SlotRing
+from myxtts.data.feed.sampler import BucketBatchSampler
+from myxtts.data.prepare.plan import choose_refs, mel_mean_std, plan_texts
+from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.system import available_cpus
 
@@ -153,7 +153,7 @@ class OnTheFlyLoader:
     def device_feed(self, device: torch.device, *, hold: int = 1,
                     copy_log: list | None = None) -> SlotRing:
         """The trainer's ``feed.DeviceFeed``: batches delivered on ``device`` through a ring
-        of ``data.ring_slots`` slots, features made beside the training step (``data.ring``).
+        of ``data.ring_slots`` slots, features made beside the training step (``data.feed.ring``).
         ``hold``: batches the trainer keeps at once (gradient accumulation); ``copy_log``:
         see ``SlotRing``. Real frames are counted on the host batch: the finished ``Batch``
         when the workers featurize, else the ``RawBatch`` (``Featurizer.real_frames``)."""
@@ -162,14 +162,23 @@ class OnTheFlyLoader:
                         transform=self.featurizer if raw else None, data_device=self.device,
                         copy_log=copy_log, frames=self.featurizer.real_frames if raw else real_frames)
 
+    @property
+    def num_workers(self) -> int:
+        return self.loader.num_workers
+
+    def feature_work(self) -> FeatureWork:
+        """The features of :meth:`largest_raw_batch` on the data role's device."""
+        return FeatureWork(self.device,
+                           lambda: self.featurizer(dict(self.largest_raw_batch()), self.device))
+
     def largest_raw_batch(self) -> RawBatch:
         """A ``WavCollator`` batch of the bucket with the most audio, every clip at the
         bucket's full length (silence): what the data role's peak memory is checked on."""
         a = self.cfg.audio
         b, l_text, frames = max(self.sampler.shapes(), key=lambda s: s[0] * s[2])
-        margin = -(-(a.n_fft // 2) // a.hop_length)
-        n_wav = (frames - 1) * a.hop_length
-        n_ref = (self.ref_frames - 1 + 2 * margin) * a.hop_length + 1
+        margin = window_margin(a)
+        n_wav = samples_for_frames(frames, a)
+        n_ref = samples_for_frames(self.ref_frames, a, margin)
         full = lambda n: torch.full((b,), n, dtype=torch.long)  # noqa: E731
         zeros = lambda: torch.zeros(b, dtype=torch.long)  # noqa: E731
         return {"wav": torch.zeros(b, n_wav), "wav_lengths": full(n_wav),

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from myxtts.audio.io import AudioError, AudioInfo, audio_info
 from myxtts.config import Config
-from myxtts.data.readers import DatasetSplits, read_dataset
-from myxtts.data.readers.languages import apply_language_fix
-from myxtts.data.records import (
+from myxtts.data.prepare.readers import DatasetSplits, read_dataset
+from myxtts.data.prepare.readers.languages import apply_language_fix
+from myxtts.data.prepare.records import (
     TOO_LONG,
     TOO_SHORT,
     UNREADABLE_AUDIO,

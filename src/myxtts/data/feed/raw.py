@@ -1,10 +1,10 @@
-"""The on-the-fly loader's worker side: raw clips -> padded wav batches (``data.onthefly``).
+"""The on-the-fly loader's worker side: raw clips -> padded wav batches (``data.feed.onthefly``).
 
 :class:`RawSplit` (one split of a raw dataset: tokens, header lengths, references),
 :class:`RawAudioDataset` (index -> wav, tokens, reference crop; clips that fail to load are
 reported once and skipped, across workers) and :class:`WavCollator` (pads a batch to its
-bucket's shape and, for a CPU data role, computes its features there). :func:`crop_window`
-cuts a reference crop whose STFT frames equal the full clip's (see ``data.onthefly``).
+bucket's shape and, for a CPU data role, computes its features there). Reference crops are
+cut by ``audio.frames.crop_window``, so their STFT frames equal the full clip's.
 """
 
 from __future__ import annotations
@@ -17,25 +17,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from myxtts.audio.frames import n_frames_for
+from myxtts.audio.frames import crop_window, n_frames_for
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, RawBatch
-from myxtts.data.buckets import ShapeTable
-from myxtts.data.dataset import mix64
-from myxtts.data.features import Featurizer
+from myxtts.data.feed.buckets import ShapeTable
+from myxtts.data.feed.dataset import mix64
+from myxtts.data.feed.features import Featurizer
 
 log = logging.getLogger(__name__)
-
-def crop_window(n_samples: int, start_frame: int, n_frames: int, cfg: AudioConfig) -> tuple[int, int, int]:
-    """Samples ``[a, b)`` whose centered STFT contains the full clip's frames
-    ``[start_frame, start_frame + n_frames)`` exactly, from crop frame ``first`` on."""
-    half = cfg.n_fft // 2
-    margin = -(-half // cfg.hop_length)  # frames whose window may reach the cut
-    a = max(0, (start_frame - margin) * cfg.hop_length)
-    last = start_frame + n_frames - 1
-    b = min(n_samples, last * cfg.hop_length + half + 1)  # +1: the reflection needs half+1 samples
-    return a, b, start_frame - a // cfg.hop_length
-
 
 @dataclass
 class RawSplit:

@@ -3,7 +3,7 @@
 Why buckets: a batch pads to its longest utterance, and every new shape costs a recompile,
 autotune and allocator churn. Each bucket pads to ONE mel edge, ONE text cap and ONE batch
 size, so an epoch uses at most ``num_buckets`` shapes; the edges come from
-``data.buckets.choose_boundaries`` (an exact DP minimising frames per epoch, padding and
+``data.feed.buckets.choose_boundaries`` (an exact DP minimising frames per epoch, padding and
 fill repeats included). Fill repeats: a bucket's last batch is filled with other utterances
 of the bucket drawn from the (seed, epoch) generator, never cut short (a new shape) or
 dropped (unseen data); a few utterances (< one batch per bucket) are seen twice. The plan of
@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from myxtts.data.batch import PAD_MULTIPLE, round_up
-from myxtts.data.buckets import ShapeTable, choose_boundaries
+from myxtts.data.feed.buckets import ShapeTable, choose_boundaries
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.config import Config, ConfigError
 from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
-from myxtts.data.collate import Collator
-from myxtts.data.dataset import EpochBatches, StoreDataset, VocabMap
-from myxtts.data.prefetch import PrefetchFeed
-from myxtts.data.sampler import BucketBatchSampler, capped_subset
+from myxtts.data.feed.collate import Collator
+from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
+from myxtts.data.feed.prefetch import PrefetchFeed
+from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
@@ -274,6 +274,10 @@ class StoreLoader:
     @property
     def dataset(self) -> Any:
         return self.dataloader.dataset
+
+    def feature_work(self) -> None:
+        """A store's features are made: no data role computes any."""
+        return None
 
     def __len__(self) -> int:
         return len(self.dataloader)

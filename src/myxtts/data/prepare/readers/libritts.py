@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.readers.common import AUDIO_EXTS, Row, has_audio
-from myxtts.data.readers.speakers import transcript_row
-from myxtts.data.records import MISSING_TRANSCRIPT, DataReport, DatasetError
+from myxtts.data.prepare.readers.common import AUDIO_EXTS, Row, has_audio
+from myxtts.data.prepare.readers.speakers import transcript_row
+from myxtts.data.prepare.records import MISSING_TRANSCRIPT, DataReport, DatasetError
 
 SUBSET = re.compile(r"^(train|dev|test)-")
 TRANSCRIPTS = (".normalized.txt", ".original.txt")  # first found wins

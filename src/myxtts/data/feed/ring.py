@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from myxtts.data.batch import to_model_dtypes
-from myxtts.data.feed import real_frames
+from myxtts.data.feed.protocol import real_frames
 
 _END = object()  # end of one pass of the source
 

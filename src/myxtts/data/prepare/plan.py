@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from myxtts.config import Config
-from myxtts.data.records import EMPTY_TEXT, SPLITS, UNKNOWN_LANGUAGE
+from myxtts.data.prepare.records import EMPTY_TEXT, SPLITS, UNKNOWN_LANGUAGE
 
 TOO_MANY_TOKENS = "too many tokens"  # rejection reason (the others live in data.records)
 MIN_MEL_STD = 1e-2  # floor of the per-band std (log-mel units): a constant band must not divide by 0
@@ -39,7 +39,7 @@ def plan_texts(data: Path, cfg: Config, tokenizer: Any = None):
     Returns ``(planned {split: [Planned]}, tokenizer, rejections, reader report)``. The
     vocabulary is built from the cleaned train+val texts unless ``tokenizer`` is given.
     """
-    from myxtts.data.readers import read_dataset
+    from myxtts.data.prepare.readers import read_dataset
     from myxtts.text import Tokenizer, clean_text
 
     splits = read_dataset(data, cfg)

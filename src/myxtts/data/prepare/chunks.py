@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from myxtts.data.plan import Planned
-from myxtts.data.records import SPLITS, TOO_LONG, TOO_SHORT
+from myxtts.data.prepare.plan import Planned
+from myxtts.data.prepare.records import SPLITS, TOO_LONG, TOO_SHORT
 from myxtts.data.store.audio import chunk_audio_ok, quantize
 from myxtts.data.store.format import AUDIO_DTYPE, MEL_DTYPE, StoreError
 
