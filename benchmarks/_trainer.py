@@ -30,9 +30,9 @@ class Trainer:
                  threads: int) -> None:
         import torch
 
+        from myxtts.artifacts.checkpoint import TrainingProgress
         from myxtts.config import load_config, resolve_device
         from myxtts.model.xtts import build_model
-        from myxtts.train.checkpoint import TrainingProgress
         from myxtts.train.data import open_train_data
         from myxtts.train.distributed import DistInfo
         from myxtts.train.run import seed_everything

@@ -2,8 +2,12 @@
 
 Layers, top to bottom (a module may import its own concern and anything below it):
 
-    cli -> inference / diagnose -> train -> data / model / observe -> synthetic -> audio / text
-        -> config -> system
+    cli -> inference / diagnose -> train -> artifacts -> data / model / observe -> synthetic
+        -> audio / text -> config -> system
+
+Inference reads what training wrote through ``artifacts`` alone: it never imports ``train``.
+Inside ``data`` the rooms import only those before them: ``store`` neither ``prepare`` nor
+``feed``, ``prepare`` not ``feed``.
 
 Within the data/model/observe layer the concerns stay apart, with one exception: the
 model reads the batch contract (``myxtts.data.batch``), which is a leaf of its own.
@@ -29,7 +33,7 @@ from tests.helpers import REPO
 
 PACKAGE = REPO / "src" / "myxtts"
 LAYERS = [{"system"}, {"config"}, {"audio", "text"}, {"synthetic"}, {"data", "model", "observe"},
-          {"train"}, {"inference", "diagnose"}, {"cli"}]
+          {"artifacts"}, {"train"}, {"inference", "diagnose"}, {"cli"}]
 ALLOWED_ACROSS = {("model", "data.batch")}  # (importer concern, imported module below myxtts.)
 MAX_MODULE_LINES = 420  # "modules under ~400 lines"
 
@@ -134,6 +138,20 @@ def test_every_import_points_down_or_stays_in_its_concern():
                 continue
             wrong.append(f"myxtts.{module} imports myxtts.{target}")
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+NOT_IMPORTED = [("inference", "train"),  # readers of a run reach it through artifacts
+                ("data.store", "data.prepare"), ("data.store", "data.feed"),
+                ("data.prepare", "data.feed")]
+
+
+def test_inference_never_imports_train_and_data_rooms_import_only_earlier_ones():
+    wrong = [f"myxtts.{module} imports myxtts.{target}"
+             for module, path in _modules() for target in _imports(path)
+             for importer, imported in NOT_IMPORTED
+             if (module == importer or module.startswith(importer + "."))
+             and (target == imported or target.startswith(imported + "."))]
+    assert not wrong, "imports across a wall:\n" + "\n".join(wrong)
 
 
 def test_the_layering_check_sees_lazy_imports(tmp_path):

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
-from myxtts.train import checkpoint as ck
-from myxtts.train.errors import TrainError
 from myxtts.train.step import TrainStep
 from tests.helpers import MICRO_MODEL
 
@@ -81,14 +82,14 @@ def _flip_tensor_byte(path: Path) -> None:
 def test_flipped_byte_is_refused_and_auto_resume_falls_back(run, micro_store, capsys, caplog):
     ckpts = run / "checkpoints"
     _flip_tensor_byte(ckpts / "ckpt_00000004.pt")
-    with pytest.raises(TrainError, match=r"ckpt_00000004\.pt is damaged .*checksum"):
+    with pytest.raises(ArtifactError, match=r"ckpt_00000004\.pt is damaged .*checksum"):
         ck.load(ckpts / "ckpt_00000004.pt")
     line = _one_error(main(["synthesize", "-c", str(ckpts / "ckpt_00000004.pt"), "-t", "a",
                             "-r", str(_ref(micro_store)), "-o", str(run / "o.wav"), "--device",
                             "cpu"]), capsys)
     assert "ckpt_00000004.pt" in line and "checksum" in line
     with caplog.at_level("WARNING"):
-        assert ck.CheckpointManager(ckpts, 2).resumable() == ckpts / "ckpt_00000002.pt"
+        assert CheckpointManager(ckpts, 2).resumable() == ckpts / "ckpt_00000002.pt"
     assert "skipping a damaged checkpoint" in caplog.text
 
 
@@ -96,7 +97,7 @@ def test_vocoder_style_checkpoint_checked_too(tmp_path):
     path = tmp_path / "v.pt"
     ck.save(path, {"kind": "vocoder", "model": {"w": torch.arange(4096.0)}})
     _flip_tensor_byte(path)
-    with pytest.raises(TrainError, match="checksum"):
+    with pytest.raises(ArtifactError, match="checksum"):
         ck.load(path)
 
 
@@ -118,8 +119,8 @@ def test_pointer_outside_its_run_is_refused(run, tmp_path, target):
     name = str(other / "ckpt_00000009.pt") if target == "absolute" else \
         "../../other-run/checkpoints/ckpt_00000009.pt"
     (run / "checkpoints" / "latest.txt").write_text(name)
-    with pytest.raises(TrainError, match=r"latest\.txt names"):
-        ck.CheckpointManager(run / "checkpoints", 2).latest()
+    with pytest.raises(ArtifactError, match=r"latest\.txt names"):
+        CheckpointManager(run / "checkpoints", 2).latest()
 
 
 def test_manifest_naming_files_outside_the_store(micro_store, tmp_path, capsys):
@@ -150,7 +151,7 @@ def test_compressed_huge_tensor_is_refused_before_loading(tmp_path, monkeypatch)
         raise AssertionError("torch.load ran on a checkpoint that should be refused unread")
 
     monkeypatch.setattr(torch, "load", never)
-    with pytest.raises(TrainError, match=r"bomb\.pt declares 64 MiB"):
+    with pytest.raises(ArtifactError, match=r"bomb\.pt declares 64 MiB"):
         ck.load(bomb)
 
 

@@ -142,8 +142,9 @@ def test_a_signal_inside_a_long_accumulation_cycle_stops_between_micro_batches(
                        "data.batch_frames=600")
     result = train(cfg, micro_store, progress=False)
     assert result.stopped_by_signal and result.step == 1  # not waited out to step 2
-    from myxtts.train import checkpoint as ck
-    saved = ck.load(ck.CheckpointManager(tmp_path / "run" / "checkpoints", 1).latest())
+    from myxtts.artifacts import checkpoint as ck
+    from myxtts.artifacts.runs import CheckpointManager
+    saved = ck.load(CheckpointManager(tmp_path / "run" / "checkpoints", 1).latest())
     assert saved[ck.PROGRESS]["step"] == 1
     assert saved[ck.PROGRESS]["batches_consumed"] == 3  # the dropped cycle is read on resume
 

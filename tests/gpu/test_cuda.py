@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.data.batch import BatchShape
 from myxtts.model.xtts import build_model
-from myxtts.train import checkpoint as ck
 from myxtts.train.budget import auto_batch_sizes
 from myxtts.train.distributed import DistInfo
 from myxtts.train.graphs import CudaCapture
@@ -181,8 +182,8 @@ def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path)
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_crashing_at(micro_config(tmp_path / "part", *common), micro_store, call=8)
     assert train(micro_config(tmp_path / "part", *common), micro_store, progress=False).step == 10
-    full = ck.load(ck.CheckpointManager(tmp_path / "full" / "checkpoints", 9).latest())
-    part = ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 9).latest())
+    full = ck.load(CheckpointManager(tmp_path / "full" / "checkpoints", 9).latest())
+    part = ck.load(CheckpointManager(tmp_path / "part" / "checkpoints", 9).latest())
     where = [(p.step, p.epoch, p.batches_consumed) for p in
              (ck.TrainingProgress.from_state_dict(s[ck.PROGRESS]) for s in (full, part))]
     assert where[0] == where[1] and where[0][0] == 10

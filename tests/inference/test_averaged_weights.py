@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.averaged import UPDATES, WEIGHTS
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.cli.main import main
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.train import checkpoint as ck
-from myxtts.train.ema import UPDATES, WEIGHTS
 
 
 @pytest.fixture(scope="module")
 def averaged(run, tmp_path_factory):
     """The run's checkpoint with an average that differs from its weights."""
-    state = ck.load(ck.resolve_checkpoint(run))
+    state = ck.load(resolve_checkpoint(run))
     gen = torch.Generator().manual_seed(0)
     weights = {k: v + 0.05 * torch.randn(v.shape, generator=gen)
                for k, v in state[ck.MODEL].items() if v.is_floating_point() and "mel_" not in k}
@@ -27,7 +28,7 @@ def averaged(run, tmp_path_factory):
 
 def test_the_average_is_spoken_unless_raw_weights(run, averaged):
     path, weights = averaged
-    saved = ck.load(ck.resolve_checkpoint(run))
+    saved = ck.load(resolve_checkpoint(run))
     assert ck.EMA in saved  # the default run keeps an average, and speaks with it
     default = Synthesizer.from_checkpoint(run, device="cpu").model.state_dict()
     for k, v in saved[ck.EMA]["weights"].items():

@@ -10,11 +10,12 @@ import pytest
 import soundfile as sf
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.bundle import export, read_bundle
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.cli.main import main
-from myxtts.inference.bundle import export, read_bundle
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.train import checkpoint as ck
-from myxtts.train.errors import TrainError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT = "lamo tesi kunapo."
@@ -111,7 +112,7 @@ def test_a_changed_byte_a_cut_copy_or_another_file_is_one_line_naming_it(bundle,
     for name, (data, message) in cases.items():
         path = tmp_path / name
         path.write_bytes(data)
-        with pytest.raises(TrainError, match=message) as err:
+        with pytest.raises(ArtifactError, match=message) as err:
             Synthesizer.from_checkpoint(path, device="cpu")
         assert str(path) in str(err.value) and "\n" not in str(err.value)
         assert main(["synthesize", "-c", str(path), "-t", TEXT, "-r", str(reference),
@@ -141,7 +142,7 @@ def test_a_bundle_carries_a_vocoder_and_synthesis_uses_it(run, vocoder_run, refe
 
 
 def test_averaged_weights_go_in_where_the_checkpoint_keeps_them(run, tmp_path, capsys):
-    state = ck.load(ck.resolve_checkpoint(run))
+    state = ck.load(resolve_checkpoint(run))
     name = next(k for k, v in state[ck.MODEL].items() if v.is_floating_point())
     averaged = torch.full_like(state[ck.MODEL][name], 0.25)
     state["ema"] = {"weights": {name: averaged}, "updates": torch.tensor(4)}

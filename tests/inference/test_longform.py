@@ -13,9 +13,9 @@ import torch
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.inference import longform
+from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.model.vocoder.generator import VocosGenerator
-from myxtts.train.errors import TrainError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PARAGRAPH = ("lamo tesi kunapo. miresu fato. kali mo tesi, pana lumi sotu kanefa! "
@@ -99,7 +99,7 @@ def test_bad_synthesis_input_is_one_line(run, refs, tmp_path, capsys):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
     short = tmp_path / "short.wav"
     sf.write(short, 0.3 * np.sin(np.arange(4410) / 5.0), 22050)  # 0.2 s
-    with pytest.raises(TrainError, match=r"0\.20 s .* at least 0\.5 s"):
+    with pytest.raises(SynthesisError, match=r"0\.20 s .* at least 0\.5 s"):
         synth.voice([short])
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\xe9".encode("latin-1"))

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.train.checkpoint import resolve_checkpoint
-from myxtts.train.errors import TrainError
 
 SENTENCES = ["lamo tesi kunapo.", "miresu."]  # the demo language the micro store speaks
 
@@ -66,13 +67,13 @@ def test_a_reference_far_shorter_than_the_training_crops_warns(run, tmp_path, ca
 
 def test_user_errors_are_one_line(run, reference, tmp_path):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
-    with pytest.raises(TrainError, match="language 'xx' is not known to this model"):
+    with pytest.raises(SynthesisError, match="language 'xx' is not known to this model"):
         synth.synthesize(SENTENCES, [reference], language="xx")
-    with pytest.raises(TrainError, match="has nothing this model can speak"):
+    with pytest.raises(SynthesisError, match="has nothing this model can speak"):
         synth.synthesize(["   "], [reference])
-    with pytest.raises(TrainError, match=r"CYRILLIC letters, .* \(it knows en\)"):
+    with pytest.raises(SynthesisError, match=r"CYRILLIC letters, .* \(it knows en\)"):
         synth.synthesize(["привет"], [reference])  # letters of no language the model knows
-    with pytest.raises(TrainError, match="no checkpoint at"):
+    with pytest.raises(ArtifactError, match="no checkpoint at"):
         resolve_checkpoint(tmp_path / "nothing")
 
 
@@ -82,7 +83,7 @@ def test_user_errors_are_one_line(run, reference, tmp_path):
 def test_a_text_with_nothing_to_speak_is_an_error_not_seconds_of_noise(run, reference, text,
                                                                        unknown):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
-    with pytest.raises(TrainError, match="has nothing this model can speak") as err:
+    with pytest.raises(SynthesisError, match="has nothing this model can speak") as err:
         synth.synthesize([text], [reference])
     assert unknown in str(err.value) and "\n" not in str(err.value)
 
@@ -113,7 +114,7 @@ def test_a_texts_language_comes_from_its_letters():
     assert pick("1234 !") == "en"  # no letters: the default
     assert pick("Hello", "fa") == "fa"  # --language forces one
     assert pick("Hello ж there") == "en"  # a stray letter: reported as unknown, not a language
-    with pytest.raises(TrainError, match=r"CYRILLIC letters, which no language of this model "
+    with pytest.raises(SynthesisError, match=r"CYRILLIC letters, which no language of this model "
                                          r"uses \(it knows en, fa\); pass --language"):
         pick("Привет")
 

@@ -8,8 +8,10 @@ import os
 import pytest
 import torch
 
-from myxtts.train import checkpoint as ck
-from myxtts.train.errors import TrainError
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import CheckpointManager
+from myxtts.train import checkpoint_state as state_io
 from myxtts.train.loop import train
 from tests.helpers import micro_config
 
@@ -35,7 +37,7 @@ def test_checkpoint_contents_and_retention(micro_store, tmp_path):
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     bad = tmp_path / "ckpt_00000001.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(TrainError, match="cannot be read"):
+    with pytest.raises(ArtifactError, match="cannot be read"):
         ck.load(bad)
 
 
@@ -54,7 +56,7 @@ def test_damaged_checkpoints_are_skipped_by_auto_resume_and_named_when_explicit(
     train(micro_config(run, "train.max_steps=4", *overrides), micro_store, progress=False)
     newest = run / "checkpoints" / "ckpt_00000004.pt"
     _damage(newest, how)
-    with pytest.raises(TrainError) as err:  # named explicitly: one line, the file and the fix
+    with pytest.raises(ArtifactError) as err:  # named explicitly: one line, the file and the fix
         ck.load(newest)
     assert words in str(err.value) and str(newest) in str(err.value)
     assert "\n" not in str(err.value) and str(err.value).endswith("resume from an older one")
@@ -64,7 +66,7 @@ def test_damaged_checkpoints_are_skipped_by_auto_resume_and_named_when_explicit(
     assert result.step == 6 and "skipping a damaged checkpoint" in caplog.text
     assert "resuming from " + str(run / "checkpoints" / "ckpt_00000002.pt") in caplog.text
     _damage(newest, how)  # (the resumed run wrote a good step 4 again)
-    with pytest.raises(TrainError, match=words.replace("(", r"\(")):
+    with pytest.raises(ArtifactError, match=words.replace("(", r"\(")):
         train(micro_config(tmp_path / "other", "train.max_steps=6", *overrides), micro_store,
               resume=newest, progress=False)
 
@@ -76,7 +78,7 @@ def test_checkpoint_refuses_pickled_objects(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({ck.FORMAT: ck.FORMAT_VERSION, "x": Evil()}, path)
-    with pytest.raises(TrainError):
+    with pytest.raises(ArtifactError):
         ck.load(path)
 
 
@@ -84,11 +86,11 @@ def test_progress_record_round_trips_and_refuses_other_layouts():
     p = ck.TrainingProgress(step=7, best_val_loss=0.5, epoch=2, batches_consumed=3,
                             nonfinite_steps=1, nonfinite_in_row=1, data_plan={"seed": 0})
     assert ck.TrainingProgress.from_state_dict(p.state_dict()) == p
-    with pytest.raises(TrainError, match=r"unknown keys \['extra'\]"):
+    with pytest.raises(ArtifactError, match=r"unknown keys \['extra'\]"):
         ck.TrainingProgress.from_state_dict({**p.state_dict(), "extra": 1})
     missing = p.state_dict()
     del missing["epoch"]
-    with pytest.raises(TrainError, match="misses 'epoch'"):
+    with pytest.raises(ArtifactError, match="misses 'epoch'"):
         ck.TrainingProgress.from_state_dict(missing)
 
 
@@ -101,14 +103,14 @@ def test_capture_then_restore_gives_the_same_state(tmp_path):
     opt.step()
     sched.step()
     progress = ck.TrainingProgress(step=1, epoch=0, batches_consumed=1)
-    ck.save(tmp_path / "a.pt", ck.capture(progress, model, opt, sched, scaler, {"extra": 3}))
+    ck.save(tmp_path / "a.pt", state_io.capture(progress, model, opt, sched, scaler, {"extra": 3}))
     expected_draw = torch.rand(3)  # the RNG state was captured before this draw
 
     state = ck.load(tmp_path / "a.pt")
     other = torch.nn.Linear(3, 2)
     other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
     other_sched = torch.optim.lr_scheduler.LambdaLR(other_opt, lambda s: 1.0 / (s + 1))
-    ck.restore(state, other, other_opt, other_sched, torch.amp.GradScaler("cpu", enabled=False))
+    state_io.restore(state, other, other_opt, other_sched, torch.amp.GradScaler("cpu", enabled=False))
     assert ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]) == progress and state["extra"] == 3
     for a, b in zip(model.state_dict().values(), other.state_dict().values()):
         assert torch.equal(a, b)
@@ -150,25 +152,25 @@ def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
         ck.set_rng_state(st)
         draws.append(torch.rand(3))
     ck.set_rng_state(streams[0])
-    state = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, streams)
+    state = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, streams)
     ck.save(tmp_path / "ddp.pt", state)
     state = ck.load(tmp_path / "ddp.pt")
     for rank in (0, 1):
         torch.manual_seed(99)
-        ck.restore(state, model, opt, sched, scaler, None, rank, 2)
+        state_io.restore(state, model, opt, sched, scaler, None, rank, 2)
         assert torch.equal(torch.rand(3), draws[rank])
-    ck.restore(state, model, opt, sched, scaler)  # one process: rank 0's
+    state_io.restore(state, model, opt, sched, scaler)  # one process: rank 0's
     assert torch.equal(torch.rand(3), draws[0])
 
     legacy = {k: v for k, v in state.items() if k != ck.RNG_RANKS}
     torch.manual_seed(99)
     expected = torch.rand(3)
     torch.manual_seed(99)
-    ck.restore(legacy, model, opt, sched, scaler, None, 1, 2)
+    state_io.restore(legacy, model, opt, sched, scaler, None, 1, 2)
     assert torch.equal(torch.rand(3), expected)
-    ck.restore(legacy, model, opt, sched, scaler, None, 0, 2)
+    state_io.restore(legacy, model, opt, sched, scaler, None, 0, 2)
     assert torch.equal(torch.rand(3), draws[0])
-    single = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, None)
+    single = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, None)
     assert ck.RNG_RANKS not in single
 
 
@@ -191,10 +193,10 @@ def test_a_bf16_or_fp32_checkpoint_resumes_with_loss_scaling(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     off = torch.amp.GradScaler("cpu", enabled=False)
-    state = ck.capture(ck.TrainingProgress(step=1), model, opt, sched, off, {})
+    state = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, off, {})
     assert state[ck.SCALER] == {}
     on = torch.amp.GradScaler("cpu", enabled=True, init_scale=1024.0)
-    ck.restore(state, model, opt, sched, on)
+    state_io.restore(state, model, opt, sched, on)
     assert on.get_scale() == 1024.0
 
 
@@ -214,7 +216,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatc
 
 
 def test_manager_keeps_the_newest_and_the_best(tmp_path):
-    manager = ck.CheckpointManager(tmp_path, keep_last=2)
+    manager = CheckpointManager(tmp_path, keep_last=2)
     for step, val in ((1, 3.0), (2, 1.0), (3, 2.0), (4, 2.5)):
         manager.save({"step": step}, step, val, is_best=val == 1.0)
     assert [p.name for p in manager.step_paths()] == ["ckpt_00000003.pt", "ckpt_00000004.pt"]

@@ -9,11 +9,11 @@ import logging
 import pytest
 import torch
 
+from myxtts.artifacts.checkpoint import TrainingProgress
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.model.xtts import build_model
 from myxtts.observe.loggers import NullLogger
-from myxtts.train.checkpoint import TrainingProgress
 from myxtts.train.compile import BLOCK_TYPES
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo

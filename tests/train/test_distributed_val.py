@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
 from myxtts.model.xtts import build_model
-from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.optim import build_optimizer, build_scheduler

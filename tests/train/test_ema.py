@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.averaged import averaged_state
 from myxtts.config import ConfigError
 from myxtts.model.xtts import build_model
-from myxtts.train import checkpoint as ck
-from myxtts.train.ema import WeightAverage, averaged_state
+from myxtts.train import checkpoint_state as state_io
+from myxtts.train.ema import WeightAverage
 from myxtts.train.optim import build_optimizer, build_scheduler
 from myxtts.train.step import TrainStep
 from myxtts.train.warmup import StateSnapshot
@@ -101,12 +103,12 @@ def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_t
     step = _step(tmp_path, "train.ema_decay=0.9")
     for i in range(3):
         step(_batches(i, 1))
-    state = ck.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
+    state = state_io.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
                        step.scaler, {}, ema=step.ema)
     ck.save(tmp_path / "c.pt", state)
     loaded = ck.load(tmp_path / "c.pt")  # weights_only=True inside
     other = _step(tmp_path / "o", "train.ema_decay=0.9")
-    ck.restore(loaded, other.model, other.opt, other.sched, other.scaler, ema=other.ema)
+    state_io.restore(loaded, other.model, other.opt, other.sched, other.scaler, ema=other.ema)
     assert float(other.ema.updates) == 3.0
     assert all(torch.equal(a, b) for a, b in zip(step.ema.shadow, other.ema.shadow))
     # the averaged model state: averaged parameters, the rest as saved
@@ -115,10 +117,10 @@ def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_t
         assert torch.equal(merged[name], s)
     assert averaged_state(loaded[ck.MODEL], None) is loaded[ck.MODEL]
     # a checkpoint without an average starts one from the restored weights
-    plain = ck.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
+    plain = state_io.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
                        step.scaler, {})
     third = _step(tmp_path / "t", "train.ema_decay=0.9")
-    ck.restore(plain, third.model, third.opt, third.sched, third.scaler, ema=third.ema)
+    state_io.restore(plain, third.model, third.opt, third.sched, third.scaler, ema=third.ema)
     assert float(third.ema.updates) == 0.0
     assert all(torch.equal(s, p) for s, p in zip(third.ema.shadow, step.model.parameters()))
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.config import ConfigError
 from myxtts.text import Tokenizer
-from myxtts.train import checkpoint as ck
 from myxtts.train import finetune
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import train
@@ -85,7 +86,7 @@ def test_finetuning_beats_training_from_scratch_on_the_new_language(stores, base
 
 
 def test_old_symbols_keep_their_rows_new_rows_start_at_the_mean(base):
-    state = ck.load(ck.resolve_checkpoint(base))
+    state = ck.load(resolve_checkpoint(base))
     old = Tokenizer.from_dict(state[ck.VOCAB])
     rows, langs = state[ck.MODEL][finetune.TOKEN_ROWS], state[ck.MODEL][finetune.LANGUAGE_ROWS]
     head = 4 + len(old.languages)
@@ -124,7 +125,7 @@ def test_finetuning_on_the_fly_maps_the_raw_data_into_the_grown_vocabulary(base,
     state = ck.load(result.last_checkpoint)
     vocab = Tokenizer.from_dict(state[ck.VOCAB])
     assert vocab.languages == ["en", "fa"] and "ش" in vocab.chars
-    base_state = ck.load(ck.resolve_checkpoint(base))
+    base_state = ck.load(resolve_checkpoint(base))
     assert torch.equal(state[ck.MEL_MEAN], base_state[ck.MEL_MEAN])  # the model's statistics
 
 
@@ -132,7 +133,7 @@ def test_freeze_leaves_frozen_weights_bit_identical(stores, base, tmp_path, one_
     frozen = ("conditioning", "decoder")
     result = train(_cfg(tmp_path / "run", 6, *FA, f"train.freeze=[{','.join(frozen)}]"),
                    stores["fa"], progress=False, init_from=base)
-    before = ck.load(ck.resolve_checkpoint(base))[ck.MODEL]
+    before = ck.load(resolve_checkpoint(base))[ck.MODEL]
     after = ck.load(result.last_checkpoint)
     from myxtts.model.xtts import part_of
 
@@ -164,7 +165,7 @@ def test_freeze_names_are_checked_and_cover_the_model():
 def test_init_from_and_resume_conflict(stores, base, tmp_path):
     with pytest.raises(TrainError, match="--init-from .*--resume"):
         train(_cfg(tmp_path / "a", 2, *FA), stores["fa"], progress=False, init_from=base,
-              resume=ck.resolve_checkpoint(base))
+              resume=resolve_checkpoint(base))
     # into a run folder with checkpoints: refused, naming both flags
     with pytest.raises(TrainError, match="already has checkpoints.*--resume.*--init-from"):
         train(_cfg(base, PRETRAIN + 2, *FA), stores["fa"], progress=False, init_from=base)

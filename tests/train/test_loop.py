@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from myxtts.train import checkpoint as ck
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.train.errors import TrainError
 from myxtts.train.loop import oom_message, train
 from tests.helpers import MICRO_MODEL, micro_config, train_crashing_at
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
-    return ck.load(ck.CheckpointManager(run / "checkpoints", 10).latest())[ck.MODEL]
+    return ck.load(CheckpointManager(run / "checkpoints", 10).latest())[ck.MODEL]
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -47,7 +48,7 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, sel
         train_crashing_at(micro_config(tmp_path / "part", *overrides), micro_store, call=8)
     # the newest checkpoint is step 6 (epoch 0, 6 batches in); the same command continues
     saved = ck.TrainingProgress.from_state_dict(
-        ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
+        ck.load(CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
     assert (saved.step, saved.epoch, saved.batches_consumed) == (6, 0, 6)
     assert train(micro_config(tmp_path / "part", *overrides), micro_store, progress=False).step == 10
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
@@ -58,7 +59,7 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, sel
     for step in (8, 10):
         assert la[step] == lb[step]
     if ema:
-        ea, eb = (ck.load(ck.CheckpointManager(r / "checkpoints", 10).latest())[ck.EMA]
+        ea, eb = (ck.load(CheckpointManager(r / "checkpoints", 10).latest())[ck.EMA]
                   for r in (tmp_path / "full", tmp_path / "part"))
         assert torch.equal(ea["updates"], eb["updates"]) and int(ea["updates"]) == 10
         for k in ea["weights"]:
@@ -81,7 +82,7 @@ def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tm
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_crashing_at(micro_config(tmp_path / "part", *overrides), micro_store, call=per_epoch + 1)
     saved = ck.TrainingProgress.from_state_dict(
-        ck.load(ck.CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
+        ck.load(CheckpointManager(tmp_path / "part" / "checkpoints", 1).latest())[ck.PROGRESS])
     assert (saved.step, saved.batches_consumed) == (per_epoch, per_epoch)
     assert train(micro_config(tmp_path / "part", *overrides), micro_store,
                  progress=False).step == per_epoch + 2
@@ -108,7 +109,7 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
-    saved = ck.CheckpointManager(run / "checkpoints", 1).latest()
+    saved = CheckpointManager(run / "checkpoints", 1).latest()
     assert saved is not None, out
     step = ck.load(saved)[ck.PROGRESS]["step"]
     assert 4 <= step < 400

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch.distributed import TCPStore
 
-from myxtts.train import checkpoint as ck
+from myxtts.artifacts import checkpoint as ck
 from tests.helpers import MICRO_MODEL
 
 SETS = [*MICRO_MODEL, "data.batch_frames=1200", "data.num_workers=0", "train.tensorboard=false",

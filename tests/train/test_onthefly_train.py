@@ -7,8 +7,8 @@ import json
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
 from myxtts.data.feed.ring import SlotRing
-from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.loop import BatchStream, train

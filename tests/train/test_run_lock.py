@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.system import FolderBusy, FolderError, folder_lock
-from myxtts.train import checkpoint as ck
 from tests.helpers import MICRO_MODEL
 
 
@@ -46,7 +47,7 @@ def test_a_second_writer_is_refused_and_a_killed_runs_lock_is_taken_over(micro_s
     finally:
         first.send_signal(signal.SIGKILL)  # a killed run leaves its lock file behind
         first.wait(timeout=60)
-    newest = ck.load(ck.CheckpointManager(run / "checkpoints", 1).resumable())[ck.PROGRESS]["step"]
+    newest = ck.load(CheckpointManager(run / "checkpoints", 1).resumable())[ck.PROGRESS]["step"]
     third = subprocess.run(_cmd(micro_store, run, newest + 2), capture_output=True, text=True,
                            timeout=120)
     assert third.returncode == 0, third.stderr[-2000:]

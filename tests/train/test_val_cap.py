@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
 from myxtts.data.feed.sampler import capped_subset
-from myxtts.train import checkpoint as ck
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from tests.helpers import micro_config

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.artifacts.vocoder import load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
-from myxtts.train.vocoder.checkpoint import load_vocoder
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
 from myxtts.train.vocoder.loop import train_vocoder
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts import vocoder as vck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.vocoder import check_mel_definition, load_vocoder, mel_hash
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore, StoreError
-from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
-from myxtts.train.vocoder import checkpoint as vck
-from myxtts.train.vocoder.checkpoint import check_mel_definition, load_vocoder, mel_hash
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.loop import train_vocoder
 from myxtts.train.vocoder.step import VocoderStep
@@ -96,7 +97,7 @@ def test_another_mel_definition_is_refused_naming_the_keys():
     check_mel_definition(vars(audio), audio, "x")  # same definition: fine
     trimmed = load_config(overrides=["audio.trim_db=30"]).audio
     check_mel_definition(vars(trimmed), audio, "x")  # trimming is not the mel definition
-    with pytest.raises(TrainError, match=r"audio.hop_length: vocoder 200, model 256"):
+    with pytest.raises(ArtifactError, match=r"audio.hop_length: vocoder 200, model 256"):
         check_mel_definition(vars(other), audio, "x")
 
 
@@ -111,7 +112,7 @@ def test_fp16_is_refused_for_the_gan():
 
 def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path,
                                                            monkeypatch):
-    import myxtts.train.vocoder.checkpoint as vck_module
+    import myxtts.artifacts.vocoder as vck_module
     from myxtts.model.vocoder.generator import VocosGenerator
     from myxtts.train.loop import train
     from tests.helpers import micro_config
@@ -135,7 +136,7 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
     assert wavs and voiced and sum(voiced) > 0  # the samples went through the vocoder
     assert isinstance(real_load(tmp_path / "voc", cfg.audio, torch.device("cpu")), VocosGenerator)
     wrong = micro_config(tmp_path / "tts2", "train.max_steps=2", f"train.vocoder={tmp_path}")
-    with pytest.raises(TrainError, match="no checkpoint at"):  # before step 1, not at a sample
+    with pytest.raises(ArtifactError, match="no checkpoint at"):  # before step 1, not at a sample
         train(wrong, micro_store, progress=False)
     assert not (tmp_path / "tts2" / "config.yaml").exists()
 

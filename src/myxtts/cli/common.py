@@ -151,10 +151,11 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
 def _model_of_checkpoint(cfg: Config, resume: str | None) -> Config:
     """``cfg`` with the model section of the checkpoint a run continues from (``resume``, else
     the run folder's newest good one): a resume that names no model trains the run's own."""
+    from myxtts.artifacts import checkpoint as ck
+    from myxtts.artifacts.runs import CheckpointManager
     from myxtts.config import config_from_dict
-    from myxtts.train import checkpoint as ck
 
-    path = Path(resume) if resume else ck.CheckpointManager(
+    path = Path(resume) if resume else CheckpointManager(
         Path(cfg.train.output_dir) / "checkpoints", 1).resumable()
     if path is None:
         return cfg

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     language table, mel statistics and, with --vocoder, a trained vocoder; no optimizer
     state, and no pickle (loading it runs no code). A checksum over the whole file makes a
     damaged copy an error. Synthesize from it with `myxtts synthesize -c FILE`."""
-    from myxtts.inference.bundle import export
+    from myxtts.artifacts.bundle import export
 
     if not Path(args.run_path).exists():
         raise CLIError(f"{args.run_path} does not exist; pass a run folder of `myxtts train`")

@@ -50,6 +50,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError, FolderError]
     for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.prepare.records", "DatasetError"),
                       ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
+                      ("myxtts.artifacts.errors", "ArtifactError"),
+                      ("myxtts.inference.errors", "SynthesisError"),
                       ("myxtts.text.tokenizer", "TokenizerError")]:
         try:
             errs.append(getattr(importlib.import_module(mod), name))

@@ -56,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
     resume = None
     if args.run is not None:
-        from myxtts.train.checkpoint import resolve_checkpoint
-        from myxtts.train.errors import TrainError
+        from myxtts.artifacts.errors import ArtifactError
+        from myxtts.artifacts.runs import resolve_checkpoint
 
         try:
             resume = resolve_checkpoint(args.run)
-        except TrainError as e:
+        except ArtifactError as e:
             raise CLIError(f"--run {args.run}: {e}") from e
     # the report names the model size (setup line), so no size line here: stderr stays
     # one line for a user error

@@ -1,7 +1,7 @@
 """Text + a few seconds of reference audio -> waveform, from a training checkpoint or bundle.
 
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
-run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``inference.bundle``) is
+run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``artifacts.bundle``, read by ``artifacts.trained``) is
 enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
 mel definition) or Griffin-Lim. Long text is split into sentences decoded in windows of batches
 (``inference.longform``); ``stream`` yields audio as its sentences are decoded
@@ -18,17 +18,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from myxtts.artifacts.trained import load_trained
+from myxtts.artifacts.vocoder import build_vocoder, load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.audio.io import audio_info, load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
+from myxtts.inference.errors import SynthesisError
 from myxtts.inference.streaming import stream_speech
+from myxtts.model.xtts import build_model
 from myxtts.text import Tokenizer, clean_text
 from myxtts.text.scripts import describe, languages_by_script, script_of
-from myxtts.train import checkpoint as ck
-from myxtts.train.ema import averaged_state
-from myxtts.train.errors import TrainError
 
 log = logging.getLogger(__name__)
 
@@ -53,30 +54,17 @@ class Synthesizer:
         pickle; a vocoder it carries is used unless ``vocoder`` names another run). A run that
         kept a moving average of its weights (``train.ema_decay``) speaks with the average,
         unless ``raw_weights``: then with the trained weights themselves."""
-        from myxtts.inference.bundle import is_bundle, read_bundle
-        from myxtts.model.xtts import build_model
-        from myxtts.train.vocoder.checkpoint import build_vocoder, load_vocoder
-
         dev = resolve_device(device, "--device")
-        if is_bundle(path):
-            b = read_bundle(path)
-            config, vocab, weights, mean, std = b.config, b.vocab, b.model, b.mel_mean, b.mel_std
-        else:
-            state = ck.load(ck.resolve_checkpoint(path))
-            if state.get("kind") == "vocoder":
-                raise TrainError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "
-                                 f"as --checkpoint")
-            config, vocab, mean, std = (state[ck.CONFIG], state[ck.VOCAB], state[ck.MEL_MEAN],
-                                        state[ck.MEL_STD])
-            ema = None if raw_weights else state.get(ck.EMA)
-            weights, b = averaged_state(state[ck.MODEL], ema), None
-        cfg = config_from_dict(config)
-        tok = Tokenizer.from_dict(vocab)
-        model = build_model(cfg, tok.vocab_size, len(tok.languages), mean, std)
-        model.load_state_dict(weights)
+        trained = load_trained(path, raw_weights)
+        cfg = config_from_dict(trained.config)
+        tok = Tokenizer.from_dict(trained.vocab)
+        model = build_model(cfg, tok.vocab_size, len(tok.languages), trained.mel_mean,
+                            trained.mel_std)
+        model.load_state_dict(trained.weights)
         voc = load_vocoder(vocoder, cfg.audio, dev) if vocoder else None
-        if voc is None and b is not None and b.vocoder is not None:
-            voc = build_vocoder(b.vocoder_config, b.vocoder, cfg.audio, str(path)).to(dev)
+        if voc is None and trained.vocoder is not None:
+            voc = build_vocoder(trained.vocoder_config, trained.vocoder, cfg.audio,
+                                str(path)).to(dev)
         return cls(model.to(dev), cfg, tok, dev, voc)
 
     # ------------------------------------------------------------- inputs
@@ -88,7 +76,7 @@ class Synthesizer:
         self._check_bandwidth(path)
         seconds = len(wav) / self.cfg.audio.sample_rate
         if seconds < MIN_REFERENCE_S:
-            raise TrainError(f"reference {path} has {seconds:.2f} s of speech after trimming "
+            raise SynthesisError(f"reference {path} has {seconds:.2f} s of speech after trimming "
                              f"silence; give at least {MIN_REFERENCE_S} s of the voice (3-10 s "
                              f"clone best)")
         mel, n = self.mel(torch.from_numpy(wav).to(self.device))
@@ -119,7 +107,7 @@ class Synthesizer:
     def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor:
         """Conditioning latents [1, C, d] of a voice: the mean over the clips' latents."""
         if not audio_paths:
-            raise TrainError("no reference audio: give --reference CLIP (a few seconds of the voice)")
+            raise SynthesisError("no reference audio: give --reference CLIP (a few seconds of the voice)")
         latents = [self.model.condition(*self.reference(p)) for p in audio_paths]
         return torch.stack(latents).mean(dim=0)
 
@@ -142,7 +130,7 @@ class Synthesizer:
             return default if held.get(default) == best else next(
                 lang for lang in known if held[lang] == best)
         scripts = sorted({script_of(ch) for ch in letters})
-        raise TrainError(f"the text {text[:40]!r} is written in {'/'.join(scripts)} letters, "
+        raise SynthesisError(f"the text {text[:40]!r} is written in {'/'.join(scripts)} letters, "
                          f"which no language of this model uses (it knows "
                          f"{', '.join(known)}); pass --language to force one")
 
@@ -152,7 +140,7 @@ class Synthesizer:
         to speak (off for the sentence pieces of a text that was checked whole: a piece such
         as "..." is then simply a short pause)."""
         if language not in self.tokenizer.languages:
-            raise TrainError(f"language {language!r} is not known to this model "
+            raise SynthesisError(f"language {language!r} is not known to this model "
                              f"(it knows {', '.join(self.tokenizer.languages)})")
         cleaned = [clean_text(t, language, self.cfg.text) for t in texts]
         if check:
@@ -173,7 +161,7 @@ class Synthesizer:
             missing = [ch for ch in c if not ch.isspace() and not self.tokenizer.knows(ch)]
             if not any(ch.isalnum() and self.tokenizer.knows(ch) for ch in c):
                 what = (f"; it does not know {describe(sorted(set(missing)))}" if missing else "")
-                raise TrainError(f"text {text!r} has nothing this model can speak (no letter or "
+                raise SynthesisError(f"text {text!r} has nothing this model can speak (no letter or "
                                  f"digit of its {language!r} vocabulary{what}); give words to say")
             for ch in missing:
                 if ch not in self._reported:

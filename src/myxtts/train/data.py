@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
 from myxtts.data.feed.dataset import VocabMap
@@ -32,7 +33,6 @@ from myxtts.data.feed.protocol import TrainLoader
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.text import Tokenizer
-from myxtts.train import checkpoint as ck
 from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
 

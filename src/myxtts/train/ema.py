@@ -21,9 +21,7 @@ from typing import Any
 
 import torch
 
-# checkpoint keys of the average
-WEIGHTS = "weights"  # parameter name -> averaged tensor
-UPDATES = "updates"  # how many steps the average took in (a 0-dim tensor)
+from myxtts.artifacts.averaged import UPDATES, WEIGHTS
 
 
 class WeightAverage:
@@ -103,13 +101,3 @@ class WeightAverage:
     def restore(self, saved: list[torch.Tensor]) -> None:
         for t, s in zip((*self.shadow, self.updates), saved):
             t.copy_(s)
-
-
-def averaged_state(model_state: dict[str, torch.Tensor], ema_state: dict[str, Any] | None
-                   ) -> dict[str, torch.Tensor]:
-    """A model state dict with the averaged weights of ``ema_state`` in place of the raw
-    ones (the rest -- buffers, untrained parameters -- as saved); ``model_state`` itself when
-    there is no average."""
-    if not ema_state:
-        return model_state
-    return {**model_state, **{k: v for k, v in ema_state[WEIGHTS].items() if k in model_state}}

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import CheckpointManager, resolve_checkpoint
 from myxtts.config import Config, config_from_dict
 from myxtts.text import Tokenizer
 from myxtts.text.tokenizer import SPECIAL_TOKENS
-from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def check_new_run(out: Path, resume: str | Path | None, init_from: str | Path | 
     if resume is not None:
         raise TrainError("--init-from starts a new run from a trained model, --resume continues "
                          "a run from its own checkpoint: give one of them")
-    existing = ck.CheckpointManager(Path(out) / "checkpoints", 1).latest()
+    existing = CheckpointManager(Path(out) / "checkpoints", 1).latest()
     if existing is not None:
         raise TrainError(f"--init-from starts a new run, but {out} already has checkpoints "
                          f"({existing.name}); continue that run with --resume (or the same "
@@ -53,7 +54,7 @@ def check_new_run(out: Path, resume: str | Path | None, init_from: str | Path | 
 def load_base(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The checkpoint a fine-tuning run starts from: a ``.pt`` file, or a run folder (its
     ``best.pt``, else its newest checkpoint); loaded without pickle (``checkpoint.load``)."""
-    file = ck.resolve_checkpoint(path)
+    file = resolve_checkpoint(path)
     state = ck.load(file)
     if state.get("kind") == "vocoder" or ck.VOCAB not in state:
         raise TrainError(f"{file} is not a TTS checkpoint (a vocoder run?); --init-from takes a "

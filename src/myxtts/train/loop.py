@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
@@ -23,7 +25,7 @@ from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
-from myxtts.train import checkpoint as ck
+from myxtts.train import checkpoint_state as state_io
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
@@ -49,7 +51,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
            progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
     out = Path(cfg.train.output_dir)
     check_new_run(out, resume, init_from)
-    manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
+    manager = CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
     run = build_setup(cfg, data_path, resume_path, init_from)
     cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
@@ -60,7 +62,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                          f"them all; give at most {len(data.sampler)} (or a smaller "
                          f"data.batch_frames for more batches)")
     if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in
-        from myxtts.train.vocoder.checkpoint import load_vocoder
+        from myxtts.artifacts.vocoder import load_vocoder
 
         load_vocoder(cfg.train.vocoder, cfg.audio, torch.device("cpu"))
     if dist.rank == 0:
@@ -122,7 +124,7 @@ class BatchStream:
 
 class _LoopContext:
     def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
-                 manager: ck.CheckpointManager, logger: MetricLogger, dist: DistInfo,
+                 manager: CheckpointManager, logger: MetricLogger, dist: DistInfo,
                  device: torch.device, out: Path, record: ck.TrainingProgress):
         self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
@@ -144,7 +146,7 @@ class _LoopContext:
         extra = {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
-        state = ck.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
+        state = state_io.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
                            self.step_fn.scaler, extra, self.device, rng_ranks, self.step_fn.ema)
         return self.manager.save(state, r.step, val_loss, is_best)
 

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
-from myxtts.train import checkpoint as ck
+from myxtts.train import checkpoint_state as state_io
 from myxtts.train import finetune
 from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_data
 from myxtts.train.distributed import DistInfo, agree, init_distributed, wrap_ddp
@@ -131,7 +132,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
     model = model.to(device)
     step_fn, plan = build_step(cfg, model, device, dist)
     if state is not None:
-        ck.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
+        state_io.restore(state, model, step_fn.opt, step_fn.sched, step_fn.scaler, device, dist.rank,
                    dist.world_size, step_fn.ema)
         step_fn.load_nonfinite_counts(record.nonfinite_steps, record.nonfinite_in_row)
         _schedule_from_config(step_fn, cfg)

@@ -98,7 +98,7 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
         with torch.no_grad(), torch.autocast(device.type, enabled=False):
             align = model.alignment(batch)
     if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
-        from myxtts.train.vocoder.checkpoint import load_vocoder
+        from myxtts.artifacts.vocoder import load_vocoder
 
         vocoder: Any = load_vocoder(cfg.train.vocoder, cfg.audio, device)
     else:

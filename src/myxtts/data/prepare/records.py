@@ -18,8 +18,7 @@ from pathlib import Path
 from myxtts.audio.io import SILENT_AUDIO as SILENT_AUDIO
 from myxtts.audio.io import UNREADABLE_AUDIO as UNREADABLE_AUDIO
 from myxtts.audio.io import WRONG_SAMPLE_RATE as WRONG_SAMPLE_RATE
-
-SPLITS = ("train", "val")  # every dataset, plan and store has these two splits, in this order
+from myxtts.data.store.format import SPLITS as SPLITS
 
 # Reasons are short, stable categories (problems are grouped and counted by them);
 # the specifics of one occurrence go into ``Problem.detail``.

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from myxtts.audio.io import PCM16_SCALE
-from myxtts.data.prepare.records import SPLITS as SPLITS
 from myxtts.system import LOCK_FILE as LOCK_FILE  # prepare holds it (system.folder_lock)
 
 if TYPE_CHECKING:
     from myxtts.config import Config
 
 FORMAT_VERSION = 1
+SPLITS = ("train", "val")  # every dataset, plan and store has these two splits, in this order
 MANIFEST = "manifest.json"
 PARTIAL_MARKER = ".partial"
 WORK_DIR = ".work"

@@ -160,8 +160,9 @@ def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
 def check_run(path: Path) -> list[Check]:
     """A run folder (``myxtts train``'s): its newest checkpoint that loads, and the ones
     that do not (the machine checks above ran with the run's own settings)."""
-    from myxtts.train.checkpoint import PROGRESS, CheckpointManager, load
-    from myxtts.train.errors import TrainError
+    from myxtts.artifacts.checkpoint import PROGRESS, load
+    from myxtts.artifacts.errors import ArtifactError
+    from myxtts.artifacts.runs import CheckpointManager
 
     manager = CheckpointManager(path / "checkpoints", keep_last=0)
     paths = manager.step_paths()
@@ -172,7 +173,7 @@ def check_run(path: Path) -> list[Check]:
     for p in reversed(paths):
         try:
             state = load(p)
-        except TrainError as e:
+        except ArtifactError as e:
             damaged.append(str(e))
             continue
         newest = (p, int(state[PROGRESS]["step"]))

@@ -21,15 +21,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.artifacts.vocoder import mel_hash
 from myxtts.config import config_from_dict
 from myxtts.data.feed.collate import Collator
 from myxtts.data.feed.dataset import StoreDataset
 from myxtts.data.store import FeatureStore
 from myxtts.model.xtts import build_model
 from myxtts.system import atomic_write
-from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
-from myxtts.train.vocoder.checkpoint import mel_hash
 
 log = logging.getLogger(__name__)
 BATCH = 16
@@ -47,7 +48,7 @@ def teacher_forced_mels(tts_path: str | Path, store: FeatureStore, cache_dir: Pa
                         device: torch.device) -> np.ndarray:
     """float16 [total_frames, n_mels] memmap: the TTS model's teacher-forced log-mels of every
     utterance of ``store``, indexed like ``store.mel_array``."""
-    tts_file = ck.resolve_checkpoint(tts_path)
+    tts_file = resolve_checkpoint(tts_path)
     state = ck.load(tts_file)
     if state.get("kind") == "vocoder":
         raise TrainError(f"vocoder.tts_checkpoint={tts_path} is a vocoder run; name a TTS run")

@@ -20,16 +20,17 @@ from typing import Any
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts import vocoder as vck
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import Config, save_config
 from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
-from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run
-from myxtts.train.vocoder import checkpoint as vck
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
 from myxtts.train.vocoder.setup import VocoderSetup, build_vocoder_setup
@@ -49,7 +50,7 @@ def train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = Non
 def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = None,
                    progress: bool = True) -> TrainResult:
     out = Path(cfg.train.output_dir)
-    manager = ck.CheckpointManager(out / "checkpoints", cfg.train.keep_last)
+    manager = CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
     run = build_vocoder_setup(cfg, data, resume_path, progress)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = No
 
 
 class _LoopContext:
-    def __init__(self, run: VocoderSetup, manager: ck.CheckpointManager, logger: Any, out: Path) -> None:
+    def __init__(self, run: VocoderSetup, manager: CheckpointManager, logger: Any, out: Path) -> None:
         self.setup, self.manager, self.logger, self.out = run, manager, logger, out
         self.cfg = run.cfg
         self.val_ids = pick_utterances(run.val, VAL_UTTERANCES)

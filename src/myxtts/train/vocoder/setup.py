@@ -15,15 +15,15 @@ from pathlib import Path
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts import vocoder as vck
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.data.store import FeatureStore, StoreError, read_manifest
 from myxtts.data.store.format import store_state
 from myxtts.model.vocoder.discriminators import Discriminators
 from myxtts.model.vocoder.generator import VocosGenerator
-from myxtts.train import checkpoint as ck
 from myxtts.train.errors import TrainError
 from myxtts.train.run import seed_everything
-from myxtts.train.vocoder import checkpoint as vck
 from myxtts.train.vocoder.step import VocoderStep
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Vocoder checkpoints: what a vocoder run saves, and loading one for synthesis.
 
-A vocoder checkpoint is a TTS-style checkpoint dict (``train.checkpoint``: written
+A vocoder checkpoint is a TTS-style checkpoint dict (``artifacts.checkpoint``: written
 atomically, read with ``weights_only=True``) marked ``kind: "vocoder"``, carrying the run's
 config and the hash of its mel definition. Why the hash: a vocoder turns ONE mel definition
 into audio; fed mels of another sample rate, hop or filterbank it produces confident
@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.config import AudioConfig, config_from_dict
 from myxtts.model.vocoder.generator import VocosGenerator
-from myxtts.train import checkpoint as ck
-from myxtts.train.errors import TrainError
 
 KIND = "kind"
 VOCODER = "vocoder"
@@ -45,24 +46,24 @@ def mel_hash(audio: AudioConfig | dict[str, Any]) -> str:
 
 
 def check_mel_definition(saved_audio: dict[str, Any], audio: AudioConfig, where: str) -> None:
-    """TrainError naming every differing mel key unless ``saved_audio`` defines the same mel."""
+    """ArtifactError naming every differing mel key unless ``saved_audio`` defines the same mel."""
     if mel_hash(saved_audio) == mel_hash(audio):
         return
     mine, theirs = mel_definition(audio), mel_definition(saved_audio)
     diffs = [f"audio.{k}: vocoder {theirs[k]!r}, model {mine[k]!r}" for k in MEL_KEYS
              if theirs[k] != mine[k]]
-    raise TrainError(f"vocoder {where} was trained on another mel definition ({'; '.join(diffs)}); "
+    raise ArtifactError(f"vocoder {where} was trained on another mel definition ({'; '.join(diffs)}); "
                      f"train a vocoder on features of this model's config (`myxtts train-vocoder` "
                      f"with the same audio section) or synthesize without --vocoder")
 
 
 def load_vocoder_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint file and dict of a vocoder run (folder or .pt); TrainError if it is a
+    """The checkpoint file and dict of a vocoder run (folder or .pt); ArtifactError if it is a
     TTS checkpoint or unreadable."""
-    file = ck.resolve_checkpoint(path)
+    file = resolve_checkpoint(path)
     state = ck.load(file)
     if state.get(KIND) != VOCODER:
-        raise TrainError(f"{file} is a TTS checkpoint, not a vocoder; pass a run folder of "
+        raise ArtifactError(f"{file} is a TTS checkpoint, not a vocoder; pass a run folder of "
                          f"`myxtts train-vocoder` (or leave --vocoder out for Griffin-Lim)")
     return file, state
 

@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load, save
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts import vocoder as vck
+from myxtts.artifacts.averaged import averaged_state
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.config import config_from_dict
 from myxtts.system import atomic_write
-from myxtts.train import checkpoint as ck
-from myxtts.train.ema import averaged_state
-from myxtts.train.errors import TrainError
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = "myxtts.bundle", "myxtts.sha256"
@@ -75,7 +79,7 @@ def is_bundle(path: str | Path) -> bool:
 
 def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, torch.Tensor], bool]:
     """A checkpoint's model state dict with its moving average of the weights in place of
-    the trained ones (unless ``raw``; ``train.ema.averaged_state``), and whether it was."""
+    the trained ones (unless ``raw``; ``artifacts.averaged``), and whether it was."""
     ema = None if raw else state.get(ck.EMA)
     return averaged_state(state[ck.MODEL], ema), bool(ema)
 
@@ -83,16 +87,13 @@ def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, t
 def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
            raw_weights: bool = False) -> Exported:
     """Write the bundle of ``run`` (a run folder or a checkpoint file) to ``out``."""
-    from myxtts.config import config_from_dict
-    from myxtts.train.vocoder import checkpoint as vck
-
     out = Path(out)
     if out.is_dir():
-        raise TrainError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
-    file = ck.resolve_checkpoint(run)
+        raise ArtifactError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
+    file = resolve_checkpoint(run)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
-        raise TrainError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
+        raise ArtifactError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
                          f"as --vocoder")
     model, averaged = model_weights(state, raw_weights)
     tensors = {MODEL_PREFIX + k: v for k, v in model.items()}
@@ -112,8 +113,6 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
 
 
 def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
-    from safetensors.torch import save
-
     # each tensor its own contiguous CPU copy: safetensors refuses tensors sharing storage
     plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     return save(plain, metadata={**meta, CHECKSUM_KEY: _ZERO.decode()})
@@ -138,57 +137,55 @@ def _checksum_at(blob: bytes, name: str = "the bundle") -> int:
     n = int.from_bytes(blob[:8], "little")
     at = blob.find(_MARK, 8, 8 + n)
     if at < 0:
-        raise TrainError(f"{name} is not a myxtts bundle (a safetensors file without a "
+        raise ArtifactError(f"{name} is not a myxtts bundle (a safetensors file without a "
                          f"myxtts checksum, or a damaged bundle); export one with `myxtts "
                          f"export RUN -o FILE`")
     return at + len(_MARK)
 
 
 def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
-    """The parsed safetensors header and where the tensor bytes start; TrainError naming
+    """The parsed safetensors header and where the tensor bytes start; ArtifactError naming
     the file for anything that is no bundle, a truncated one or one of a newer format."""
     again = "copy it again or export it again with `myxtts export RUN -o FILE`"
     if not blob:
-        raise TrainError(f"{path} is empty (0 bytes: a copy or write that never finished); "
+        raise ArtifactError(f"{path} is empty (0 bytes: a copy or write that never finished); "
                          f"{again}")
     n = int.from_bytes(blob[:8], "little") if len(blob) >= 8 else -1
     if n < 2 or blob[8:9] != b"{":
-        raise TrainError(f"{path} is not a myxtts model bundle, checkpoint or run folder; "
+        raise ArtifactError(f"{path} is not a myxtts model bundle, checkpoint or run folder; "
                          f"pass one written by `myxtts export` or `myxtts train`")
     if len(blob) < 8 + n:
-        raise TrainError(f"{path} is truncated ({len(blob)} bytes, its header alone needs "
+        raise ArtifactError(f"{path} is truncated ({len(blob)} bytes, its header alone needs "
                          f"{8 + n}); {again}")
     try:
         header = json.loads(blob[8:8 + n])
         meta, end = header.pop("__metadata__", None), max(
             [0, *(int(t["data_offsets"][1]) for t in header.values())])
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-        raise TrainError(f"{path} is not a myxtts bundle or is damaged (its header cannot be "
+        raise ArtifactError(f"{path} is not a myxtts bundle or is damaged (its header cannot be "
                          f"read: {type(e).__name__}); {again}") from None
     if not isinstance(meta, dict) or FORMAT_KEY not in meta:
-        raise TrainError(f"{path} is a safetensors file but not a myxtts bundle; export one "
+        raise ArtifactError(f"{path} is a safetensors file but not a myxtts bundle; export one "
                          f"with `myxtts export RUN -o FILE`")
     if not str(meta[FORMAT_KEY]).isdigit() or int(meta[FORMAT_KEY]) > FORMAT:
-        raise TrainError(f"{path} is a bundle of format {meta[FORMAT_KEY]}, newer than this "
+        raise ArtifactError(f"{path} is a bundle of format {meta[FORMAT_KEY]}, newer than this "
                          f"myxtts reads ({FORMAT}); upgrade myxtts")
     if len(blob) < 8 + n + end:
-        raise TrainError(f"{path} is truncated ({len(blob)} of {8 + n + end} bytes); {again}")
+        raise ArtifactError(f"{path} is truncated ({len(blob)} of {8 + n + end} bytes); {again}")
     return meta, 8 + n
 
 
 def read_bundle(path: str | Path) -> Bundle:
     """A bundle file, checked byte for byte against its checksum; never unpickles."""
-    from safetensors.torch import load
-
     path = Path(path)
     try:
         blob = path.read_bytes()
     except OSError as e:
-        raise TrainError(f"{path} cannot be read ({e.strerror or e})") from None
+        raise ArtifactError(f"{path} cannot be read ({e.strerror or e})") from None
     meta, _ = _header(blob, path)
     at = _checksum_at(blob, str(path))
     if blob[at:at + 64] != _digest(blob, at):
-        raise TrainError(f"{path} has changed since it was exported (its checksum does not "
+        raise ArtifactError(f"{path} has changed since it was exported (its checksum does not "
                          f"match its contents); copy it again or export it again with "
                          f"`myxtts export RUN -o FILE`")
     tensors = load(blob)
