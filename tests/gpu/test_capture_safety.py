@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
 from myxtts.model.xtts import build_model
 from myxtts.train.distributed import DistInfo
+from myxtts.train.engine import TrainEngine
+from myxtts.train.engine.graphs import CudaCapture
+from myxtts.train.engine.mode import CHECKPOINT_CAPTURE_TORCH, torch_version
+from myxtts.train.engine.warmup import warm_up
 from myxtts.train.errors import TrainError
-from myxtts.train.graphs import CudaCapture
-from myxtts.train.mode import CHECKPOINT_CAPTURE_TORCH, torch_version
-from myxtts.train.setup import build_step
-from myxtts.train.warmup import warm_up, worst_case_batch
 from tests.helpers import micro_config
 
 pytestmark = pytest.mark.gpu
@@ -27,12 +28,14 @@ CUDA = torch.device("cuda", 0)
 
 
 def _step(tmp_path, *overrides: str):
-    """A step built the way training builds it (``setup.build_step``: the plan decides)."""
+    """The step of an engine built the way training builds it (the plan decides), and the
+    plan (these tests drive the engine's warm-up and graphs directly)."""
     cfg = micro_config(tmp_path, "train.device=cuda", "train.precision=fp32",
                        "model.prenet_dropout=0", "train.warmup_steps=3", *overrides)
     torch.manual_seed(0)
     model = build_model(cfg, N_TOKENS, 1, None, None).to(CUDA)
-    return build_step(cfg, model, CUDA, DistInfo())
+    engine = TrainEngine(cfg, model, CUDA, DistInfo())
+    return engine._step, engine.plan
 
 
 def _batch(shape: BatchShape, seed: int) -> dict[str, torch.Tensor]:
@@ -71,7 +74,7 @@ def test_checkpointed_blocks_with_dropout_capture_and_equal_the_uncaptured_step(
 def test_a_shape_without_a_graph_is_counted(tmp_path, caplog):
     step, _ = _step(tmp_path, "model.dropout=0")
     warm_up(step, SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
         step([_batch(SHAPES[0], 0)])
         step([_batch(SHAPES[1], 1)])
     assert step.uncaptured_steps == 1

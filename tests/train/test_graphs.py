@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from myxtts.data.batch import BatchShape
-from myxtts.model.dummy import random_batch
+from myxtts.model.dummy import random_batch, worst_case_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import warm_up, worst_case_batch
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import warm_up
 from tests.helpers import micro_config
 from tests.train.graph_recorder import HostReadError, RecordingCapture, assert_no_host_reads
 
@@ -139,7 +139,7 @@ class FailingFor(RecordingCapture):
 @pytest.fixture
 def sized_micro(monkeypatch):
     """Tag each micro-step function with its batch size, so a fake capture can fail one."""
-    from myxtts.train.graphs import StepGraphs
+    from myxtts.train.engine.graphs import StepGraphs
 
     real = StepGraphs.capture
 
@@ -164,7 +164,7 @@ def test_a_failed_capture_costs_its_shape_only(tmp_path, one_thread, caplog, siz
     failed shape trains uncaptured, and the warning names shape and cause."""
     _, (eager, graphed) = _pair(tmp_path)
     capture = FailingFor(2, RuntimeError("CUDA error: operation failed due to a previous error"))
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.warmup"):
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.warmup"):
         report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=capture, echo=lambda s: None)
     assert report.shapes_captured == 1 and graphed.mode == "graphed"
     assert list(report.uncaptured) == ["2 x 48 frames, text 16"]
@@ -193,7 +193,7 @@ def test_an_out_of_memory_capture_shrinks_its_bucket_and_tries_again(tmp_path, o
 
 def test_a_device_left_unusable_by_a_capture_stops_the_run_naming_the_switch(
         tmp_path, one_thread, monkeypatch, sized_micro):
-    import myxtts.train.warmup as warmup
+    import myxtts.train.engine.warmup as warmup
     from myxtts.train.errors import TrainError
 
     _, (_, graphed) = _pair(tmp_path)
@@ -224,7 +224,7 @@ def test_a_step_whose_shape_has_no_graph_is_counted_and_said_once(tmp_path, one_
     _, (_, graphed) = _pair(tmp_path)
     warm_up(graphed, SHAPES[:1], N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
     captured, other = _batches(0, 1), _batches(1, 1)  # SHAPES[0], SHAPES[1]
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
         graphed(captured)
         assert graphed.uncaptured_steps == 0
         for _ in range(3):

@@ -108,6 +108,31 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
     return state
 
 
+def compose(progress: TrainingProgress, parts: dict[str, Any], extra: dict[str, Any],
+            device: torch.device | None = None,
+            rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A checkpoint dict: ``parts`` (an engine's ``state_dict``: weights, optimizers, ...),
+    the random streams (:func:`rng_state`, the training ``device``'s too), ``progress`` and
+    ``extra`` (what readers need: config, vocabulary, mel statistics, a kind). ``rng_ranks``:
+    under DDP, every rank's streams (gathered by the caller), so each rank resumes its own."""
+    state = {**parts, RNG: rng_state(device), PROGRESS: progress.state_dict(), **extra}
+    if rng_ranks is not None and len(rng_ranks) > 1:
+        state[RNG_RANKS] = rng_ranks
+    return state
+
+
+def restore_rng(state: dict[str, Any], device: torch.device | None = None, rank: int = 0,
+                world_size: int = 1) -> None:
+    """Put back the random streams :func:`compose` saved. Under DDP each rank takes its own;
+    from a checkpoint without them (written before they were saved) the other ranks keep the
+    streams they were seeded with, which at least differ from rank 0's."""
+    per_rank = state.get(RNG_RANKS)
+    if isinstance(per_rank, list) and len(per_rank) == world_size:
+        set_rng_state(per_rank[rank], device)
+    elif rank == 0:
+        set_rng_state(state[RNG], device)
+
+
 def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
     """Put back :func:`rng_state`'s streams; the saved GPU stream goes to ``device`` (a run
     may resume on another GPU). A saved list (one stream per visible GPU) gives its first,

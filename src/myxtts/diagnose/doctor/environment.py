@@ -43,7 +43,7 @@ class TorchFacts:
     """What the GPU checks need to know about torch and the machine (:func:`probe_torch`).
 
     ``auto_dtype``: what ``train.precision=auto`` picks on GPU 0 (bf16 where it is native,
-    else fp16: ``train.mode.resolve_precision``), None without a GPU."""
+    else fp16: ``train.engine.mode.resolve_precision``), None without a GPU."""
 
     version: str
     cuda: str | None  # torch.version.cuda; None = CPU-only build
@@ -72,7 +72,7 @@ def probe_torch() -> TorchFacts:
         driver = driver_version(nvml) if nvml is not None else None
     auto = None
     if n:
-        from myxtts.train.mode import resolve_precision
+        from myxtts.train.engine import resolve_precision
 
         auto = "bf16" if resolve_precision("auto", torch.device("cuda", 0)) == torch.bfloat16 else "fp16"
     return TorchFacts(torch.__version__, torch.version.cuda, tuple(gpus), nccl, driver, note, auto)

@@ -15,12 +15,12 @@ compares it with the eager step.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 
 import torch
 
-from myxtts.train.step import TrainStep
+from myxtts.train.engine.step import TrainStep
 
 Replay = Callable[[], None]
 Capture = Callable[[Callable[[], None]], Replay]  # runs/records fn once, returns its replay
@@ -53,7 +53,10 @@ class CudaCapture:
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
         if not self._stream_ready:
-            with torch.cuda.stream(self.stream):
+            with torch.cuda.stream(self.stream), warnings.catch_warnings():
+                # this run is uncaptured on purpose: torch's one-time "capturable=True but
+                # not capturing" performance warning does not apply
+                warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 fn()
             self._stream_ready = True
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
@@ -80,11 +83,9 @@ class StepGraphs:
         self.n_micro = step.cfg.train.grad_accum_steps
         self.micro: dict[tuple, tuple[Replay, dict[str, torch.Tensor]]] = {}
         self._update: Replay | None = None
+        # each parameter group's learning rate, read by the captured update from the device
         self.lr = [torch.zeros((), dtype=torch.float32, device=step.device)
                    for _ in step.opt.param_groups]
-        # CudaCapture runs a function once uncaptured before its first capture, on purpose:
-        # silence torch's one-time "capturable=True but not capturing" performance warning
-        step.opt._warned_capturable_if_run_uncaptured = True
 
     def __len__(self) -> int:
         """Bucket shapes captured."""
@@ -101,23 +102,6 @@ class StepGraphs:
         """True when every batch's shape has a graph (``replay`` would run them)."""
         return self._graphs_for(batches) is not None
 
-    @contextlib.contextmanager
-    def _device_lr(self) -> Iterator[None]:
-        """While capturing, AdamW reads its learning rate from ``self.lr`` (device tensors),
-        so a replay uses the value filled in before it, not the one of capture time. The
-        parameter groups get their float back afterwards: the schedule, the checkpoint and
-        uncaptured steps see what they always see."""
-        groups = self.step.opt.param_groups
-        saved = [(g["lr"], g.get("capturable", False)) for g in groups]
-        for g, lr in zip(groups, self.lr):
-            lr.fill_(float(g["lr"]))
-            g["lr"], g["capturable"] = lr, True
-        try:
-            yield
-        finally:
-            for g, (lr, capturable) in zip(groups, saved):
-                g["lr"], g["capturable"] = lr, capturable
-
     def capture(self, batch: dict[str, torch.Tensor]) -> None:
         """Capture the micro-step for ``batch``'s shape (and the update, the first time).
 
@@ -125,7 +109,7 @@ class StepGraphs:
         exist and stay where they are), and the caller restores the training state
         afterwards: capturing may run the step (``CudaCapture``'s first run, a recorder's)."""
         static = {k: v.detach().clone() for k, v in batch.items()}
-        with self._device_lr():
+        with self.step.capturable_lr(self.lr):
             replay = self._capture(lambda: self.step.micro(static, self.n_micro))
             if self._update is None:
                 self._update = self._capture(self.step.update)
@@ -138,8 +122,7 @@ class StepGraphs:
         graphs = self._graphs_for(batches)
         if graphs is None:
             return False
-        for lr, group in zip(self.lr, self.step.opt.param_groups):
-            lr.fill_(float(group["lr"]))
+        self.step.load_lr(self.lr)
         for batch, (run, static) in zip(batches, graphs):
             for k, v in batch.items():
                 static[k].copy_(v)

@@ -17,92 +17,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 
-from myxtts.data.batch import Batch, BatchShape
-from myxtts.model.dummy import random_batch
-from myxtts.train.compile import compiled_graphs
+from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
+from myxtts.train.engine.compile import compiled_graphs
+from myxtts.train.engine.graphs import Capture, StepGraphs
+from myxtts.train.engine.mode import StepMode
+from myxtts.train.engine.snapshot import StateSnapshot
+from myxtts.train.engine.step import TrainStep
 from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
-from myxtts.train.graphs import Capture, StepGraphs
-from myxtts.train.mode import StepMode
-from myxtts.train.step import TrainStep
 
 log = logging.getLogger(__name__)
-
-
-def worst_case_batch(shape: BatchShape, n_tokens: int, n_languages: int,
-                     device: torch.device | str) -> Batch:
-    """A batch of ``shape`` whose every utterance fills it: text ``L`` tokens, ``T`` mel
-    frames, ``R`` reference frames. Memory and compute depend on the padded shape alone, so
-    no real batch of this bucket needs more. Random content from a fixed private generator
-    (the global random streams are not touched)."""
-    b = shape.batch
-    return random_batch(shape.n_mels, max(n_tokens, 5), [shape.text] * b, [shape.frames] * b,
-                        [shape.ref_frames] * b, n_text=shape.text, n_frames=shape.frames,
-                        n_ref=shape.ref_frames, n_languages=n_languages, seed=0, device=device)
-
-
-def drop_half_made_state(opt: torch.optim.Optimizer) -> None:
-    """Clear the AdamW state of parameters that have only part of it (an out-of-memory error
-    in the middle of AdamW's first step leaves that): their next step makes it whole again,
-    where a half state would fail with a KeyError."""
-    full = set().union(*(st.keys() for st in opt.state.values()))
-    for st in opt.state.values():
-        if set(st) != full:
-            st.clear()
-
-
-class StateSnapshot:
-    """The training state of ``step``, put back in place by :meth:`restore` (or on leaving
-    the ``with`` block).
-
-    Saved on the host: parameters and buffers, AdamW state (a parameter without state gets
-    it zeroed, which is what AdamW's first step initialises), the CPU random stream and the
-    training GPU's, train/eval mode; and the step's own accumulators (``TrainStep.snapshot``:
-    sums, counters, self-feed probability, grad scaler). Gradients are zeroed (a snapshot is
-    taken between steps, where they are zero).
-    """
-
-    def __init__(self, step: TrainStep) -> None:
-        self.step = step
-        model, opt = step.model, step.opt
-        self._tensors = [*model.parameters(), *model.buffers()]
-        self._saved = [t.detach().to("cpu", copy=True) for t in self._tensors]
-        self._opt = {id(p): {k: v.detach().to("cpu", copy=True) for k, v in st.items()
-                             if isinstance(v, torch.Tensor)} for p, st in opt.state.items()}
-        self._step_state = step.snapshot()
-        self._rng = torch.get_rng_state()
-        cuda = step.device.type == "cuda"  # that GPU's stream alone (a CPU run starts no CUDA)
-        self._cuda_rng = torch.cuda.get_rng_state(step.device) if cuda else None
-        self._training = model.training
-
-    def __enter__(self) -> StateSnapshot:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.restore()
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        step = self.step
-        for t, saved in zip(self._tensors, self._saved):
-            t.copy_(saved)
-        for p in step.params:
-            if p.grad is not None:
-                p.grad.zero_()
-        drop_half_made_state(step.opt)  # (states that were saved are whole)
-        for p, st in step.opt.state.items():
-            saved = self._opt.get(id(p), {})
-            for k, v in st.items():
-                if isinstance(v, torch.Tensor):
-                    v.copy_(saved[k]) if k in saved else v.zero_()
-        step.restore(self._step_state)
-        torch.set_rng_state(self._rng)
-        if self._cuda_rng is not None:
-            torch.cuda.set_rng_state(self._cuda_rng, self.step.device)
-        step.model.train(self._training)
 
 
 @dataclass
@@ -139,7 +66,7 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
     report = WarmupReport()
     t_start, g_start = time.perf_counter(), compiled_graphs()
     graphs = StepGraphs(step, capture) if capture is not None else None
-    step.graphs = graphs  # the step runs as it will once captured
+    step.use_graphs(graphs)  # the step runs as it will once captured
     order = sorted(shapes, key=lambda s: (s.frames, s.text, s.batch), reverse=True)
     total = len(order) * (2 if capture is not None else 1)
     with StateSnapshot(step):
@@ -158,7 +85,7 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
                 echo(f"warm-up {i}/{total}: captured a batch of {_describe(done)} as a CUDA "
                      f"graph in {report.shape_seconds[-1]:.1f} s")
     if graphs is not None and not len(graphs):
-        step.graphs = None  # nothing captured: the plain step, without the graphs' lookup
+        step.use_graphs(None)  # nothing captured: the plain step, without the graphs' lookup
         log.warning("no CUDA graph was captured; training with the %s step",
                     StepMode.of(step.compiled, graphed=False))
     _release(step.device)
