@@ -68,10 +68,14 @@ class CheckpointManager:
             return path
         return None
 
+    def path_of(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is written."""
+        return self.dir / f"ckpt_{step:08d}.pt"
+
     def save(self, state: dict[str, Any], step: int, val_loss: float | None = None,
              is_best: bool = False) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"ckpt_{step:08d}.pt"
+        path = self.path_of(step)
         previous = self.latest()
         try:
             save(path, state)

@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from myxtts.system import default_allocator_settings
+
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
 SUBCOMMANDS = [
     "myxtts.cli.config_cmd",
@@ -61,6 +63,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    default_allocator_settings()  # before torch allocates anything on a GPU
     code = _run(argv)
     if "TORCHELASTIC_RUN_ID" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _exit_torchrun_worker(code)

@@ -11,6 +11,7 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
@@ -135,10 +137,12 @@ class _LoopContext:
         self.stream = BatchStream(cfg, data, device, record)
         self.fps = cfg.audio.frames_per_second
         self.saved_step = record.step if record.step else -1  # step of the newest checkpoint
+        self.saver = BackgroundSaver(manager, device)  # a save costs the step a copy only
         self.eff: IntervalEfficiency | None = None  # set by run()
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
-        """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
+        """Checkpoint the current step (rank 0 writes, in the background: ``artifacts.saver``;
+        every rank keeps the record)."""
         r = self.record
         self._check_weights(r.step)  # every rank: DDP keeps the weights alike, all stop alike
         self.saved_step = r.step
@@ -150,7 +154,7 @@ class _LoopContext:
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
         state = ck.compose(r, self.engine.state_dict(), extra, self.device, rng_ranks)
-        return self.manager.save(state, r.step, val_loss, is_best)
+        return self.saver.save(state, r.step, val_loss, is_best)
 
     def _check_weights(self, step: int) -> None:
         check_finite_weights(self.engine.modules, step, (
@@ -190,6 +194,7 @@ class _LoopContext:
         self.engine.model.train()
         try:
             while r.step < t.max_steps:
+                self.saver.check()  # a save that failed stops the run here, in one line
                 position = (r.epoch, r.batches_consumed)
                 got = next_micro(stream, timer, t.grad_accum_steps,
                                  None if self.dist.enabled else lambda: stop.signum is not None)
@@ -234,6 +239,9 @@ class _LoopContext:
                     break
         finally:
             stream.close()  # closes the feed: stops an on-the-fly data role's producer now
+            # the save in flight is written before the run returns (a signal's stop too);
+            # its failure is raised unless the run is already failing for another reason
+            self.saver.wait(report=sys.exc_info()[0] is None)
         bar.close()
         return last
 

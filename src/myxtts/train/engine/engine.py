@@ -32,6 +32,7 @@ from myxtts.config import Config, ConfigError
 from myxtts.data.batch import Batch
 from myxtts.train import finetune
 from myxtts.train.distributed import DistInfo, wrap_ddp
+from myxtts.train.engine.lead import StepLead
 from myxtts.train.engine.mode import StepMode, plan_step, resolve_graphs
 from myxtts.train.engine.optim import build_optimizer, build_scheduler, lr_factor
 from myxtts.train.engine.prepare import Prepared, Workload, prepare_step
@@ -63,6 +64,7 @@ class TrainEngine:
                                compile_model=plan.compile, ddp_model=wrap_ddp(model, dist),
                                compile_backend=compile_backend)
         self.prepared: Prepared | None = None  # what prepare() did, once it ran
+        self._lead = StepLead(device)  # the host stays a couple of steps ahead at most
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -117,13 +119,19 @@ class TrainEngine:
         return self.prepared.sizes
 
     def step(self, micro: list[Batch]) -> None:
-        """One optimizer step over ``train.grad_accum_steps`` device batches (no host sync)."""
+        """One optimizer step over ``train.grad_accum_steps`` device batches. No host sync,
+        except that the host waits once it is ``lead.MAX_LEAD_STEPS`` steps ahead of the GPU
+        (``lead.StepLead``: what the queued steps hold in memory stays bounded)."""
         self._step(micro)
+        self._lead.queued()
 
     def read(self) -> dict[str, float]:
         """Means of the loss terms, grad norm, learning rate and non-finite counts since the
         last read: the loop's one host sync, at log steps."""
-        return self._step.read()
+        values = self._step.read()
+        if values:
+            self._lead.clear()  # the read waited for every queued step
+        return values
 
     def nonfinite_counts(self) -> tuple[int, int]:
         """(non-finite steps in total, in a row now): what a checkpoint records (a host sync)."""

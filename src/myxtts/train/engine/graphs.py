@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -40,6 +41,12 @@ class CudaCapture:
     the warm-up's first pass, and an uncaptured run beside the pool the earlier captures hold
     would need twice the memory. The run changes the training state like any step; the
     warm-up restores it afterwards.
+
+    A capture that fails leaves nothing behind (:func:`end_failed_capture`): torch's
+    ``graph.__exit__`` raises from ``capture_end()`` before it puts the thread's stream
+    back, and may raise before the caching allocator hears that the capture ended (it
+    would then keep routing this stream's allocations to the pool: freed blocks never
+    reused, prefetched batches leaking until out of memory).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -59,10 +66,31 @@ class CudaCapture:
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 fn()
             self._stream_ready = True
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            fn()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                fn()
+        except BaseException:
+            end_failed_capture(self.device, current, self.pool)
+            raise
         current.wait_stream(self.stream)
         return graph.replay
+
+
+def end_failed_capture(device: torch.device, stream: torch.cuda.Stream, pool: Any) -> None:
+    """After a capture raised: ``stream`` is the thread's current stream again, and the
+    caching allocator's capture into ``pool`` is over (torch's private call: no public one
+    ends it; where it already ended, the allocator refuses the call, which is fine)."""
+    torch.cuda.set_stream(stream)
+    for name in ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool"):
+        end = getattr(torch._C, name, None)
+        if end is None:
+            continue
+        try:
+            end(device.index if device.index is not None else torch.cuda.current_device(),
+                pool)
+        except RuntimeError:  # "not currently recording to" the pool: it had ended
+            pass
+        break
 
 
 class StepGraphs:

@@ -8,9 +8,10 @@
    room (``budget.auto_batch_sizes``, cached in the run folder);
 3. the warm-up of every shape (``warmup.warm_up``: compile, capture the CUDA graphs; an
    out-of-memory capture shrinks its bucket);
-4. after a graphed warm-up, the graphs' pool plus the room beside it must fit the GPU's
-   share; else every bucket shrinks and the warm-up captures again (three tries, then a
-   one-line stop naming the fix).
+4. after a graphed warm-up, the graphs' pool plus the room beside it plus the warm-up's
+   measured fragmentation (reserved beyond allocated while shapes interleave) must fit the
+   GPU's share; else every bucket shrinks and the warm-up captures again (three tries, then
+   a one-line stop naming the fix).
 
 It returns each bucket's final batch size; the caller rebuilds its loader with them. On a
 CPU with eager blocks nothing runs and the planned sizes come back unchanged.
@@ -93,7 +94,7 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
         shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
         report = warm_up_buckets(step, shapes, work, dist, graphs)
         sizes = [report.resized.get(s, s.batch) for s in shapes]
-        smaller = _shrink_beside_graphs(step, sizes, reserve)
+        smaller = _shrink_beside_graphs(step, sizes, reserve + report.fragmentation)
         if smaller is None:
             break
         sizes = smaller
@@ -115,9 +116,9 @@ def graphs_reserve(step: TrainStep, work: Workload) -> int:
 
 
 def _shrink_beside_graphs(step: TrainStep, sizes: list[int], reserve: int) -> list[int] | None:
-    """After a graphed warm-up: None if the graphs' pool plus ``reserve`` fit the training
-    GPU's share; else smaller batch sizes (said in one warning), the graphs dropped for the
-    warm-up to capture again."""
+    """After a graphed warm-up: None if the graphs' pool plus ``reserve`` (the room beside
+    them and the fragmentation margin) fit the training GPU's share; else smaller batch
+    sizes (said in one warning), the graphs dropped for the warm-up to capture again."""
     if step.graphs is None or step.device.type != "cuda":
         return None
     memory = CudaMemory(step.device)
@@ -126,10 +127,10 @@ def _shrink_beside_graphs(step: TrainStep, sizes: list[int], reserve: int) -> li
     pool = int(torch.cuda.memory_reserved(step.device))
     smaller = shrink_for_graphs(sizes, pool, reserve, cap)
     if smaller is not None:
-        log.warning("after the warm-up the CUDA graphs hold %.1f GiB and validation, samples and "
-                    "the data role need %.1f GiB beside them: more than the %.1f GiB this run "
-                    "may use; batch sizes %s -> %s, capturing again", pool / GIB, reserve / GIB,
-                    cap / GIB, sizes, smaller)
+        log.warning("after the warm-up the CUDA graphs hold %.1f GiB and validation, samples, "
+                    "the data role and a fragmentation margin need %.1f GiB beside them: more "
+                    "than the %.1f GiB this run may use; batch sizes %s -> %s, capturing again",
+                    pool / GIB, reserve / GIB, cap / GIB, sizes, smaller)
         step.use_graphs(None)
         memory.release()
     return smaller
@@ -153,7 +154,9 @@ def warm_up_buckets(step: TrainStep, shapes: list[BatchShape], work: Workload, d
         failure = e
     agree(dist, failure)
     assert report is not None
+    frag = (f"; {report.fragmentation / GIB:.2f} GiB reserved beyond allocated at the peaks"
+            if step.device.type == "cuda" else "")
     echo(f"warm-up: {len(unique)} bucket shapes in {report.seconds:.1f} s "
          f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
-         f"as CUDA graphs); {step.mode} step")
+         f"as CUDA graphs{frag}); {step.mode} step")
     return report

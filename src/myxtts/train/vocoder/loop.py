@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import Config, save_config
 from myxtts.observe.loggers import build_logger
@@ -82,6 +84,7 @@ class _LoopContext:
         self.val_ids = pick_utterances(run.val, VAL_UTTERANCES)
         self.griffin_lim: dict[str, float] | None = None
         self.saved_step = run.record.step if run.record.step else -1
+        self.saver = BackgroundSaver(manager, run.device)  # a save costs the step a copy only
 
     def vocode(self, mel: torch.Tensor) -> torch.Tensor:
         engine = self.setup.engine
@@ -117,7 +120,7 @@ class _LoopContext:
         extra = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
                  ck.CONFIG: self.cfg.to_dict()}
         state = ck.compose(r.record, r.engine.state_dict(), extra, r.device)
-        return self.manager.save(state, r.record.step, val_loss, is_best)
+        return self.saver.save(state, r.record.step, val_loss, is_best)
 
     def run(self, stop: StopFlag, show: bool) -> Path | None:
         r, t = self.setup, self.cfg.train
@@ -134,11 +137,21 @@ class _LoopContext:
         stream = iter(feed)
         timer = StepTimer(r.device)
         bar = Progress(total=t.max_steps, initial=r.record.step, enabled=show, unit="seg")
-        seg_s = v.segment_frames / self.cfg.audio.frames_per_second
-        last: Path | None = None
         for module in r.engine.modules:
             module.train()
+        try:
+            last = self._loop(stop, stream, timer, bar)
+        finally:  # the save in flight is written before the run returns (see train.loop)
+            self.saver.wait(report=sys.exc_info()[0] is None)
+        bar.close()
+        return last
+
+    def _loop(self, stop: StopFlag, stream: Any, timer: StepTimer, bar: Progress) -> Path | None:
+        r, t, v = self.setup, self.cfg.train, self.cfg.vocoder
+        seg_s = v.segment_frames / self.cfg.audio.frames_per_second
+        last: Path | None = None
         while r.record.step < t.max_steps:
+            self.saver.check()  # a save that failed stops the run here, in one line
             (batch,), _ = next_micro(stream, timer, 1)
             try:
                 r.engine.step(batch)
@@ -170,7 +183,6 @@ class _LoopContext:
                     last = self.save()
                 bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                 break
-        bar.close()
         return last
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
