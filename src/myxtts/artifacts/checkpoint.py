@@ -84,17 +84,17 @@ class TrainingProgress:
         half-read."""
         if not isinstance(state, dict):
             raise ArtifactError(f"training progress in the checkpoint is a {type(state).__name__}, "
-                             f"not a record; the checkpoint was not written by myxtts")
+                                f"not a record; the checkpoint was not written by myxtts")
         left = dict(state)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name not in left:
-                raise ArtifactError(f"training progress in the checkpoint misses {f.name!r}; it was "
-                                 f"written by another myxtts version")
+                raise ArtifactError(f"training progress in the checkpoint misses {f.name!r}; it "
+                                    f"was written by another myxtts version")
             values[f.name] = left.pop(f.name)
         if left:
             raise ArtifactError(f"training progress in the checkpoint has unknown keys "
-                             f"{sorted(left)}; it was written by another myxtts version")
+                                f"{sorted(left)}; it was written by another myxtts version")
         return cls(**values)
 
 
@@ -183,9 +183,9 @@ def _check_contents(path: Path, blob: bytes) -> None:
     with z:
         declared = sum(i.file_size for i in z.infolist())
         if declared > _SIZE_FACTOR * len(blob) + _SIZE_SLACK:
-            raise ArtifactError(f"checkpoint {path} declares {declared / 2**20:.0f} MiB of contents "
-                             f"in a file of {len(blob) / 2**20:.1f} MiB; refused unread (not "
-                             f"written by myxtts)")
+            raise ArtifactError(f"checkpoint {path} declares {declared / 2**20:.0f} MiB of "
+                                f"contents in a file of {len(blob) / 2**20:.1f} MiB; refused "
+                                f"unread (not written by myxtts)")
         saved = [i for i in z.infolist() if i.filename.endswith("/" + DIGEST_ENTRY)]
         if not saved:
             return
@@ -195,7 +195,7 @@ def _check_contents(path: Path, blob: bytes) -> None:
             ok = False
         if not ok:
             raise ArtifactError(f"checkpoint {path} is damaged (its contents do not match their "
-                             f"checksum); delete it to resume from an older one")
+                                f"checksum); delete it to resume from an older one")
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -204,7 +204,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise ArtifactError(f"checkpoint {path} does not exist")
     if path.stat().st_size == 0:
         raise ArtifactError(f"checkpoint {path} is empty (0 bytes: a write that never finished); "
-                         f"delete it to resume from an older one")
+                            f"delete it to resume from an older one")
     try:
         blob = path.read_bytes()
     except OSError as e:
@@ -215,8 +215,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     except Exception as e:  # corrupt, truncated, or not a checkpoint
         why = (str(e).strip().splitlines() or [""])[0].rstrip(".")
         raise ArtifactError(f"checkpoint {path} cannot be read ({type(e).__name__}"
-                         f"{': ' + why if why else ''}); delete it to resume from an older "
-                         f"one") from e
+                            f"{': ' + why if why else ''}); delete it to resume from an older "
+                            f"one") from e
     if isinstance(state, dict) and state.get(FORMAT) == 1:
         return _upgrade_v1(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:

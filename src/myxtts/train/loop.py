@@ -33,13 +33,7 @@ from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.engine import TrainEngine
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.finetune import check_new_run
-from myxtts.train.run import (
-    StopFlag,
-    TrainResult,
-    check_finite_weights,
-    locked_run,
-    next_micro,
-)
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.setup import build_setup
 from myxtts.train.validate import synthesize_samples, validation_loss
 

@@ -31,13 +31,7 @@ from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.run import (
-    StopFlag,
-    TrainResult,
-    check_finite_weights,
-    locked_run,
-    next_micro,
-)
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
 from myxtts.train.vocoder.setup import VocoderSetup, build_vocoder_setup
