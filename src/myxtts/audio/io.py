@@ -40,6 +40,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from myxtts.audio import processing
 from myxtts.audio.processing import (
     SILENT_PEAK_DBFS,
     clipped_fraction,
@@ -249,10 +250,11 @@ def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray, notes: Notes | N
     return data[:, loudest]
 
 
-def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarray:
-    """The module doc's out-of-range, DC offset and clipping rules, on the clip as read;
-    returns the clip (scaled down to full scale when its peak is a little over)."""
-    peak = max(float(np.max(wav)), -float(np.min(wav)))
+def _check_levels(path: Path, wav: np.ndarray, peak: float, notes: Notes | None
+                  ) -> tuple[np.ndarray, float]:
+    """The module doc's out-of-range, DC offset and clipping rules, on the clip as read
+    (``peak``: its ``processing.peak``); returns the clip (scaled down to full scale when
+    its peak is a little over) and its peak."""
     if peak > MAX_FLOAT_PEAK:
         raise AudioError(f"{path}: samples reach {peak:.3g}, far outside [-1, 1] (limit "
                          f"{MAX_FLOAT_PEAK:g}): the file is scaled wrong (integer values "
@@ -262,7 +264,7 @@ def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarra
         raise AudioError(f"{path}: DC offset {offset:+.3f} of full scale (limit "
                          f"+-{MAX_DC_OFFSET:g}): a broken recording chain; high-pass it (e.g. "
                          f"sox IN OUT highpass 20) or remove it from the dataset", DC_OFFSET)
-    clipped = clipped_fraction(wav)
+    clipped = clipped_fraction(wav, level=peak)
     if clipped >= MAX_CLIPPED_FRACTION:
         raise AudioError(f"{path}: hard clipping: {100 * clipped:.1f}% of the samples sit in "
                          f"flat runs at the peak (limit {100 * MAX_CLIPPED_FRACTION:g}%); "
@@ -272,7 +274,8 @@ def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarra
         _fixed(notes, SCALED_AUDIO, f"{path}: samples reach {peak:.3f}, over full scale; "
                f"scaled down by {20.0 * np.log10(peak):.1f} dB to fit [-1, 1]")
         wav = wav * np.float32(1.0 / peak)
-    return wav
+        peak = processing.peak(wav)
+    return wav, peak
 
 
 def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -> np.ndarray:
@@ -286,8 +289,11 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
     """
     path = Path(path)
     wav, sample_rate = read_audio(path, notes)
-    if not is_silent(wav):  # a silent clip is reported as silent (below)
-        wav = _check_levels(path, wav, notes)
+    # The peak is measured once and passed on: every pass over the clip is paid on every
+    # clip of every epoch when features are made on the fly.
+    level = processing.peak(wav)
+    if not is_silent(wav, level):  # a silent clip is reported as silent (below)
+        wav, level = _check_levels(path, wav, level, notes)
     if sample_rate != cfg.sample_rate:
         if not cfg.resample:
             raise AudioError(
@@ -295,11 +301,12 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
                 f"{cfg.sample_rate} Hz and resampling is off; pass --set audio.resample=true "
                 f"or resample the data to {cfg.sample_rate} Hz", WRONG_SAMPLE_RATE)
         wav = soxr.resample(wav, sample_rate, cfg.sample_rate, quality="HQ").astype(np.float32)
-    if is_silent(wav):
-        raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav):.1f} dBFS, below "
+        level = processing.peak(wav)
+    if is_silent(wav, level):
+        raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav, level):.1f} dBFS, below "
                          f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset", SILENT_AUDIO)
     if cfg.trim_silence:
-        wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db)
+        wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db, level=level)
         if wav.size == 0:
             raise AudioError(f"{path}: nothing left after silence trimming; remove the clip or "
                              "pass --set audio.trim_silence=false", SILENT_AUDIO)
