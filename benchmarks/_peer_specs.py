@@ -56,8 +56,8 @@ def store_plan(store: Path, cfg, epochs: int = 3) -> tuple:
 def part_lhotse_spec(args: argparse.Namespace) -> dict:
     """The store's train mels (float32, one .npy, with offsets), token ids and batches."""
     import numpy as np
-    from _pipelines import _digest
 
+    from _pipelines import _digest
     from myxtts.config import Config
 
     cfg = Config()

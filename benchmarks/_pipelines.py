@@ -204,7 +204,6 @@ def part_store(args: argparse.Namespace) -> dict:
     """``build_loader`` over the store, timed like the peers (``timed_epochs``) on the
     batches ``_peer_specs.store_plan`` gives them."""
     from _peer_specs import store_plan
-
     from myxtts.config import Config
     from myxtts.data.feed.loader import build_loader
 

@@ -57,9 +57,9 @@ def part(args: argparse.Namespace) -> dict:
 
     import soundfile as sf
     import torch
-    from _pipelines import timed_epochs
 
     import myxtts
+    from _pipelines import timed_epochs
     from myxtts.config import load_config
 
     try:  # the module moved between revisions
@@ -133,7 +133,7 @@ def main() -> None:
               "every run: " + "; ".join(
                   f"{arm} {w}w " + "/".join(f"{x['utt_per_s']:.0f}" for x in runs[arm, w])
                   for arm in arms for w in workers),
-              f"CPU-ms per audio-s (best run): " + "; ".join(
+              "CPU-ms per audio-s (best run): " + "; ".join(
                   f"{arm} {w}w {best[arm, w]['cpu_per_audio_s'] * 1e3:.2f}"
                   for arm in arms for w in workers)]
     print("\n".join(lines))
