@@ -48,7 +48,7 @@ from myxtts.audio.processing import (
     is_silent,
     normalize_loudness,
     peak_dbfs,
-    trim_silence,
+    trim_bounds,
 )
 from myxtts.config import AudioConfig
 from myxtts.system import atomic_write, path_kind
@@ -203,20 +203,32 @@ def read_audio(path: str | Path, notes: Notes | None = None) -> tuple[np.ndarray
     some recorders put the voice on one side only), unless the channels cancel (the module
     doc); a truncated WAV is an error. ``notes``: see the module doc.
     """
-    path = Path(path)
+    wav, sample_rate, _ = _read(Path(path), notes)
+    return wav, sample_rate
+
+
+def _decode(f: sf.SoundFile, frames: int = -1) -> tuple[np.ndarray, bool]:
+    """``(float32 [T, C], is 16-bit PCM)``: the next ``frames`` frames of an open file (-1:
+    all the rest)."""
+    if f.subtype == "PCM_16":
+        # The common case (LJSpeech, most corpora). libsndfile's own int->float
+        # conversion measures ~2x slower than reading int16 and scaling in
+        # numpy; the values are identical (x / 32768 is exact in float32).
+        return _pcm16_to_float(f.read(frames, dtype="int16", always_2d=True)), True
+    return f.read(frames, dtype="float32", always_2d=True), False
+
+
+_DECODE_ERRORS = (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError)
+
+
+def _read(path: Path, notes: Notes | None) -> tuple[np.ndarray, int, int]:
+    """:func:`read_audio`'s clip and rate, and the file's channel count."""
     _check_exists(path)
     try:
         with sf.SoundFile(str(path)) as f:
             sample_rate = f.samplerate
-            is_pcm16 = f.subtype == "PCM_16"
-            if is_pcm16:
-                # The common case (LJSpeech, most corpora). libsndfile's own int->float
-                # conversion measures ~2x slower than reading int16 and scaling in
-                # numpy; the values are identical (x / 32768 is exact in float32).
-                data = _pcm16_to_float(f.read(dtype="int16", always_2d=True))  # [T, C]
-            else:
-                data = f.read(dtype="float32", always_2d=True)  # [T, C]
-    except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
+            data, is_pcm16 = _decode(f)  # [T, C]
+    except _DECODE_ERRORS as e:
         raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
     if data.shape[0] == 0 or data.shape[1] == 0:
         raise AudioError(f"{path}: clip has zero samples; {_FIX_BROKEN}")
@@ -231,7 +243,26 @@ def read_audio(path: str | Path, notes: Notes | None = None) -> tuple[np.ndarray
     wav = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [T]
     if data.shape[1] > 1:
         wav = _uncancelled(path, data, wav, notes)
-    return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate)
+    return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate), data.shape[1]
+
+
+def read_span(path: str | Path, start: int, stop: int) -> np.ndarray:
+    """Samples ``[start, stop)`` of a one-channel clip as float32, decoded the way
+    :func:`read_audio` decodes the whole clip (the same values), without the rest: what
+    the on-the-fly loader reads of a reference clip whose span :func:`load_audio_span` gave
+    (a seek and a read of the crop, ~10x less than loading the clip)."""
+    path = Path(path)
+    try:
+        with sf.SoundFile(str(path)) as f:
+            f.seek(start)
+            data, _ = _decode(f, stop - start)
+    except _DECODE_ERRORS as e:
+        raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
+    if data.shape != (stop - start, 1):
+        raise AudioError(f"{path}: has changed while in use (samples {start}-{stop} of one "
+                         f"channel expected, {data.shape[0]} x {data.shape[1]} read); "
+                         f"{_FIX_BROKEN}")
+    return np.ascontiguousarray(data[:, 0])
 
 
 def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray, notes: Notes | None
@@ -287,13 +318,25 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
     range, offset, clipped (the module doc's rules), or at another rate while
     ``cfg.resample`` is false. A clip kept after a fix is recorded in ``notes`` (module doc).
     """
+    return load_audio_span(path, cfg, notes)[0]
+
+
+def load_audio_span(path: str | Path, cfg: AudioConfig, notes: Notes | None = None
+                    ) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """:func:`load_audio`'s clip and, where that clip is exactly the file's samples
+    ``[start, stop)`` (one channel, at ``cfg.sample_rate``, not scaled, not loudness-
+    normalised), that span: ``read_span(path, start + a, start + b)`` then equals
+    ``clip[a:b]``. None otherwise."""
     path = Path(path)
-    wav, sample_rate = read_audio(path, notes)
+    wav, sample_rate, channels = _read(path, notes)
+    as_read = wav
     # The peak is measured once and passed on: every pass over the clip is paid on every
     # clip of every epoch when features are made on the fly.
     level = processing.peak(wav)
     if not is_silent(wav, level):  # a silent clip is reported as silent (below)
         wav, level = _check_levels(path, wav, level, notes)
+    plain = (channels == 1 and wav is as_read and sample_rate == cfg.sample_rate
+             and not cfg.normalize_loudness)
     if sample_rate != cfg.sample_rate:
         if not cfg.resample:
             raise AudioError(
@@ -305,14 +348,16 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
     if is_silent(wav, level):
         raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav, level):.1f} dBFS, below "
                          f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset", SILENT_AUDIO)
+    start, stop = 0, len(wav)
     if cfg.trim_silence:
-        wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db, level=level)
+        start, stop = trim_bounds(wav, cfg.sample_rate, cfg.trim_db, level=level)
+        wav = wav[start:stop]
         if wav.size == 0:
             raise AudioError(f"{path}: nothing left after silence trimming; remove the clip or "
                              "pass --set audio.trim_silence=false", SILENT_AUDIO)
     if cfg.normalize_loudness:
         wav = normalize_loudness(wav, cfg.target_dbfs)
-    return np.ascontiguousarray(wav, dtype=np.float32)
+    return np.ascontiguousarray(wav, dtype=np.float32), (start, stop) if plain else None
 
 
 def save_wav(path: str | Path, wav, sample_rate: int) -> None:

@@ -119,11 +119,18 @@ def trim_silence(wav: np.ndarray, sample_rate: int, top_db: float,
     frame of the same clip (relative, so quiet-but-clean recordings are not erased).
     Returns an empty array when the clip is silent (``is_silent``); the caller decides
     whether that is an error (``load_audio`` makes it one). ``level``: the clip's
-    :func:`peak` when the caller has it.
+    :func:`peak` when the caller has it. The kept samples are :func:`trim_bounds`'.
     """
+    start, end = trim_bounds(wav, sample_rate, top_db, margin_s, level)
+    return np.asarray(wav)[start:end]
+
+
+def trim_bounds(wav: np.ndarray, sample_rate: int, top_db: float,
+                margin_s: float = _MARGIN_S, level: float | None = None) -> tuple[int, int]:
+    """``(start, end)``: the samples :func:`trim_silence` keeps, ``(0, 0)`` for a silent clip."""
     wav = np.asarray(wav)
     if is_silent(wav, level):
-        return wav[:0]
+        return 0, 0
     frame_length = max(1, round(_FRAME_S * sample_rate))
     hop_length = max(1, round(_HOP_S * sample_rate))
     level_db = frame_rms_db(wav, frame_length, hop_length)  # [n_frames]
@@ -134,7 +141,7 @@ def trim_silence(wav: np.ndarray, sample_rate: int, top_db: float,
     centre = frame_length // 2
     start = max(0, int(loud[0]) * hop_length + centre - hop_length // 2 - margin)
     end = min(len(wav), int(loud[-1]) * hop_length + centre + hop_length // 2 + margin)
-    return wav[start:end]
+    return start, end
 
 
 def normalize_loudness(wav: np.ndarray, target_dbfs: float,
