@@ -1,7 +1,8 @@
 """Data pipeline benchmark: prepare throughput, loader throughput, padding, memory.
 
-    python benchmarks/data_pipeline.py [--data DIR] [--parts prepare,loaders,padding,onthefly]
-                                       [--workers N] [--seconds S] [--rounds R]
+    python benchmarks/data_pipeline.py [--data DIR] [--parts prepare,loaders,padding,onthefly,
+                                       precomputed] [--peer-python PY] [--workers N]
+                                       [--seconds S] [--rounds R]
 
 Uses ``../shared/data/ljspeech-mini`` (next to the repository) when present, else a
 generated demo corpus. Prints ONE table, every number measured in this run:
@@ -22,11 +23,17 @@ generated demo corpus. Prints ONE table, every number measured in this run:
     on the same clips and the same batches, with 0 and 2 (persistent) workers each:
     utterances/s, audio-s/s and CPU seconds (main process + live workers) per audio
     second after a warm-up epoch; ratios to the best peer per worker count and overall.
-    Peers: the naive librosa loader of (b); Coqui TTS's ``TTSDataset`` is not measured.
-    ``--parts onthefly`` runs only this section.
+    Peers: the naive librosa loader of (b) and, with ``--peer-python``, Coqui TTS's
+    ``TTSDataset`` (``_peers.py``). ``--parts onthefly`` runs only this section.
+(f) the store loader vs lhotse's precomputed-feature loading (``--peer-python``) of the
+    store's own mels, the same batches, at 0 and 2 workers, and the store loader with its
+    own worker choice (``data.num_workers=-1``). ``--parts precomputed``.
 
-Each measurement runs in its own subprocess so imports, page-cache warm-up and peak
-memory of one do not leak into another.
+``--peer-python``: the interpreter of a separate environment holding the peers (never
+dependencies of myxtts), e.g. ``python -m venv /work/bench-venv && /work/bench-venv/bin/pip
+install torch==2.13.0 && /work/bench-venv/bin/pip install coqui-tts lhotse lilcom`` (docs/
+performance.md). Each measurement runs in its own subprocess so imports, page-cache
+warm-up and peak memory of one do not leak into another.
 """
 
 from __future__ import annotations
