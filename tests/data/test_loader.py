@@ -125,7 +125,9 @@ def test_crops_are_deterministic_per_seed_and_epoch(store_path):
     assert all(np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, again))
     assert any(not np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, later))
     item = ds[3]
-    assert item["index"] == 3 and item["mel"].dtype == np.float32 and item["tokens"].dtype == np.int32
+    assert item["index"] == 3 and item["tokens"].dtype == np.int32
+    # float16 views of the store for every device: a CPU batch casts them as it fills
+    assert item["mel"].dtype == np.float16 and np.shares_memory(item["mel"], store.mel_array)
     assert item["ref_mel"].shape[0] <= 16
 
 
