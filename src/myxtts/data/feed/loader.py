@@ -47,8 +47,9 @@ def default_num_workers(cpus: int | None = None) -> int:
 # What a batch from a worker costs the training process instead of building it: the
 # DataLoader's queue and the copy out of the worker's shared slot. Measured on the 2-core
 # VM (store batches of 1.2-10 MB, main-process CPU per batch): 0.18 ms + 0.195 ms per MB,
-# against 0.41 ms per MB to build the same batch in the training process. So a worker takes
-# about half a store batch's cost off the training process, and spends twice the CPU.
+# against ~0.3 ms + 0.24 ms per MB to build the same batch in the training process. So a
+# worker takes a fifth to a third of a store batch's cost off the training process, and
+# the machine spends twice the CPU on it.
 HANDOVER_FIXED_S = 0.18e-3
 HANDOVER_S_PER_MB = 0.195e-3
 WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every batch
