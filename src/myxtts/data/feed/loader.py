@@ -66,14 +66,25 @@ def choose_workers(cpus: int, build_s: float, nbytes: int) -> tuple[int, str]:
     ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0, which is also
     the fastest loader by itself on any machine where a worker's batch costs the main
     process about what building it does (``benchmarks/data_pipeline.py --parts precomputed``)."""
-    cost = (f"a batch builds in {1e3 * build_s:.2f} ms here, taking it from a worker would "
-            f"cost ~{1e3 * handover_s(nbytes):.2f} ms")
     most = default_num_workers(cpus)
     if most == 0:
-        return 0, f"{cpus} CPUs: no core to spare for a worker"
-    if build_s - handover_s(nbytes) < WORKER_SAVING_S:
-        return 0, cost + f": workers would save < {1e3 * WORKER_SAVING_S:.0f} ms per batch"
-    return most, cost + f", on {cpus} CPUs"
+        return 0, f"{cpus} CPUs: no core to spare for a worker; {batch_cost_note(build_s, nbytes)}"
+    if not workers_pay(build_s, nbytes):
+        return 0, batch_cost_note(build_s, nbytes)
+    return most, f"{batch_cost_note(build_s, nbytes)}, on {cpus} CPUs"
+
+
+def workers_pay(build_s: float, nbytes: int) -> bool:
+    """Whether a worker takes at least ``WORKER_SAVING_S`` off each batch of this cost."""
+    return build_s - handover_s(nbytes) >= WORKER_SAVING_S
+
+
+def batch_cost_note(build_s: float, nbytes: int) -> str:
+    saves = "saves" if workers_pay(build_s, nbytes) else "would save"
+    return (f"a batch builds in {1e3 * build_s:.2f} ms here, taking it from a worker costs "
+            f"~{1e3 * handover_s(nbytes):.2f} ms: a worker {saves} "
+            f"{1e3 * max(0.0, build_s - handover_s(nbytes)):.2f} ms per batch (threshold "
+            f"{1e3 * WORKER_SAVING_S:.0f} ms)")
 
 
 def store_batch_cost(store: FeatureStore, cfg: Config) -> tuple[float, int]:

@@ -221,7 +221,7 @@ def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False,
     n = cfg.data.num_workers
     if n >= 0:
         return n, f"data.num_workers={n}"
-    if batch_cost is not None and not on_the_fly:
+    if batch_cost is not None and not on_the_fly and _default_workers(cpus, False) > 0:
         from myxtts.data.feed.loader import choose_workers
 
         n, why = choose_workers(cpus, *batch_cost)
@@ -230,17 +230,17 @@ def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False,
                                                 + (", on the fly" if on_the_fly else ""))
 
 
-def check_store_workers(workers: int, cpus: int, batch_cost: tuple[float, int]) -> Check:
-    """Store workers against what they save the training process (the loader's rule,
-    ``data.feed.loader.choose_workers``): more than 0 where that rule picks 0 is slower."""
-    from myxtts.data.feed.loader import choose_workers
+def check_store_workers(workers: int, batch_cost: tuple[float, int]) -> Check:
+    """Store workers against what they save the training process per batch (the loader's
+    rule, ``data.feed.loader.choose_workers``; the CPU count is the CPUs check's)."""
+    from myxtts.data.feed.loader import batch_cost_note, workers_pay
 
-    best, why = choose_workers(cpus, *batch_cost)
-    if workers == 0 or best > 0:
-        return Check("store workers", "ok", why)
+    note = batch_cost_note(*batch_cost)
+    if workers == 0 or workers_pay(*batch_cost):
+        return Check("store workers", "ok", note)
     return Check("store workers", "warn",
                  f"{workers} loader worker{'' if workers == 1 else 's'} cost the training "
-                 f"process more than they save on this store: {why}",
+                 f"process more than they save on this store: {note}",
                  "--num-workers 0 (or -1: the loader's own choice)")
 
 
@@ -318,7 +318,7 @@ def check_loader(cfg: Config, plan: DataPlan, cpus: int, *, transfer: bool, rank
         return [Check("loader", "skip", f"myxtts.data cannot load ({type(e).__name__}: {e})")]
     checks = [check_workers(workers, source, cpus, plan.on_the_fly)]
     if plan.batch_cost is not None:
-        checks.append(check_store_workers(workers, cpus, plan.batch_cost))
+        checks.append(check_store_workers(workers, plan.batch_cost))
     return checks + [check_shm(per_batch, batches, how, workers, shm_free, ranks)]
 
 
