@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import NamedTuple
@@ -136,31 +137,42 @@ def _reason(err: Exception) -> str:
 def _wav_shortfall(path: Path) -> tuple[int, int] | None:
     """``(declared frames, frames missing)`` when ``path`` is a RIFF/WAVE file whose data
     chunk declares more bytes than the file holds; None otherwise (other formats, a size
-    left open by a streaming writer: 0 or 0xFFFFFFFF, anything unparsable)."""
+    left open by a streaming writer: 0 or 0xFFFFFFFF, anything unparsable). One read of the
+    file's head in the usual case (it runs on every load of every clip on the fly)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(12)
+            head = fh.read(_HEAD_BYTES)
             if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
                 return None
-            file_size = path.stat().st_size
-            block_align = 0
+            file_size = os.fstat(fh.fileno()).st_size
+
+            def read(pos: int, n: int) -> bytes:  # from the head, else from the file
+                if pos + n <= len(head):
+                    return head[pos:pos + n]
+                fh.seek(pos)
+                return fh.read(n)
+
+            pos, block_align = 12, 0
             for _ in range(64):  # chunks before "data": fmt, fact, LIST, ... never many
-                chunk = fh.read(8)
+                chunk = read(pos, 8)
                 if len(chunk) < 8:
                     return None
                 cid, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
-                start = fh.tell()
+                start = pos + 8
                 if cid == b"fmt " and size >= 14:
-                    block_align = struct.unpack("<H", fh.read(14)[12:14])[0]
+                    block_align = struct.unpack("<H", read(start, 14)[12:14])[0]
                 elif cid == b"data":
                     have = file_size - start
                     if size in (0, 0xFFFFFFFF) or size <= have or block_align <= 0:
                         return None
                     return size // block_align, (size - have) // block_align
-                fh.seek(start + size + (size & 1))
+                pos = start + size + (size & 1)
     except (OSError, struct.error):
         return None
     return None
+
+
+_HEAD_BYTES = 4096  # a WAV's chunks before its samples (fmt, fact, LIST) nearly always fit
 
 
 def _check_complete(path: Path, sample_rate: int) -> None:
