@@ -206,8 +206,11 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
             log.info("store loader: %d worker%s (%s; --num-workers N to choose)", workers,
                      "" if workers == 1 else "s", why)
         elif best == 0:
-            note = (f"{workers} loader worker{'' if workers == 1 else 's'} make this store's "
-                    f"batches cost the training process more than they save: {why}")
+            many = f"{workers} loader worker{'' if workers == 1 else 's'}"
+            note = (f"{many} compete with the training process for the {available_cpus()} "
+                    f"CPUs (no core to spare)" if default_num_workers() == 0 else
+                    f"{many} cost the training process more than they save on this store: "
+                    f"{why}")
     # The training process pins as it collates; workers cannot (no CUDA in forked processes):
     # their batches are copied into pinned memory as they leave the shared slots.
     collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),

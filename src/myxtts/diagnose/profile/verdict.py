@@ -88,8 +88,7 @@ def decide(f: Figures) -> Verdict:
     if f.worker_note:  # the store loader's own rule (data.feed.loader.choose_workers)
         v.evidence.append(f.worker_note)
         v.advice.insert(0 if v.kind == INPUT else len(v.advice),
-                        "--num-workers 0 (the training process builds store batches faster "
-                        "than it takes them from workers)")
+                        "--num-workers 0 (what the store loader chooses here by itself)")
     if f.recompiles:
         v.evidence.append(f"{f.recompiles} graph(s) compiled during the window: its timings "
                           f"include compilation; profile again (the kernels are cached now)")
