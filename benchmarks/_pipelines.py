@@ -200,9 +200,36 @@ def part_padding(args: argparse.Namespace) -> dict:
     return rows
 
 
+def part_store(args: argparse.Namespace) -> dict:
+    """``build_loader`` over the store, timed like the peers (``timed_epochs``) on the
+    batches ``_peer_specs.store_plan`` gives them."""
+    from _peer_specs import store_plan
+    from myxtts.config import Config
+    from myxtts.data.feed.loader import build_loader
+
+    cfg = Config()
+    _, _, plan, frames = store_plan(args.store, cfg)
+    workers = None if args.workers < 0 else args.workers  # -1: the loader's own choice
+    loader, sampler = build_loader(args.store, cfg, num_workers=workers)
+    if [sampler.batches(e) for e in range(3)] != plan:
+        raise RuntimeError("the store sampler's batches differ from the peers' plan")
+    out = timed_epochs(loader, args.seconds, frames / cfg.audio.frames_per_second,
+                       cfg.audio.n_mels)
+    return {**out, "workers": loader.num_workers, "plan": _digest(plan)}
+
+
+def _spec_part(name: str):
+    def run(args: argparse.Namespace) -> dict:
+        import _peer_specs
+
+        return getattr(_peer_specs, f"part_{name}")(args)
+    return run
+
+
 PARTS = {"prepare": part_prepare, "baseline": part_baseline, "loader": part_loader,
          "naive": part_naive, "padding": part_padding, "onthefly": part_onthefly,
-         "peritem": part_peritem}
+         "peritem": part_peritem, "store": part_store, "coqui_spec": _spec_part("coqui_spec"),
+         "lhotse_spec": _spec_part("lhotse_spec")}
 
 
 # ---------------------------------------------------------------- measurement

@@ -1,7 +1,8 @@
 """Data pipeline benchmark: prepare throughput, loader throughput, padding, memory.
 
-    python benchmarks/data_pipeline.py [--data DIR] [--parts prepare,loaders,padding,onthefly]
-                                       [--workers N] [--seconds S] [--rounds R]
+    python benchmarks/data_pipeline.py [--data DIR] [--parts prepare,loaders,padding,onthefly,
+                                       precomputed] [--peer-python PY] [--workers N]
+                                       [--seconds S] [--rounds R]
 
 Uses ``../shared/data/ljspeech-mini`` (next to the repository) when present, else a
 generated demo corpus. Prints ONE table, every number measured in this run:
@@ -22,11 +23,17 @@ generated demo corpus. Prints ONE table, every number measured in this run:
     on the same clips and the same batches, with 0 and 2 (persistent) workers each:
     utterances/s, audio-s/s and CPU seconds (main process + live workers) per audio
     second after a warm-up epoch; ratios to the best peer per worker count and overall.
-    Peers: the naive librosa loader of (b); Coqui TTS's ``TTSDataset`` is not measured.
-    ``--parts onthefly`` runs only this section.
+    Peers: the naive librosa loader of (b) and, with ``--peer-python``, Coqui TTS's
+    ``TTSDataset`` (``_peers.py``). ``--parts onthefly`` runs only this section.
+(f) the store loader vs lhotse's precomputed-feature loading (``--peer-python``) of the
+    store's own mels, the same batches, at 0 and 2 workers, and the store loader with its
+    own worker choice (``data.num_workers=-1``). ``--parts precomputed``.
 
-Each measurement runs in its own subprocess so imports, page-cache warm-up and peak
-memory of one do not leak into another.
+``--peer-python``: the interpreter of a separate environment holding the peers (never
+dependencies of myxtts), e.g. ``python -m venv /work/bench-venv && /work/bench-venv/bin/pip
+install torch==2.13.0 && /work/bench-venv/bin/pip install coqui-tts lhotse lilcom`` (docs/
+performance.md). Each measurement runs in its own subprocess so imports, page-cache
+warm-up and peak memory of one do not leak into another.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from pathlib import Path
 import common
 from _pipelines import PARTS, source_audio_s
 
-SECTIONS = ("prepare", "loaders", "padding", "onthefly")  # --parts (table sections a / b+d / c / e)
+SECTIONS = ("prepare", "loaders", "padding", "onthefly", "precomputed")  # --parts (a / b+d / c / e / f)
 
 
 # ---------------------------------------------------------------- driver
@@ -64,6 +71,22 @@ def _run_part(part: str, *, default_threads: bool = False, **kw) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"benchmark part {part} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _run_peer(args: argparse.Namespace, kind: str, workers: int, **kw) -> dict:
+    """A peer's loader (``_peers.py``) in the ``--peer-python`` interpreter: the spec is
+    written by this environment (``_peer_specs.py``), the loader runs in that one."""
+    spec = args.tmp / f"{kind}-{kw.get('storage', '')}.json"
+    if not spec.exists():
+        _run_part(f"{kind}_spec", out=spec, **kw)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **{var: "1" for var in THREAD_VARS}}
+    env.pop("PYTHONPATH", None)  # the peers' environment, without this project's sources
+    cmd = [str(args.peer_python), str(Path(__file__).resolve().parent / "_peers.py"), str(spec),
+           str(workers), str(args.seconds)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"peer {kind} ({workers} workers) failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -151,21 +174,78 @@ def _store_section(args: argparse.Namespace, parts: set[str], data: Path,
     return rows, notes
 
 
+STORE_WORKERS = (0, 2)
+STORAGES = ("lilcom_chunky", "numpy_files")  # lhotse's default feature storage; uncompressed
+
+
+def _precomputed_section(args: argparse.Namespace, store: Path) -> tuple[list[str], list[str]]:
+    """Rows and footnotes of (f): the store loader vs lhotse's precomputed features, the
+    same batches (the store's sampler), interleaved rounds; the store loader also with its
+    own worker choice (``data.num_workers=-1``)."""
+    print("measuring the store loader vs precomputed-feature peers ...", file=sys.stderr)
+    kinds = ["store", *(f"lhotse:{s}" for s in STORAGES if args.peer_python)]
+    arms = [(k, w) for w in STORE_WORKERS for k in kinds] + [("store", -1)]
+    runs: dict[tuple[str, int], list[dict]] = {arm: [] for arm in arms}
+    for r in range(args.rounds):
+        for kind, w in arms if r % 2 == 0 else arms[::-1]:
+            if kind == "store":
+                runs[kind, w].append(_run_part("store", store=store, workers=w,
+                                               seconds=args.seconds))
+            else:
+                runs[kind, w].append(_run_peer(args, "lhotse", w, store=store,
+                                               storage=kind.split(":")[1]))
+    plans = {run["plan"] for v in runs.values() for run in v}
+    if len(plans) != 1:
+        raise SystemExit(f"(f) the loaders did not iterate the same batches: plans {plans}")
+    best = {key: max(v, key=lambda x: x["utt_per_s"]) for key, v in runs.items()}
+    rows: list[str] = []
+    for w in STORE_WORKERS:
+        o = best["store", w]
+        rows.append(_row(f"(f) store loader, utterances/s, {w} workers", f"{o['utt_per_s']:.0f}"))
+        for k in kinds[1:]:
+            peer = best[k, w]
+            rows.append(_row(f"    vs {k}, {w} workers", f"{o['utt_per_s']:.0f}",
+                             f"{peer['utt_per_s']:.0f}", f"{o['utt_per_s'] / peer['utt_per_s']:.1f}x"))
+    auto = best["store", -1]
+    peer_best = max((best[k, w]["utt_per_s"] for k in kinds[1:] for w in STORE_WORKERS), default=0)
+    rows.append(_row(f"(f) store loader, its own choice ({auto['workers']} workers), utt/s",
+                     f"{auto['utt_per_s']:.0f}", f"{peer_best:.0f}" if peer_best else "",
+                     f"{auto['utt_per_s'] / peer_best:.1f}x" if peer_best else ""))
+    every = "; ".join(f"{k} {w}w " + "/".join(f"{run['utt_per_s']:.0f}" for run in v)
+                      for (k, w), v in runs.items())
+    notes = [
+        "(f) precomputed peers: lhotse PrecomputedFeatures (collate_features of a CutSet per "
+        f"batch; storage {', '.join(STORAGES)}) over the store's own mels, + token ids"
+        + ("" if args.peer_python else ": NOT measured, pass --peer-python (an environment "
+           "with lhotse)"),
+        f"    same {best['store', 0]['utts'] // max(1, best['store', 0]['epochs'])} utterances "
+        f"per epoch and the same bucket-sampler batches for every loader (plan {plans.pop()}); "
+        f"workers persistent, prefetch 2; 1 BLAS thread per process; best of {args.rounds} "
+        f"alternating runs; lilcom_chunky is lhotse's default feature storage, numpy_files "
+        f"its uncompressed one; the own-choice row's baseline is the best peer run",
+        f"    utt/s of every run: {every}"]
+    return rows, notes
+
+
 OTF_WORKERS = (0, 2)
-PEERS = {"peritem": "naive librosa per-item"}  # part -> name; Coqui's TTSDataset: see below
+PEERS = {"peritem": "naive librosa per-item",  # part -> name; "coqui" needs --peer-python
+         "coqui": "Coqui TTS TTSDataset (load + trim in __getitem__, mel in its collate_fn)"}
 
 
 def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], list[str]]:
     """Rows and footnotes of (e): the on-the-fly loader vs per-item loaders, same load."""
-    import importlib.util
-
     print("measuring on-the-fly vs per-item loaders ...", file=sys.stderr)
-    kinds = ["onthefly", *PEERS]
+    peers = [k for k in PEERS if k != "coqui" or args.peer_python]
+    kinds = ["onthefly", *peers]
     runs: dict[tuple[str, int], list[dict]] = {(k, w): [] for k in kinds for w in OTF_WORKERS}
     for r in range(args.rounds):  # alternate the order: load from other jobs comes and goes
         for w in OTF_WORKERS:
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                runs[kind, w].append(_run_part(kind, data=data, workers=w, seconds=args.seconds))
+                if kind == "coqui":
+                    runs[kind, w].append(_run_peer(args, kind, w, data=data))
+                else:
+                    runs[kind, w].append(_run_part(kind, data=data, workers=w,
+                                                   seconds=args.seconds))
     plans = {run["plan"] for v in runs.values() for run in v}
     if len(plans) != 1:
         raise SystemExit(f"(e) the loaders did not iterate the same batches: plans {plans}")
@@ -173,7 +253,7 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
     rows: list[str] = []
     for w in OTF_WORKERS:
         o = best["onthefly", w]
-        peer = max((best[k, w] for k in PEERS), key=lambda x: x["utt_per_s"])
+        peer = max((best[k, w] for k in peers), key=lambda x: x["utt_per_s"])
         rows += [
             _row(f"(e) on-the-fly vs best per-item, utterances/s, {w} workers",
                  f"{o['utt_per_s']:.0f}", f"{peer['utt_per_s']:.0f}",
@@ -201,10 +281,11 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
                       + "/".join(f"{run['utt_per_s']:.0f}" for run in v) for (k, w), v in runs.items())
     first = runs["onthefly", 0][0]
     notes = [
-        f"(e) per-item peers: {', '.join(PEERS.values())} (librosa.load + melspectrogram in "
-        f"__getitem__, pad per batch). Coqui TTS TTSDataset: NOT measured ("
-        + ("`import TTS` fails: not installed" if importlib.util.find_spec("TTS") is None
-           else "TTS is importable but this script has no TTSDataset peer") + ")",
+        f"(e) per-item peers: {'; '.join(PEERS[k] for k in peers)}; the naive one: "
+        f"librosa.load + melspectrogram in __getitem__, pad per batch"
+        + ("" if args.peer_python else "; Coqui's TTSDataset NOT measured: pass --peer-python "
+           "(an environment with coqui-tts)")
+        + (f"; peers run by {args.peer_python}" if args.peer_python else ""),
         f"    same {first['clips']} train clips and the same bucket-sampler batches, epoch by "
         f"epoch, for every loader (plan {plans.pop()}); workers persistent, prefetch 2; 1 "
         f"BLAS/OpenMP/torch thread per process; one warm-up epoch, then whole epochs for "
@@ -232,7 +313,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="prepare runs of each kind (best is kept)")
     p.add_argument("--rounds", type=int, default=3,
                    help="(e) alternating runs of each loader and worker count (best is kept)")
+    p.add_argument("--peer-python", type=Path, default=None,
+                   help="python of a separate environment with coqui-tts and lhotse installed: "
+                        "(e) and (f) then measure those peers in it")
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
+    p.add_argument("--storage", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -244,14 +329,18 @@ def main() -> None:
         raise SystemExit(f"--parts: choose from {','.join(SECTIONS)}, got {args.parts!r}")
 
     tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-"))
+    args.tmp = tmp
     rows: list[str] = []
     notes: list[str] = []
     try:
         data = common.find_data(args.data, tmp)
         for wav in sorted(data.rglob("*.wav")):  # warm the page cache for everybody
             wav.read_bytes()
-        if parts & {"prepare", "loaders", "padding"}:
+        if parts & {"prepare", "loaders", "padding", "precomputed"}:
             rows, notes = _store_section(args, parts, data, tmp)
+        if "precomputed" in parts:
+            more = _precomputed_section(args, tmp / "store")
+            rows, notes = rows + more[0], notes + more[1]
         if "onthefly" in parts:
             more = _onthefly_section(args, data)
             rows, notes = rows + more[0], notes + more[1]

@@ -90,6 +90,29 @@ def test_trim_removes_leading_and_trailing_silence(tmp_path):
     assert len(trim_silence(tone * 1e-2, sr, 40.0)) == len(tone)
 
 
+@pytest.mark.parametrize("subtype", ["PCM_16", "FLOAT"])
+def test_a_plain_clips_span_reads_back_the_same_samples(tmp_path, subtype):
+    from myxtts.audio.io import load_audio_span, read_span
+
+    sr = 22050
+    hiss = (np.random.default_rng(1).standard_normal(sr // 2) * 1e-4).astype(np.float32)
+    path = tmp_path / "padded.wav"
+    sf.write(path, np.concatenate([hiss, _sine(300, 1.0, sr), hiss]), sr, subtype=subtype)
+    cfg = AudioConfig(trim_silence=True)
+    wav, (start, stop) = load_audio_span(path, cfg)
+    assert start > 0 and stop - start == len(wav)
+    np.testing.assert_array_equal(wav, load_audio(path, cfg))
+    np.testing.assert_array_equal(read_span(path, start + 100, start + 5000), wav[100:5000])
+    # not a plain slice of the file: resampled, mixed from two channels, levelled
+    sf.write(tmp_path / "16k.wav", _sine(300, 1.0, 16000), 16000)
+    assert load_audio_span(tmp_path / "16k.wav", cfg)[1] is None
+    sf.write(tmp_path / "two.wav", np.stack([_sine(300, 1.0, sr)] * 2, 1), sr)
+    assert load_audio_span(tmp_path / "two.wav", cfg)[1] is None
+    assert load_audio_span(path, AudioConfig(normalize_loudness=True))[1] is None
+    with pytest.raises(AudioError, match="changed while in use"):
+        read_span(path, len(hiss) * 2 + sr - 10, len(hiss) * 2 + sr + 10)  # past its end
+
+
 def test_loudness_normalisation_hits_target_and_never_clips(tmp_path):
     sr = 22050
     path = tmp_path / "quiet.wav"

@@ -5,13 +5,17 @@ import numpy as np
 import pytest
 import torch
 
+import myxtts.data.feed.loader as loader_mod
 from myxtts.config import Config, ConfigError, load_config
 from myxtts.data.feed.dataset import StoreDataset
 from myxtts.data.feed.loader import (
     PREFETCH_PER_WORKER,
     build_loader,
+    choose_workers,
     default_num_workers,
+    handover_s,
     pad_multiple,
+    store_batch_cost,
 )
 from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
@@ -98,7 +102,6 @@ def test_workers_give_the_same_batches(store_path):
 
 
 def test_an_overwritten_slot_is_an_error_not_wrong_data(store_path, monkeypatch):
-    import myxtts.data.feed.loader as loader_mod
 
     loader, sampler = build_loader(store_path, _cfg(), num_workers=1)
     slots = loader.slots
@@ -122,7 +125,9 @@ def test_crops_are_deterministic_per_seed_and_epoch(store_path):
     assert all(np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, again))
     assert any(not np.array_equal(a["ref_mel"], b["ref_mel"]) for a, b in zip(first, later))
     item = ds[3]
-    assert item["index"] == 3 and item["mel"].dtype == np.float32 and item["tokens"].dtype == np.int32
+    assert item["index"] == 3 and item["tokens"].dtype == np.int32
+    # float16 views of the store for every device: a CPU batch casts them as it fills
+    assert item["mel"].dtype == np.float16 and np.shares_memory(item["mel"], store.mel_array)
     assert item["ref_mel"].shape[0] <= 16
 
 
@@ -154,6 +159,40 @@ def test_val_split_and_distributed_ranks(store_path):
 def test_default_worker_count_follows_the_measurements():
     assert default_num_workers(1) == 0 and default_num_workers(2) == 0
     assert default_num_workers(3) == 1 and default_num_workers(64) == 2
+
+
+def test_store_workers_only_where_they_save_the_training_process_time():
+    mb = 1_000_000
+    # no core to spare beside the training process: never
+    assert choose_workers(2, 50e-3, 5 * mb)[0] == 0
+    # a 5 MB batch building in 2 ms: a worker's hand-over (~1.2 ms) saves < 1 ms
+    n, why = choose_workers(16, 2e-3, 5 * mb)
+    assert n == 0 and "2.00 ms" in why and "1.16 ms" in why and "would save 0.85 ms" in why
+    # a slow disk or a costly batch: workers take most of it off the training process
+    assert choose_workers(16, 20e-3, 5 * mb)[0] == 2
+    assert choose_workers(3, 20e-3, 5 * mb)[0] == 1
+    assert handover_s(10 * mb) > handover_s(mb) > 0
+
+
+def test_auto_workers_are_chosen_and_said_and_a_users_count_is_honoured(store_path, monkeypatch,
+                                                                         caplog):
+    monkeypatch.setattr(loader_mod, "available_cpus", lambda: 16)
+    monkeypatch.setattr(loader_mod, "batch_cost", lambda *a, **k: (1e-3, 2_000_000))
+    with caplog.at_level("INFO", logger="myxtts.data.feed.loader"):
+        auto, _ = build_loader(store_path, _cfg(num_workers=-1))
+    assert auto.num_workers == 0 and auto.worker_note is None
+    assert "store loader: 0 workers" in caplog.text and "1.00 ms" in caplog.text
+    mine, _ = build_loader(store_path, _cfg(num_workers=2))
+    assert mine.num_workers == 2  # honoured, and the reason it is slower is kept for profile
+    assert "cost the training process more than they save" in mine.worker_note
+    monkeypatch.setattr(loader_mod, "batch_cost", lambda *a, **k: (30e-3, 2_000_000))
+    assert build_loader(store_path, _cfg(num_workers=-1))[0].num_workers == 2
+    assert build_loader(store_path, _cfg(num_workers=2))[0].worker_note is None
+
+
+def test_batch_cost_builds_the_largest_batch_of_the_first_epoch(store_path):
+    seconds, nbytes = store_batch_cost(FeatureStore.open(store_path), _cfg())
+    assert 0 < seconds < 5 and nbytes > 0
 
 
 def test_batches_for_a_gpu_carry_the_stores_float16_bytes_without_a_host_cast(store_path):

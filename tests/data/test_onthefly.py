@@ -57,6 +57,25 @@ def test_onthefly_batches_equal_store_features(demo, workers):
     assert seen == set(range(len(store)))
 
 
+def test_reference_crops_read_alone_equal_those_cut_from_the_loaded_clip(demo):
+    """Once a clip has been loaded its span is known, and a reference crop of it is read
+    from the file alone: the same samples, bit for bit, as cutting the whole loaded clip."""
+    from myxtts.data.feed.raw import RawAudioDataset
+
+    data, _, cfg = demo
+    raw = read_raw_splits(data, cfg)[0]["train"]
+    warm = RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, 7)
+    cold = RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, 7)
+    n = len(raw.paths)
+    warm.__getitems__((0, list(range(n))))  # every clip loaded once: every span known
+    assert (warm.spans.numpy() >= 0).all() and (cold.spans.numpy() < 0).all()
+    for epoch in (1, 2):
+        for i in range(n):
+            a, b = warm.item(i, epoch), cold.__class__(raw, cfg.audio, cfg.data.ref_frames, 7).item(i, epoch)
+            np.testing.assert_array_equal(a["ref_wav"], b["ref_wav"])
+            assert (a["ref_first"], a["ref_frames"]) == (b["ref_first"], b["ref_frames"])
+
+
 def test_crop_window_reproduces_the_full_clips_frames():
     cfg = AudioConfig()
     mel = MelSpectrogram(cfg)
@@ -158,8 +177,9 @@ def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_onc
                                             raw_splits=splits)
     dataset, collate = loader.loader.dataset, loader.loader.collate_fn
     reads = []
-    real_load = audio_io.load_audio
-    monkeypatch.setattr(audio_io, "load_audio", lambda path, a: reads.append(path) or real_load(path, a))
+    real_load = audio_io.load_audio_span  # what the loader reads a clip with
+    monkeypatch.setattr(audio_io, "load_audio_span",
+                        lambda path, a: reads.append(path) or real_load(path, a))
     hit = 0
     with caplog.at_level("WARNING", logger="myxtts.data.feed.onthefly"):
         for epoch in range(3):

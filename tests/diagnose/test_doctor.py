@@ -184,6 +184,17 @@ def test_workers_against_cpus():
     assert dd.check_workers(4, "data.num_workers=4", 2).fix == "--num-workers 0"
 
 
+def test_store_workers_are_weighed_against_the_batch_cost():
+    cheap = (1e-3, 5_000_000)  # builds in 1 ms, a worker's hand-over ~1.2 ms
+    slower = dd.check_store_workers(2, cheap)
+    assert slower.status == "warn" and slower.fix.startswith("--num-workers 0")
+    assert "more than they save" in slower.found and "1.00 ms" in slower.found
+    assert dd.check_store_workers(0, cheap).status == "ok"
+    assert dd.check_store_workers(2, (30e-3, 5_000_000)).status == "ok"
+    assert dd.resolve_workers(load_config(), 16, batch_cost=cheap)[0] == 0
+    assert dd.resolve_workers(load_config(), 16, batch_cost=(30e-3, 5_000_000))[0] == 2
+
+
 def test_shm_too_small_for_four_workers():
     small = dd.check_shm(10 * MIB, 4, "estimate", workers=4, free=64 * MIB)
     assert small.status == "fail" and "160 MiB" in small.found

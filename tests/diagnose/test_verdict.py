@@ -44,6 +44,15 @@ def test_data_wait_makes_it_input_bound_with_more_workers_first():
     assert any("2 loader workers on 16 CPUs" in e for e in v.evidence)
 
 
+def test_store_workers_that_cost_more_than_they_save_are_named_with_the_fix():
+    note = "2 loader workers make this store's batches cost the training process more"
+    v = decide(healthy(data_wait_s=0.030, gpu_util=60.0, worker_note=note))
+    assert v.kind == INPUT and v.advice[0].startswith("--num-workers 0")
+    assert note in v.evidence and not any(a == "--num-workers 8" for a in v.advice)
+    fine = decide(healthy(worker_note=note))  # compute-bound: still said, after the rest
+    assert note in fine.evidence and fine.advice[-1].startswith("--num-workers 0")
+
+
 def test_on_the_fly_input_is_told_to_prepare_a_store():
     v = decide(healthy(data_wait_s=0.05, on_the_fly=True))
     assert v.kind == INPUT and "myxtts prepare" in v.advice[0]

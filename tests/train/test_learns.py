@@ -7,6 +7,10 @@ One model is trained once per session and shared by every test here. Thresholds 
 from repeated runs (seeds 1234 and 7, and variants of the settings; see the closing note of
 the model/trainer issue): each sits with a margin beyond what the runs reached and far from
 what an untrained model or a trivial output gives.
+
+Marked ``slow``: plain ``pytest`` leaves these out and CI runs them as its second stage
+(``pytest -m slow``); ``test_learns_quick.py`` proves learning in every test run, and checks
+the pitch measure used here.
 """
 
 from __future__ import annotations
@@ -183,21 +187,6 @@ def estimate_f0(wav: np.ndarray, sample_rate: int, fmin: float = 60.0, fmax: flo
         mag = np.abs(np.fft.rfft(x * window, n_fft))
         f0s.append(candidates[int(np.argmax(weights @ mag[bins]))])
     return float(np.median(f0s)) if f0s else float("nan")
-
-
-def test_f0_estimate_reads_the_demo_voices(trained):
-    """The pitch measure itself, on ground-truth clips whose f0 the generator sets (each
-    utterance adds its own offset and intonation, hence 12 %)."""
-    import soundfile as sf
-
-    from myxtts.synthetic import demo_speaker_f0
-
-    lines = (trained["full"] / "metadata.csv").read_text(encoding="utf-8").splitlines()
-    for spk in range(SPEAKERS):
-        clip = next(ln.split("|")[0] for ln in lines if ln.split("|")[3] == f"spk{spk}")
-        wav, sr = sf.read(str(trained["full"] / "wavs" / f"{clip}.wav"))
-        f0 = estimate_f0(wav, sr)
-        assert abs(f0 / demo_speaker_f0(spk, SPEAKERS) - 1) < 0.12, (spk, f0)
 
 
 def test_voice_follows_the_reference_speaker_also_unseen(trained):

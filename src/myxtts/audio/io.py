@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import NamedTuple
@@ -40,6 +41,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from myxtts.audio import processing
 from myxtts.audio.processing import (
     SILENT_PEAK_DBFS,
     clipped_fraction,
@@ -47,7 +49,7 @@ from myxtts.audio.processing import (
     is_silent,
     normalize_loudness,
     peak_dbfs,
-    trim_silence,
+    trim_bounds,
 )
 from myxtts.config import AudioConfig
 from myxtts.system import atomic_write, path_kind
@@ -135,31 +137,42 @@ def _reason(err: Exception) -> str:
 def _wav_shortfall(path: Path) -> tuple[int, int] | None:
     """``(declared frames, frames missing)`` when ``path`` is a RIFF/WAVE file whose data
     chunk declares more bytes than the file holds; None otherwise (other formats, a size
-    left open by a streaming writer: 0 or 0xFFFFFFFF, anything unparsable)."""
+    left open by a streaming writer: 0 or 0xFFFFFFFF, anything unparsable). One read of the
+    file's head in the usual case (it runs on every load of every clip on the fly)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(12)
+            head = fh.read(_HEAD_BYTES)
             if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
                 return None
-            file_size = path.stat().st_size
-            block_align = 0
+            file_size = os.fstat(fh.fileno()).st_size
+
+            def read(pos: int, n: int) -> bytes:  # from the head, else from the file
+                if pos + n <= len(head):
+                    return head[pos:pos + n]
+                fh.seek(pos)
+                return fh.read(n)
+
+            pos, block_align = 12, 0
             for _ in range(64):  # chunks before "data": fmt, fact, LIST, ... never many
-                chunk = fh.read(8)
+                chunk = read(pos, 8)
                 if len(chunk) < 8:
                     return None
                 cid, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
-                start = fh.tell()
+                start = pos + 8
                 if cid == b"fmt " and size >= 14:
-                    block_align = struct.unpack("<H", fh.read(14)[12:14])[0]
+                    block_align = struct.unpack("<H", read(start, 14)[12:14])[0]
                 elif cid == b"data":
                     have = file_size - start
                     if size in (0, 0xFFFFFFFF) or size <= have or block_align <= 0:
                         return None
                     return size // block_align, (size - have) // block_align
-                fh.seek(start + size + (size & 1))
+                pos = start + size + (size & 1)
     except (OSError, struct.error):
         return None
     return None
+
+
+_HEAD_BYTES = 4096  # a WAV's chunks before its samples (fmt, fact, LIST) nearly always fit
 
 
 def _check_complete(path: Path, sample_rate: int) -> None:
@@ -202,20 +215,32 @@ def read_audio(path: str | Path, notes: Notes | None = None) -> tuple[np.ndarray
     some recorders put the voice on one side only), unless the channels cancel (the module
     doc); a truncated WAV is an error. ``notes``: see the module doc.
     """
-    path = Path(path)
+    wav, sample_rate, _ = _read(Path(path), notes)
+    return wav, sample_rate
+
+
+def _decode(f: sf.SoundFile, frames: int = -1) -> tuple[np.ndarray, bool]:
+    """``(float32 [T, C], is 16-bit PCM)``: the next ``frames`` frames of an open file (-1:
+    all the rest)."""
+    if f.subtype == "PCM_16":
+        # The common case (LJSpeech, most corpora). libsndfile's own int->float
+        # conversion measures ~2x slower than reading int16 and scaling in
+        # numpy; the values are identical (x / 32768 is exact in float32).
+        return _pcm16_to_float(f.read(frames, dtype="int16", always_2d=True)), True
+    return f.read(frames, dtype="float32", always_2d=True), False
+
+
+_DECODE_ERRORS = (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError)
+
+
+def _read(path: Path, notes: Notes | None) -> tuple[np.ndarray, int, int]:
+    """:func:`read_audio`'s clip and rate, and the file's channel count."""
     _check_exists(path)
     try:
         with sf.SoundFile(str(path)) as f:
             sample_rate = f.samplerate
-            is_pcm16 = f.subtype == "PCM_16"
-            if is_pcm16:
-                # The common case (LJSpeech, most corpora). libsndfile's own int->float
-                # conversion measures ~2x slower than reading int16 and scaling in
-                # numpy; the values are identical (x / 32768 is exact in float32).
-                data = _pcm16_to_float(f.read(dtype="int16", always_2d=True))  # [T, C]
-            else:
-                data = f.read(dtype="float32", always_2d=True)  # [T, C]
-    except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
+            data, is_pcm16 = _decode(f)  # [T, C]
+    except _DECODE_ERRORS as e:
         raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
     if data.shape[0] == 0 or data.shape[1] == 0:
         raise AudioError(f"{path}: clip has zero samples; {_FIX_BROKEN}")
@@ -230,7 +255,26 @@ def read_audio(path: str | Path, notes: Notes | None = None) -> tuple[np.ndarray
     wav = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]  # [T]
     if data.shape[1] > 1:
         wav = _uncancelled(path, data, wav, notes)
-    return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate)
+    return np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate), data.shape[1]
+
+
+def read_span(path: str | Path, start: int, stop: int) -> np.ndarray:
+    """Samples ``[start, stop)`` of a one-channel clip as float32, decoded the way
+    :func:`read_audio` decodes the whole clip (the same values), without the rest: what
+    the on-the-fly loader reads of a reference clip whose span :func:`load_audio_span` gave
+    (a seek and a read of the crop, ~10x less than loading the clip)."""
+    path = Path(path)
+    try:
+        with sf.SoundFile(str(path)) as f:
+            f.seek(start)
+            data, _ = _decode(f, stop - start)
+    except _DECODE_ERRORS as e:
+        raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
+    if data.shape != (stop - start, 1):
+        raise AudioError(f"{path}: has changed while in use (samples {start}-{stop} of one "
+                         f"channel expected, {data.shape[0]} x {data.shape[1]} read); "
+                         f"{_FIX_BROKEN}")
+    return np.ascontiguousarray(data[:, 0])
 
 
 def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray, notes: Notes | None
@@ -249,10 +293,11 @@ def _uncancelled(path: Path, data: np.ndarray, mix: np.ndarray, notes: Notes | N
     return data[:, loudest]
 
 
-def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarray:
-    """The module doc's out-of-range, DC offset and clipping rules, on the clip as read;
-    returns the clip (scaled down to full scale when its peak is a little over)."""
-    peak = max(float(np.max(wav)), -float(np.min(wav)))
+def _check_levels(path: Path, wav: np.ndarray, peak: float, notes: Notes | None
+                  ) -> tuple[np.ndarray, float]:
+    """The module doc's out-of-range, DC offset and clipping rules, on the clip as read
+    (``peak``: its ``processing.peak``); returns the clip (scaled down to full scale when
+    its peak is a little over) and its peak."""
     if peak > MAX_FLOAT_PEAK:
         raise AudioError(f"{path}: samples reach {peak:.3g}, far outside [-1, 1] (limit "
                          f"{MAX_FLOAT_PEAK:g}): the file is scaled wrong (integer values "
@@ -262,7 +307,7 @@ def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarra
         raise AudioError(f"{path}: DC offset {offset:+.3f} of full scale (limit "
                          f"+-{MAX_DC_OFFSET:g}): a broken recording chain; high-pass it (e.g. "
                          f"sox IN OUT highpass 20) or remove it from the dataset", DC_OFFSET)
-    clipped = clipped_fraction(wav)
+    clipped = clipped_fraction(wav, level=peak)
     if clipped >= MAX_CLIPPED_FRACTION:
         raise AudioError(f"{path}: hard clipping: {100 * clipped:.1f}% of the samples sit in "
                          f"flat runs at the peak (limit {100 * MAX_CLIPPED_FRACTION:g}%); "
@@ -272,7 +317,8 @@ def _check_levels(path: Path, wav: np.ndarray, notes: Notes | None) -> np.ndarra
         _fixed(notes, SCALED_AUDIO, f"{path}: samples reach {peak:.3f}, over full scale; "
                f"scaled down by {20.0 * np.log10(peak):.1f} dB to fit [-1, 1]")
         wav = wav * np.float32(1.0 / peak)
-    return wav
+        peak = processing.peak(wav)
+    return wav, peak
 
 
 def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -> np.ndarray:
@@ -284,10 +330,25 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
     range, offset, clipped (the module doc's rules), or at another rate while
     ``cfg.resample`` is false. A clip kept after a fix is recorded in ``notes`` (module doc).
     """
+    return load_audio_span(path, cfg, notes)[0]
+
+
+def load_audio_span(path: str | Path, cfg: AudioConfig, notes: Notes | None = None
+                    ) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """:func:`load_audio`'s clip and, where that clip is exactly the file's samples
+    ``[start, stop)`` (one channel, at ``cfg.sample_rate``, not scaled, not loudness-
+    normalised), that span: ``read_span(path, start + a, start + b)`` then equals
+    ``clip[a:b]``. None otherwise."""
     path = Path(path)
-    wav, sample_rate = read_audio(path, notes)
-    if not is_silent(wav):  # a silent clip is reported as silent (below)
-        wav = _check_levels(path, wav, notes)
+    wav, sample_rate, channels = _read(path, notes)
+    as_read = wav
+    # The peak is measured once and passed on: every pass over the clip is paid on every
+    # clip of every epoch when features are made on the fly.
+    level = processing.peak(wav)
+    if not is_silent(wav, level):  # a silent clip is reported as silent (below)
+        wav, level = _check_levels(path, wav, level, notes)
+    plain = (channels == 1 and wav is as_read and sample_rate == cfg.sample_rate
+             and not cfg.normalize_loudness)
     if sample_rate != cfg.sample_rate:
         if not cfg.resample:
             raise AudioError(
@@ -295,17 +356,20 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
                 f"{cfg.sample_rate} Hz and resampling is off; pass --set audio.resample=true "
                 f"or resample the data to {cfg.sample_rate} Hz", WRONG_SAMPLE_RATE)
         wav = soxr.resample(wav, sample_rate, cfg.sample_rate, quality="HQ").astype(np.float32)
-    if is_silent(wav):
-        raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav):.1f} dBFS, below "
+        level = processing.peak(wav)
+    if is_silent(wav, level):
+        raise AudioError(f"{path}: clip is silent (peak {peak_dbfs(wav, level):.1f} dBFS, below "
                          f"{SILENT_PEAK_DBFS:.0f} dBFS); remove it from the dataset", SILENT_AUDIO)
+    start, stop = 0, len(wav)
     if cfg.trim_silence:
-        wav = trim_silence(wav, cfg.sample_rate, cfg.trim_db)
+        start, stop = trim_bounds(wav, cfg.sample_rate, cfg.trim_db, level=level)
+        wav = wav[start:stop]
         if wav.size == 0:
             raise AudioError(f"{path}: nothing left after silence trimming; remove the clip or "
                              "pass --set audio.trim_silence=false", SILENT_AUDIO)
     if cfg.normalize_loudness:
         wav = normalize_loudness(wav, cfg.target_dbfs)
-    return np.ascontiguousarray(wav, dtype=np.float32)
+    return np.ascontiguousarray(wav, dtype=np.float32), (start, stop) if plain else None
 
 
 def save_wav(path: str | Path, wav, sample_rate: int) -> None:

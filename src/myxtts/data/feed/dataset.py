@@ -10,13 +10,11 @@ The epoch arrives with the indices (``EpochBatches`` tags every batch), because
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from myxtts.data.store import FeatureStore
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
     from myxtts.text.tokenizer import Tokenizer
 
 _MASK64 = (1 << 64) - 1
-_SERIAL_ELEMENTS = 32767  # torch runs element-wise ops on fewer elements than 32768 inline
 
 
 def mix64(*values: int) -> int:
@@ -59,16 +56,18 @@ class StoreDataset(Dataset):
     """Items of one split of a ``FeatureStore``; picklable (workers re-map the files).
 
     An item (numpy): ``tokens`` int32 [L], ``mel`` [T, n_mels], ``ref_mel`` [R' <=
-    ref_frames, n_mels], ``speaker_id``, ``language_id``, ``index``. Mels bound for a GPU
-    are float16 memmap views (the GPU casts; widening here and narrowing in the collator
-    costs ~20x the copy); for the CPU new float32 arrays, cast on the calling thread in
-    pieces below torch's parallel grain (waking OpenMP for a 50k copy costs more than it).
+    ref_frames, n_mels], ``speaker_id``, ``language_id``, ``index``. Mels are float16
+    memmap views, read once by the collator: a GPU batch takes their bytes as they are (the
+    GPU casts; widening here and narrowing there costs ~20x the copy), a CPU batch casts
+    them into its float32 buffer in the same pass (``collate.Collator``; a float32 copy per
+    item first was a second pass and ~40 allocations per batch).
 
     ``__getitems__`` fetches a whole batch in one call (torch's DataLoader uses it with a
     ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from
     :class:`EpochBatches`. ``epoch`` (default 0) is used for plain index lists.
     ``transfer``: the batches go to a GPU, so items carry float16 memmap views (see the
-    module docstring); else float32 copies. ``vocab_map``: token and language ids mapped
+    module docstring); else float32 batches (the same float16 views: the collator casts).
+    ``vocab_map``: token and language ids mapped
     into a model's vocabulary (None: the store's ids).
     """
 
@@ -100,24 +99,6 @@ class StoreDataset(Dataset):
             self._language = self.vocab_map.languages[self._language]
         self._refs = st.ref_table  # int32 [N, R], valid entries first, -1 after
         self._n_refs = (st.ref_table >= 0).sum(axis=1)  # [N]
-        self._mel_t: torch.Tensor | None = None  # torch view of the mel memmap (per process)
-        self._rows = max(1, _SERIAL_ELEMENTS // st.n_mels)
-
-    def _mel_tensor(self) -> torch.Tensor:
-        if self._mel_t is None:
-            with warnings.catch_warnings():  # read-only memmap: we only ever read through it
-                warnings.simplefilter("ignore", UserWarning)
-                self._mel_t = torch.from_numpy(self.store.mel_array)  # float16 [frames, n_mels]
-        return self._mel_t
-
-    def _float32(self, mel: torch.Tensor, offset: int, n_frames: int) -> np.ndarray:
-        """Frames ``[offset, offset + n_frames)`` as a new float32 array [n_frames, n_mels]."""
-        out = np.empty((n_frames, mel.shape[1]), np.float32)
-        dst = torch.from_numpy(out)
-        for a in range(0, n_frames, self._rows):  # serial-sized pieces (module docstring)
-            b = min(n_frames, a + self._rows)
-            dst[a:b].copy_(mel[offset + a:offset + b])
-        return out
 
     def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
         return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
@@ -138,12 +119,8 @@ class StoreDataset(Dataset):
         if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"utterance index out of range for {len(self)} utterances")
         tokens = self.store.token_array  # looked up once per batch
-        if self.transfer:  # float16 views of the memmap: the collator copies their bytes once
-            half = self.store.mel_array
-            frames = lambda off, n: half[off:off + n]  # noqa: E731
-        else:
-            mel = self._mel_tensor()
-            frames = lambda off, n: self._float32(mel, off, n)  # noqa: E731
+        half = self.store.mel_array  # float16 views of the memmap: the collator reads them once
+        frames = lambda off, n: half[off:off + n]  # noqa: E731
         hashes = [mix64(self.seed, epoch, i) for i in idx.tolist()]
         n_refs = self._n_refs[idx].tolist()
         pick = [h % n for h, n in zip(hashes, n_refs)]

@@ -10,6 +10,7 @@ trainer's feed: :meth:`StoreLoader.device_feed`). The worker count is
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,21 +29,88 @@ from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
+log = logging.getLogger(__name__)
+
 PREFETCH_PER_WORKER = 2  # batches requested ahead from each worker
 _ALIGN = 64  # byte alignment of every tensor inside a shared slot
 
 
 def default_num_workers(cpus: int | None = None) -> int:
-    """Loader workers for ``data.num_workers = -1``: 0 up to 2 CPUs, else 2 (1 with 3).
-
-    A store batch of ~20 LJSpeech utterances costs ~1.5 ms of CPU, and a worker hands it
-    over for ~0.5 ms of main-process time. Measured on a 2-core VM with the LJSpeech sample
-    (benchmarks/data_pipeline.py, other jobs running): 0 workers ~11k utterances/s, 1 or 2
-    ~7k/s (workers compete with the trainer for the cores). With more CPUs, 2 workers take
-    the work off the training thread, each sustaining hundreds of batches/s; more would
-    only compete for cores. Many-core machines: ``benchmarks/input_ratio.py``."""
+    """The most loader workers ``data.num_workers = -1`` gives a store: 0 up to 2 CPUs (no
+    core to spare beside the training process), else 2 (1 with 3); more would only compete
+    for cores. Whether any are used is :func:`choose_workers`'s rule. Many-core machines:
+    ``benchmarks/input_ratio.py``."""
     cpus = available_cpus() if cpus is None else cpus
     return 0 if cpus <= 2 else min(2, cpus - 2)
+
+
+# What a batch from a worker costs the training process instead of building it: the
+# DataLoader's queue and the copy out of the worker's shared slot. Measured on the 2-core
+# VM (store batches of 1.2-10 MB, main-process CPU per batch): 0.18 ms + 0.195 ms per MB,
+# against ~0.3 ms + 0.24 ms per MB to build the same batch in the training process. So a
+# worker takes a fifth to a third of a store batch's cost off the training process, and
+# the machine spends twice the CPU on it.
+HANDOVER_FIXED_S = 0.18e-3
+HANDOVER_S_PER_MB = 0.195e-3
+WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every batch
+
+
+def handover_s(nbytes: int) -> float:
+    """Modelled training-process seconds to take a batch of ``nbytes`` from a worker."""
+    return HANDOVER_FIXED_S + HANDOVER_S_PER_MB * nbytes / 1e6
+
+
+def choose_workers(cpus: int, build_s: float, nbytes: int) -> tuple[int, str]:
+    """``(workers, why)`` for a store whose largest batch (``nbytes``) builds in ``build_s``
+    seconds here: workers only where a core is spare and they take at least
+    ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0, which is also
+    the fastest loader by itself on any machine where a worker's batch costs the main
+    process about what building it does (``benchmarks/data_pipeline.py --parts precomputed``)."""
+    most = default_num_workers(cpus)
+    if most == 0:
+        return 0, f"{cpus} CPUs: no core to spare for a worker; {batch_cost_note(build_s, nbytes)}"
+    if not workers_pay(build_s, nbytes):
+        return 0, batch_cost_note(build_s, nbytes)
+    return most, f"{batch_cost_note(build_s, nbytes)}, on {cpus} CPUs"
+
+
+def workers_pay(build_s: float, nbytes: int) -> bool:
+    """Whether a worker takes at least ``WORKER_SAVING_S`` off each batch of this cost."""
+    return build_s - handover_s(nbytes) >= WORKER_SAVING_S
+
+
+def batch_cost_note(build_s: float, nbytes: int) -> str:
+    saves = "saves" if workers_pay(build_s, nbytes) else "would save"
+    return (f"a batch builds in {1e3 * build_s:.2f} ms here, taking it from a worker costs "
+            f"~{1e3 * handover_s(nbytes):.2f} ms: a worker {saves} "
+            f"{1e3 * max(0.0, build_s - handover_s(nbytes)):.2f} ms per batch (threshold "
+            f"{1e3 * WORKER_SAVING_S:.0f} ms)")
+
+
+def store_batch_cost(store: FeatureStore, cfg: Config) -> tuple[float, int]:
+    """:func:`batch_cost` of the train loader ``build_loader`` makes of ``store`` (a CPU
+    run's batches): what ``myxtts doctor`` weighs the worker count against."""
+    sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg)
+    return batch_cost(StoreDataset(store, cfg.data.ref_frames, cfg.data.shuffle_seed),
+                      Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames,
+                               pad_multiple(cfg)), sampler)
+
+
+def batch_cost(dataset: StoreDataset, collator: Collator, sampler: BucketBatchSampler,
+               tries: int = 3) -> tuple[float, int]:
+    """``(seconds, bytes)`` of the first epoch's largest batch, built in this process (the
+    fastest of ``tries``: the first may read the store from disk). ~1-10 ms."""
+    import time
+
+    sizes = dataset.store.mel_lengths
+    batch = max(sampler.batches(0), key=lambda b: int(sizes[b].sum()))
+    best, nbytes = float("inf"), 0
+    for _ in range(tries):
+        start = time.perf_counter()
+        out = collator(dataset.__getitems__((0, batch)))
+        best = min(best, time.perf_counter() - start)
+        nbytes = sum(t.numel() * t.element_size() for t in out.values())
+    return best, nbytes
 
 
 # data.batch_frames=auto: the frame budget bucket edges are planned with, and on a CPU (where
@@ -125,8 +193,24 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,
                            vocab_map=vocab_map)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)
-    if workers < 0:
-        workers = default_num_workers()
+    note = None
+    if workers != 0:
+        # Measured once per loader (a few ms): what decides workers for -1, and what
+        # ``myxtts profile`` weighs a user's count against (``StoreLoader.worker_note``).
+        build_s, nbytes = batch_cost(dataset, Collator(sampler.shape_table(), store.n_mels,
+                                                       cfg.data.ref_frames, pad_multiple(cfg),
+                                                       transfer=transfer), sampler)
+        best, why = choose_workers(available_cpus(), build_s, nbytes)
+        if workers < 0:
+            workers = best
+            log.info("store loader: %d worker%s (%s; --num-workers N to choose)", workers,
+                     "" if workers == 1 else "s", why)
+        elif best == 0:
+            many = f"{workers} loader worker{'' if workers == 1 else 's'}"
+            note = (f"{many} compete with the training process for the {available_cpus()} "
+                    f"CPUs (no core to spare)" if default_num_workers() == 0 else
+                    f"{many} cost the training process more than they save on this store: "
+                    f"{why}")
     # The training process pins as it collates; workers cannot (no CUDA in forked processes):
     # their batches are copied into pinned memory as they leave the shared slots.
     collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
@@ -137,7 +221,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     if workers == 0:
         loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
                             num_workers=0, generator=gen)
-        return StoreLoader(loader, None, pin, cfg.data.prefetch_batches), sampler
+        return StoreLoader(loader, None, pin, cfg.data.prefetch_batches, note), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
                                               cfg.data.ref_frames, transfer=transfer))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs.
@@ -145,7 +229,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                         num_workers=workers, persistent_workers=True,
                         prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
                         generator=gen)
-    return StoreLoader(loader, slots, pin, cfg.data.prefetch_batches), sampler
+    return StoreLoader(loader, slots, pin, cfg.data.prefetch_batches, note), sampler
 
 
 # ---------------------------------------------------------------- shared-memory batch slots
@@ -258,14 +342,17 @@ class StoreLoader:
     Wraps the DataLoader: takes batches out of the workers' shared slots and pins them
     when training on CUDA. ``dataloader``, ``num_workers`` and ``len()`` pass through.
     ``prefetch``: batches the trainer's feed keeps in flight (``data.prefetch_batches``).
+    ``worker_note``: set where the workers asked for cost the training process more than
+    they save on this store (``choose_workers``' rule): what ``myxtts profile`` says.
     """
 
     def __init__(self, dataloader: DataLoader, slots: SlotCollator | None, pin: bool,
-                 prefetch: int = 2) -> None:
+                 prefetch: int = 2, worker_note: str | None = None) -> None:
         self.dataloader = dataloader
         self.slots = slots
         self.pin = pin
         self.prefetch = int(prefetch)
+        self.worker_note = worker_note
 
     @property
     def num_workers(self) -> int:

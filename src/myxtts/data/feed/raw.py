@@ -50,25 +50,81 @@ class RawAudioDataset(Dataset):
         # 1 = the clip failed to load once: reported then, skipped from then on. Shared
         # memory: every loader worker (forked or spawned) and the main process see one map.
         self.failed = torch.zeros(len(split.paths), dtype=torch.uint8).share_memory_()
+        # [start, stop) of each loaded clip in its file where the clip is a plain slice of
+        # it (``audio.io.load_audio_span``), -1 before: a reference crop of such a clip is
+        # then read alone (``read_span``: a seek and ~3 s of samples) instead of decoding,
+        # checking and trimming the whole clip for it, ~15 % of an utterance's cost on the
+        # CPU data role. Shared like ``failed``.
+        self.spans = torch.full((len(split.paths), 2), -1, dtype=torch.int64).share_memory_()
+        self._views: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_views": None}  # numpy views do not travel as shared memory
+
+    def _maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """numpy views of ``failed`` and ``spans`` (a torch index costs ~5x a numpy one)."""
+        if self._views is None:
+            self._views = (self.failed.numpy(), self.spans.numpy())
+        return self._views
 
     def __len__(self) -> int:
         return len(self.split.paths)
 
+    def _failed(self, i: int, e: Exception) -> None:
+        failed, _ = self._maps()
+        if not failed[i]:
+            failed[i] = 1
+            log.warning("on-the-fly: leaving out a clip that cannot be used (its batch "
+                        "repeats another of its clips instead): %s", e)
+
     def _load(self, i: int) -> np.ndarray | None:
         """The clip, or None when it cannot be used (said once per clip, across workers
         and epochs; a clip that failed is not read again)."""
-        from myxtts.audio.io import AudioError, load_audio
+        from myxtts.audio.io import AudioError, load_audio_span
 
-        if self.failed[i]:
+        failed, spans = self._maps()
+        if failed[i]:
             return None
         try:
-            return load_audio(self.split.paths[i], self.audio)  # float32 [samples]
+            wav, span = load_audio_span(self.split.paths[i], self.audio)  # float32 [samples]
         except AudioError as e:
-            if not self.failed[i]:
-                self.failed[i] = 1
-                log.warning("on-the-fly: leaving out a clip that cannot be used (its batch "
-                            "repeats another of its clips instead): %s", e)
+            self._failed(i, e)
             return None
+        if span is not None:
+            spans[i] = span
+        return wav
+
+    def _ref_crop(self, r: int, h: int) -> tuple[np.ndarray, int, int] | None:
+        """Reference clip ``r``'s crop for hash ``h``: ``(wav[a:b], first, frames)`` (the
+        module doc's crop), or None when ``r`` cannot be used. Read alone where its span is
+        known; the same samples as cutting the loaded clip."""
+        from myxtts.audio.io import AudioError, read_span
+
+        failed, spans = self._maps()
+        if failed[r]:
+            return None
+        start, stop = (int(x) for x in spans[r])
+        if start < 0:
+            ref_wav = self._load(r)
+            return None if ref_wav is None else self._crop(ref_wav, h)
+        a, b, first, want = self._window(stop - start, h)
+        try:
+            return read_span(self.split.paths[r], start + a, start + b), first, want
+        except AudioError as e:
+            self._failed(r, e)
+            return None
+
+    def _window(self, n_samples: int, h: int) -> tuple[int, int, int, int]:
+        """``(a, b, first, frames)`` of the reference crop of a clip of ``n_samples``."""
+        n_ref = n_frames_for(n_samples, self.audio)
+        want = min(self.ref_frames, n_ref)
+        start = (h >> 32) % (n_ref - want + 1)
+        a, b, first = crop_window(n_samples, start, want, self.audio)
+        return a, b, first, want
+
+    def _crop(self, wav: np.ndarray, h: int) -> tuple[np.ndarray, int, int]:
+        a, b, first, want = self._window(len(wav), h)
+        return wav[a:b], first, want
 
     def item(self, i: int, epoch: int) -> dict[str, Any]:
         """The clip's fields; ``{"index": i}`` alone when it cannot be used."""
@@ -79,14 +135,11 @@ class RawAudioDataset(Dataset):
         row = self.split.refs[i]
         refs = row[row >= 0]
         r = int(refs[h % len(refs)])
-        ref_wav = wav if r == i else self._load(r)
-        if ref_wav is None:
-            ref_wav = wav  # a broken reference clip: clone from the utterance itself
-        n_ref = n_frames_for(len(ref_wav), self.audio)
-        want = min(self.ref_frames, n_ref)
-        start = (h >> 32) % (n_ref - want + 1)
-        a, b, first = crop_window(len(ref_wav), start, want, self.audio)
-        return {"wav": wav, "tokens": self.split.tokens[i], "ref_wav": ref_wav[a:b],
+        crop = self._crop(wav, h) if r == i else self._ref_crop(r, h)
+        if crop is None:
+            crop = self._crop(wav, h)  # a broken reference clip: clone from the utterance itself
+        ref_wav, first, want = crop
+        return {"wav": wav, "tokens": self.split.tokens[i], "ref_wav": ref_wav,
                 "ref_first": first, "ref_frames": want, "speaker_id": int(self.split.speaker_ids[i]),
                 "language_id": int(self.split.language_ids[i]), "index": i}
 

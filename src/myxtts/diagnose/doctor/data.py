@@ -38,6 +38,7 @@ class DataPlan:
     on_the_fly: bool = False
     table: Any = None
     n_mels: int = 0
+    batch_cost: tuple[float, int] | None = None  # a store batch's (build seconds, bytes)
 
 
 def check_data(cfg: Config, path: str | Path | None,
@@ -111,7 +112,10 @@ def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
     except ConfigError as e:
         return checks + [Check("batches", "fail", str(e), "--set data.batch_frames=N (the "
                                 "value the message names)")], DataPlan()
-    return checks, DataPlan(False, sampler.shape_table(), store.n_mels)
+    from myxtts.data.feed.loader import store_batch_cost
+
+    return checks, DataPlan(False, sampler.shape_table(), store.n_mels,
+                            store_batch_cost(store, cfg))
 
 
 def read_file(path: Path, limit: int = READ_LIMIT) -> tuple[int, float]:
@@ -210,13 +214,34 @@ def check_dataset(path: Path, cfg: Config) -> list[Check]:
 
 # ---------------------------------------------------------------- loader workers, /dev/shm
 
-def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False) -> tuple[int, str]:
-    """``(workers, where the number came from)`` as the loader resolves ``data.num_workers``."""
+def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False,
+                    batch_cost: tuple[float, int] | None = None) -> tuple[int, str]:
+    """``(workers, where the number came from)`` as the loader resolves ``data.num_workers``
+    (``batch_cost``: a store batch's, for the store loader's own rule)."""
     n = cfg.data.num_workers
     if n >= 0:
         return n, f"data.num_workers={n}"
+    if batch_cost is not None and not on_the_fly and _default_workers(cpus, False) > 0:
+        from myxtts.data.feed.loader import choose_workers
+
+        n, why = choose_workers(cpus, *batch_cost)
+        return n, f"auto: {why}"
     return _default_workers(cpus, on_the_fly), (f"auto for {cpus} CPUs"
                                                 + (", on the fly" if on_the_fly else ""))
+
+
+def check_store_workers(workers: int, batch_cost: tuple[float, int]) -> Check:
+    """Store workers against what they save the training process per batch (the loader's
+    rule, ``data.feed.loader.choose_workers``; the CPU count is the CPUs check's)."""
+    from myxtts.data.feed.loader import batch_cost_note, workers_pay
+
+    note = batch_cost_note(*batch_cost)
+    if workers == 0 or workers_pay(*batch_cost):
+        return Check("store workers", "ok", note)
+    return Check("store workers", "warn",
+                 f"{workers} loader worker{'' if workers == 1 else 's'} cost the training "
+                 f"process more than they save on this store: {note}",
+                 "--num-workers 0 (or -1: the loader's own choice)")
 
 
 def _default_workers(cpus: int, on_the_fly: bool) -> int:
@@ -287,12 +312,14 @@ def check_loader(cfg: Config, plan: DataPlan, cpus: int, *, transfer: bool, rank
                  shm_free: int | None) -> list[Check]:
     """Worker count against the CPUs, and /dev/shm against what those workers need."""
     try:
-        workers, source = resolve_workers(cfg, cpus, plan.on_the_fly)
+        workers, source = resolve_workers(cfg, cpus, plan.on_the_fly, plan.batch_cost)
         per_batch, batches, how = shm_per_worker(cfg, plan, transfer)
     except (ImportError, OSError) as e:
         return [Check("loader", "skip", f"myxtts.data cannot load ({type(e).__name__}: {e})")]
-    return [check_workers(workers, source, cpus, plan.on_the_fly),
-            check_shm(per_batch, batches, how, workers, shm_free, ranks)]
+    checks = [check_workers(workers, source, cpus, plan.on_the_fly)]
+    if plan.batch_cost is not None:
+        checks.append(check_store_workers(workers, plan.batch_cost))
+    return checks + [check_shm(per_batch, batches, how, workers, shm_free, ranks)]
 
 
 def check_roles(cfg: Config, plan: DataPlan, n_gpus: int, train_device: str) -> list[Check]:

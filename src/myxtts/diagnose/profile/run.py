@@ -210,7 +210,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
         on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
         preset=cfg.model.preset, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],
-        alloc_retries=out["alloc_retries"])
+        alloc_retries=out["alloc_retries"], worker_note=getattr(run.data.loader, "worker_note", None))
 
 
 def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:

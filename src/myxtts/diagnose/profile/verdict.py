@@ -57,6 +57,7 @@ class Figures:
     num_buckets: int = 16
     recompiles: int = 0
     alloc_retries: int = 0  # the CUDA caching allocator's retries during the window
+    worker_note: str | None = None  # store workers that cost more than they save (the loader's)
 
 
 @dataclass
@@ -84,6 +85,10 @@ def decide(f: Figures) -> Verdict:
        without NVML launch- and compute-bound cannot be told apart, and the verdict says so;
        4. compute-bound: none of the above."""
     v = _decide(f)
+    if f.worker_note:  # the store loader's own rule (data.feed.loader.choose_workers)
+        v.evidence.append(f.worker_note)
+        v.advice.insert(0 if v.kind == INPUT else len(v.advice),
+                        "--num-workers 0 (what the store loader chooses here by itself)")
     if f.recompiles:
         v.evidence.append(f"{f.recompiles} graph(s) compiled during the window: its timings "
                           f"include compilation; profile again (the kernels are cached now)")
@@ -116,7 +121,7 @@ def _input_bound(f: Figures, wait: float, copy: float) -> Verdict:
         advice.append("features are computed on the fly: prepare a store once "
                       "(`myxtts prepare DATA --out STORE`) and train on STORE")
     more = min(8, max(2, f.cpus // 2))
-    if f.num_workers < more and f.cpus > 2:
+    if f.num_workers < more and f.cpus > 2 and not f.worker_note:
         advice.append(f"--num-workers {more}")
     if f.prefetch_batches < 4:
         advice.append(f"--set data.prefetch_batches={max(4, 2 * f.prefetch_batches)}")
