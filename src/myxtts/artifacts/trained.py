@@ -2,8 +2,9 @@
 
 :func:`load_trained` reads any of the three (a bundle without pickle, a checkpoint with
 ``weights_only``) into one :class:`Trained`: config, vocabulary, the weights to speak with
-(their moving average unless ``raw_weights``), mel statistics and, where a bundle carries
-one, a vocoder's config and generator weights. Building the model from it is the reader's
+(their moving average unless ``raw_weights``), mel statistics, where a bundle carries
+one, a vocoder's config and generator weights, and the run's last evaluation in training
+(``artifacts.evaluation``) where there is one. Building the model from it is the reader's
 business (``inference``, ``evaluate``).
 """
 
@@ -20,6 +21,7 @@ from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.bundle import is_bundle, read_bundle
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
 
 
@@ -35,6 +37,7 @@ class Trained:
     mel_std: torch.Tensor
     vocoder_config: dict[str, Any] | None = None
     vocoder: dict[str, torch.Tensor] | None = None
+    evaluation: dict[str, Any] | None = None
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
@@ -42,7 +45,7 @@ def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
     if is_bundle(path):
         b = read_bundle(path)
         return Trained(b.path, b.config, b.vocab, b.model, b.mel_mean, b.mel_std,
-                       b.vocoder_config, b.vocoder)
+                       b.vocoder_config, b.vocoder, b.evaluation)
     file = resolve_checkpoint(path)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
@@ -50,4 +53,4 @@ def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
                             f"as --checkpoint")
     ema = None if raw_weights else state.get(ck.EMA)
     return Trained(file, state[ck.CONFIG], state[ck.VOCAB], averaged_state(state[ck.MODEL], ema),
-                   state[ck.MEL_MEAN], state[ck.MEL_STD])
+                   state[ck.MEL_MEAN], state[ck.MEL_STD], evaluation=read_evaluation(file))
