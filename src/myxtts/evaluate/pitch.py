@@ -22,6 +22,7 @@ F0_MIN_HZ, F0_MAX_HZ = 50.0, 600.0  # the speaking range searched
 YIN_THRESHOLD = 0.1  # the first dip of d' under this is the period (else the deepest dip)
 VOICED_THRESHOLD = 0.2  # a frame whose deepest dip of d' stays above this is unvoiced
 SILENT_DB = 40.0  # a frame this far below the loudest one is unvoiced, whatever YIN says
+SILENT_DBFS = -70.0  # and so is a frame quieter than this (a silent clip has no loudest frame)
 
 
 def yin(wav: np.ndarray, sample_rate: int, hop: int, window: int | None = None,
@@ -40,10 +41,11 @@ def yin(wav: np.ndarray, sample_rate: int, hop: int, window: int | None = None,
     diff = _difference(frames, window, lag_max)  # [F, lag_max + 1]
     lags = np.arange(1, lag_max + 1)
     cmnd = np.ones_like(diff)  # cumulative mean normalised difference, d'(0) = 1
-    cmnd[:, 1:] = diff[:, 1:] * lags / np.maximum(np.cumsum(diff[:, 1:], axis=1), 1e-12)
+    running = np.cumsum(diff[:, 1:], axis=1)
+    cmnd[:, 1:] = np.where(running > 0, diff[:, 1:] * lags / np.maximum(running, 1e-30), 1.0)
     f0, voiced = np.zeros(n_frames), np.zeros(n_frames, dtype=bool)
     level = 10.0 * np.log10(np.maximum((frames[:, :window] ** 2).mean(1), 1e-20))  # [F] dB
-    loud = level > level.max() - SILENT_DB
+    loud = (level > level.max() - SILENT_DB) & (level > SILENT_DBFS)
     for k in np.flatnonzero(loud):
         row = cmnd[k]
         searched = row[lag_min:lag_max]

@@ -89,9 +89,10 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
         raise EvaluationError(f"--split {split!r}: give one of {', '.join(SPLIT_CHOICES)}")
     trained = load_trained(model)
     cfg = config_from_dict(trained.config)
+    languages = list(trained.vocab["languages"])
+    cases, notes = pick_cases(data, cfg, split, languages, max_utterances, seed)  # data errors first
     synth = Synthesizer.from_trained(trained, device, vocoder)
     scorer = Scorer(cfg.audio, asr=asr, device=str(synth.device))  # models load before work
-    cases, notes = pick_cases(data, cfg, split, synth.tokenizer.languages, max_utterances, seed)
     voc = str(vocoder) if vocoder else ("the bundle's" if synth.neural else "Griffin-Lim")
     result = Evaluation(str(model), str(data), split, voc, scorer.recognizer.name
                         if scorer.recognizer else "none", str(synth.device), notes=notes,
