@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from myxtts.artifacts.bundle import export, read_bundle
 from myxtts.artifacts.evaluation import read_evaluation
@@ -39,9 +40,35 @@ def test_training_keeps_its_last_evaluation_and_logs_it(run):
     assert {"mcd_db", "voicing_error", "duration_ratio"} <= set(metrics) <= set(CHEAP) | {"similarity"}
     assert metrics["mcd_db"] > 0  # 4 steps of training are far from the truth
     logged = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    at_4 = [row for row in logged if "eval/mcd_db" in row]
-    assert [row["step"] for row in at_4] == [4]
-    assert {k: at_4[0][f"eval/{k}"] for k in metrics} == pytest.approx(metrics)
+    evaluated = [row for row in logged if "eval/mcd_db" in row]
+    assert [row["step"] for row in evaluated] == [4]
+    assert {k: evaluated[-1][f"eval/{k}"] for k in metrics} == pytest.approx(metrics)
+
+
+def test_evaluating_in_training_does_not_change_what_trains(micro_store, tmp_path):
+    """3 steps with an evaluation after steps 2 and 3 end with the weights of 3 steps without,
+    bit for bit: evaluation draws on a forked RNG and leaves the data order alone."""
+    from myxtts.artifacts import checkpoint as ck
+    from myxtts.train.loop import train
+    from tests.helpers import micro_config
+
+    states = []
+    for name, extra in (("plain", []), ("evaluated", ["train.eval_every=2",
+                                                      "train.eval_utterances=1"])):
+        train(micro_config(tmp_path / name, "train.max_steps=3", "model.max_decoder_frames=24",
+                           *extra), micro_store, progress=False)
+        states.append(ck.load(tmp_path / name / "checkpoints" / "ckpt_00000003.pt"))
+    assert (tmp_path / "evaluated" / "evaluation.json").is_file()
+    assert _same(states[0][ck.MODEL], states[1][ck.MODEL])
+    assert _same(states[0][ck.EMA], states[1][ck.EMA])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return a == b
 
 
 def test_export_carries_the_last_evaluation(run, tmp_path):

@@ -77,6 +77,15 @@ class TrainingEvaluation:
                  rank: int) -> dict[str, float] | None:
         if rank != 0:
             return None
+        # Everything here runs on a forked RNG (building the speaker encoder's layers draws
+        # initial weights, decoding draws prenet noise): a run that evaluates trains exactly
+        # as one that does not (tested).
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            return self._evaluate(model, step_fn, logger, step)
+
+    def _evaluate(self, model: torch.nn.Module, step_fn: Any, logger: MetricLogger,
+                  step: int) -> dict[str, float] | None:
         if self.batches is None:
             self._prepare()
         if not self.batches:
