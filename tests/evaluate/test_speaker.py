@@ -37,6 +37,7 @@ def test_a_clip_is_its_own_voice_and_embeddings_have_unit_length(encoder):
     assert speaker.similarity(e, encoder.embed(_vowel(240, 2000), 16000)) < 0.99
 
 
+@pytest.mark.filterwarnings("ignore:Please import:DeprecationWarning")  # resemblyzer's scipy import
 def test_the_embedding_is_resemblyzers(encoder, monkeypatch):
     """resemblyzer's own embed_utterance on the same levelled 16 kHz clip, its modules
     imported with a stand-in webrtcvad (whose real import needs pkg_resources; the VAD is

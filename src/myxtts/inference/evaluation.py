@@ -45,6 +45,7 @@ from myxtts.text import clean_text
 log = logging.getLogger(__name__)
 
 ROWS = ("model", "truth, vocoded", "truth")
+MAX_LENGTH_RATIO = 3.0  # decoding stops at this multiple of the true clip's length
 SPLIT_CHOICES = ("val", "all")
 
 
@@ -97,13 +98,13 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     result = Evaluation(str(model), str(data), split, voc, scorer.recognizer.name
                         if scorer.recognizer else "none", str(synth.device), notes=notes,
                         training=trained.evaluation, scores={r: [] for r in ROWS})
-    warm = False
+    warm, unstopped = False, 0
     for k, case in enumerate(cases):
         if progress is not None:
             progress(k, len(cases), case.id)
         try:
-            if not warm:  # one untimed synthesis first: one-time costs stay out of the RTF
-                _clips(synth, case, seed)
+            if not warm:
+                _warm_up(synth, case, seed)
                 warm = True
             clips = _clips(synth, case, seed)
         except (AudioError, SynthesisError) as e:
@@ -112,6 +113,7 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
         if audio_dir is not None:
             for row, name in (("model", "model"), ("truth, vocoded", "vocoded")):
                 save_wav(audio_dir / f"{case.id}.{name}.wav", clips[row][0], cfg.audio.sample_rate)
+        unstopped += clips["unstopped"]
         text = clean_text(case.text, case.language, cfg.text)
         ref = scorer.embed(clips["reference"][0])
         truth = clips["truth"][0]
@@ -123,6 +125,9 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
             result.scores[row].append(scores)
     if progress is not None:
         progress(len(cases), len(cases), "")
+    if unstopped:
+        result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: "
+                            f"decoding was cut at {MAX_LENGTH_RATIO:g}x the true length")
     for lang in sorted({c.language for c in result.cases}):
         if not scorer.speaks(lang) and scorer.recognizer is not None:
             result.notes.append(f"{lang}: no CER/WER: {scorer.recognizer.name} does not "
@@ -131,21 +136,41 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     return result
 
 
-def _clips(synth: Synthesizer, case: Case, seed: int) -> dict[str, tuple[np.ndarray, float | None]]:
+def _warm_up(synth: Synthesizer, case: Case, seed: int, frames: int = 24) -> None:
+    """A short untimed synthesis (``frames`` frames, vocoded) before the timed ones, so
+    first-call costs (allocations, kernel selection) stay out of the RTF."""
+    keep, synth.max_frames = synth.max_frames, frames
+    try:
+        with torch.inference_mode():
+            latents = synth.model.condition(*synth.reference_of(case.load_reference()))
+        synth.vocode(*synth.synthesize_mel([case.text], latents, case.language, seed))
+    finally:
+        synth.max_frames = keep
+
+
+def _clips(synth: Synthesizer, case: Case, seed: int) -> dict[str, Any]:
     """The case's audio: (clip, seconds it took to make) for the model's utterance, the
-    vocoded truth and the truth, and the reference clip."""
+    vocoded truth and the truth, and the reference clip; ``unstopped``: whether the model
+    ran into the length cap instead of stopping."""
     truth, reference = case.load_truth(), case.load_reference()
     with torch.inference_mode():
         latents = synth.model.condition(*synth.reference_of(reference, case.reference_id))
-    start = time.perf_counter()
-    mels, lengths = synth.synthesize_mel([case.text], latents, case.language, seed)
-    spoken = synth.vocode(mels, lengths)[0]  # back on the host: the time includes the device's
-    took = time.perf_counter() - start
+    # a model that never stops decodes up to MAX_LENGTH_RATIO x the truth, not for minutes
+    cap = int(MAX_LENGTH_RATIO * len(truth) / synth.cfg.audio.hop_length) + 1
+    keep, synth.max_frames = synth.max_frames, min(synth.max_frames, cap)
+    try:
+        start = time.perf_counter()
+        mels, lengths = synth.synthesize_mel([case.text], latents, case.language, seed)
+        spoken = synth.vocode(mels, lengths)[0]  # back on the host: the time includes the device's
+        took = time.perf_counter() - start
+        unstopped = int(lengths[0]) >= synth.max_frames
+    finally:
+        synth.max_frames = keep
     with torch.inference_mode():
         mel, n = synth.mel(torch.from_numpy(truth).to(synth.device))
         vocoded = synth.vocode(mel[None], n.reshape(1))[0]
     return {"model": (spoken, took), "truth, vocoded": (vocoded, None), "truth": (truth, None),
-            "reference": (reference, None)}
+            "reference": (reference, None), "unstopped": unstopped}
 
 
 # ---------------------------------------------------------------- the utterances
