@@ -142,7 +142,8 @@ def _warm_up(synth: Synthesizer, case: Case, seed: int, frames: int = 24) -> Non
     keep, synth.max_frames = synth.max_frames, frames
     try:
         with torch.inference_mode():
-            latents = synth.model.condition(*synth.reference_of(case.load_reference()))
+            latents = synth.model.condition(*synth.reference_of(case.load_reference(),
+                                                                case.reference_id))
         synth.vocode(*synth.synthesize_mel([case.text], latents, case.language, seed))
     finally:
         synth.max_frames = keep
