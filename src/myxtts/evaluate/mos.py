@@ -5,7 +5,7 @@ SIG (the speech itself: distortion, buzz), BAK (the background: noise) and OVRL 
 predicted by Microsoft's ONNX models from the ``speechmos`` wheel, run by ``onnxruntime``
 on 16 kHz audio in 9 s windows (a shorter clip is repeated to fill one), through
 speechmos's own scoring code. Read against the ground-truth row: clean read speech such as
-LJSpeech predicts OVRL ~3.4, synthetic speech of an espeak-like quality ~2.9.
+LJSpeech predicts OVRL 3.4-3.5 (measured on its clips).
 
 The sessions are made here rather than by ``speechmos.dnsmos.run``: onnxruntime's default
 threads keep spinning after each run, burning the cores the speaker encoder and the
