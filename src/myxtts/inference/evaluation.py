@@ -126,8 +126,10 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     if progress is not None:
         progress(len(cases), len(cases), "")
     if unstopped:
-        result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: "
-                            f"decoding was cut at {MAX_LENGTH_RATIO:g}x the true length")
+        result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: cut "
+                            f"at {MAX_LENGTH_RATIO:g}x the true length or at "
+                            f"model.max_decoder_frames ({cfg.model.max_decoder_frames}), the "
+                            f"smaller")
     for lang in sorted({c.language for c in result.cases}):
         if not scorer.speaks(lang) and scorer.recognizer is not None:
             result.notes.append(f"{lang}: no CER/WER: {scorer.recognizer.name} does not "
