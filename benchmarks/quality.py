@@ -6,8 +6,7 @@ every metric of ``myxtts evaluate``, in one run (the recordings are the baseline
 1. Prepares DATA (default ../shared/data/ljspeech-mini) with its audio and a 20 % held-out
    split (``data.val_fraction=0.2``).
 2. Without ``--vocoder``: trains the tiny vocoder on the store with ``myxtts train-vocoder``
-   for ``--steps`` reconstruction steps (default 1500, under two minutes on 2 cores; the
-   table's header says how many).
+   for ``--steps`` reconstruction steps (default 1500; the table's header says how many).
 3. For up to ``--max`` held-out clips: the recording, its mel through Griffin-Lim and
    through the vocoder, each scored on ASR CER/WER (pocketsphinx), speaker similarity to
    another held-out clip of the same speaker, DNSMOS SIG/BAK/OVRL, and against the recording
