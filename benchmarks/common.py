@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "ljspeech-mini"
+# ../shared/data/ljspeech-mini beside the checkout, or beside a folder above it (a worktree
+# kept deeper); the nearest that exists
+DEFAULT_DATA = next((f / "shared" / "data" / "ljspeech-mini" for f in REPO.parents
+                     if (f / "shared" / "data" / "ljspeech-mini").exists()),
+                    REPO.parent / "shared" / "data" / "ljspeech-mini")
 CPU_BATCH_FRAMES = {"tiny": 1500, "small": 1000, "base": 1000}  # ~0.15-1 s steps on 2 cores
 LABEL = 56  # width of a table's first column
 OPTIONS: dict[str, tuple[Any, str]] = {  # the shared options: type, default help

@@ -8,10 +8,21 @@ from pathlib import Path
 from myxtts.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def beside_repo(*parts: str) -> Path:
+    """``../shared/PARTS`` next to the checkout, or next to a folder above it (a worktree
+    kept deeper, such as ``/work/wt/NAME``); the nearest that exists, else ``../shared``."""
+    for folder in REPO.parents:
+        if (found := folder.joinpath("shared", *parts)).exists():
+            return found
+    return REPO.parent.joinpath("shared", *parts)
+
+
 # Real speech next to the repository (../shared/data/ljspeech-mini); tests that need it
 # skip cleanly where it is absent.
 LJSPEECH_MINI = Path(os.environ.get("MYXTTS_LJSPEECH_MINI",
-                                    REPO.parent / "shared" / "data" / "ljspeech-mini"))
+                                    beside_repo("data", "ljspeech-mini")))
 
 # A model much smaller than the tiny preset: trainer mechanics, not quality, are under test.
 MICRO_MODEL = [

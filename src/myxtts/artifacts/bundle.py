@@ -3,8 +3,9 @@
 :func:`export` writes a run's weights (the averaged EMA weights where its checkpoint keeps
 them), its config, vocabulary (the language table with it), mel statistics and, optionally,
 a trained vocoder's generator as ONE safetensors file: tensors ``model.NAME``,
-``vocoder.NAME``, ``mel_mean`` and ``mel_std``; config, vocabulary and the vocoder's config
-as JSON strings in the file's metadata. No optimizer, scheduler or random state, so it is a
+``vocoder.NAME``, ``mel_mean`` and ``mel_std``; config, vocabulary, the vocoder's config and
+the run's last evaluation in training (``artifacts.evaluation``, where it has one) as JSON
+strings in the file's metadata. No optimizer, scheduler or random state, so it is a
 fraction of a training checkpoint; no pickle, so reading one runs no code.
 
 Integrity: the metadata key ``myxtts.sha256`` holds a SHA-256 over every byte of the file,
@@ -27,13 +28,14 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.config import config_from_dict
 from myxtts.system import atomic_write
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = "myxtts.bundle", "myxtts.sha256"
-CONFIG, VOCAB, VOCODER_CONFIG = "config", "vocab", "vocoder_config"
+CONFIG, VOCAB, VOCODER_CONFIG, EVALUATION = "config", "vocab", "vocoder_config", "evaluation"
 MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
 _ZERO = b"0" * 64
 _MARK = b'"' + CHECKSUM_KEY.encode() + b'":"'
@@ -54,6 +56,7 @@ class Trained:
     mel_std: torch.Tensor
     vocoder_config: dict[str, Any] | None = None
     vocoder: dict[str, torch.Tensor] | None = None
+    evaluation: dict[str, Any] | None = None  # the run's last evaluation in training
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Exported:
     checkpoint_size: int
     averaged: bool  # EMA weights went in
     vocoder: Path | None
+    evaluation: dict[str, Any] | None = None  # the run's last evaluation, carried along
 
 
 def is_bundle(path: str | Path) -> bool:
@@ -109,9 +113,12 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
                                  config_from_dict(state[ck.CONFIG]).audio, str(voc_file))
         tensors.update({VOCODER_PREFIX + k: v for k, v in voc[vck.GENERATOR].items()})
         meta[VOCODER_CONFIG] = json.dumps(voc[ck.CONFIG])
+    evaluation = read_evaluation(file)
+    if evaluation is not None:
+        meta[EVALUATION] = json.dumps(evaluation)
     blob = _seal(_serialize(tensors, meta))
     atomic_write(out, blob)
-    return Exported(out, len(blob), file, file.stat().st_size, averaged, voc_file)
+    return Exported(out, len(blob), file, file.stat().st_size, averaged, voc_file, evaluation)
 
 
 def _serialize(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
@@ -193,8 +200,9 @@ def read_bundle(path: str | Path) -> Trained:
     tensors = load(blob)
     split = {p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}
              for p in (MODEL_PREFIX, VOCODER_PREFIX)}
-    voc_cfg = meta.get(VOCODER_CONFIG)
+    voc_cfg, evaluation = meta.get(VOCODER_CONFIG), meta.get(EVALUATION)
     return Trained(path, json.loads(meta[CONFIG]), json.loads(meta[VOCAB]), split[MODEL_PREFIX],
                    tensors["mel_mean"], tensors["mel_std"],
                    json.loads(voc_cfg) if voc_cfg is not None else None,
-                   split[VOCODER_PREFIX] if voc_cfg is not None else None)
+                   split[VOCODER_PREFIX] if voc_cfg is not None else None,
+                   json.loads(evaluation) if evaluation is not None else None)

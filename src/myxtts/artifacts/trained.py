@@ -4,7 +4,8 @@
 ``weights_only``) into one ``Trained`` (defined beside the bundle, which holds just that):
 config, vocabulary, the weights to speak with (their moving average unless
 ``raw_weights``), mel statistics and, where a bundle carries one, a vocoder's config and
-generator weights. Building the model from it is the reader's
+generator weights, and the run's last evaluation in training (``artifacts.evaluation``)
+where there is one. Building the model from it is the reader's
 business (``inference``, ``evaluate``).
 """
 
@@ -17,6 +18,7 @@ from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
 
 
@@ -31,4 +33,4 @@ def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
                             f"as --checkpoint")
     ema = None if raw_weights else state.get(ck.EMA)
     return Trained(file, state[ck.CONFIG], state[ck.VOCAB], averaged_state(state[ck.MODEL], ema),
-                   state[ck.MEL_MEAN], state[ck.MEL_STD])
+                   state[ck.MEL_MEAN], state[ck.MEL_STD], evaluation=read_evaluation(file))

@@ -21,6 +21,7 @@ SUBCOMMANDS = [
     "myxtts.cli.train_vocoder",
     "myxtts.cli.synthesize",
     "myxtts.cli.export",
+    "myxtts.cli.evaluate",
     "myxtts.cli.demo",
     "myxtts.cli.prepare",
     "myxtts.cli.data_cmds",
@@ -54,6 +55,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
                       ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
                       ("myxtts.artifacts.errors", "ArtifactError"),
                       ("myxtts.inference.errors", "SynthesisError"),
+                      ("myxtts.evaluate", "EvaluationError"),
                       ("myxtts.text.tokenizer", "TokenizerError")]:
         try:
             errs.append(getattr(importlib.import_module(mod), name))

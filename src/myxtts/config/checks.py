@@ -76,9 +76,10 @@ def validate(cfg: Config) -> None:
     if not 0.0 < m.stop_threshold < 1.0:
         raise ConfigError(f"model.stop_threshold must be in (0, 1), got {m.stop_threshold}")
     positive("train", t, "max_steps", "lr", "grad_accum_steps", "log_every", "val_every",
-             "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row")
+             "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row",
+             "eval_utterances")
     positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
-             "synth_sentences", "keep_last", "mel_l2_weight", "guided_attn_weight",
+             "synth_sentences", "eval_every", "keep_last", "mel_l2_weight", "guided_attn_weight",
              "min_lr_ratio", "self_feed_after", "peak_tflops", allow_zero=True)
     lo, hi = GUIDED_SIGMA_RANGE
     if not lo <= t.guided_attn_sigma <= hi:

@@ -196,6 +196,12 @@ class TrainConfig:
     val_every: int = _f(500, "steps between teacher-forced validation passes")
     synth_every: int = _f(1000, "steps between free-running validation syntheses (0 disables)")
     synth_sentences: int = _f(2, "validation utterances synthesised each synth_every")
+    eval_every: int = _f(0, "steps between evaluations of eval_utterances validation utterances, "
+                         "free-running, against their vocoded truth (MCD, F0, voicing, "
+                         "duration, speaker similarity with resemblyzer installed), logged as "
+                         "eval/ and kept in RUN/evaluation.json; 0 = off (e.g. 2000 on a GPU; "
+                         "on a CPU generation takes seconds per utterance)")
+    eval_utterances: int = _f(8, "validation utterances scored each eval_every")
     ckpt_every: int = _f(500, "steps between checkpoints")
     keep_last: int = _f(3, "checkpoints kept besides the best-by-validation one")
     max_nonfinite_in_row: int = _f(20, "stop the run after this many consecutive non-finite losses")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from myxtts.artifacts.bundle import Trained
 from myxtts.artifacts.trained import load_trained
 from myxtts.artifacts.vocoder import build_vocoder, load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
@@ -55,8 +56,13 @@ class Synthesizer:
         pickle; a vocoder it carries is used unless ``vocoder`` names another run). A run that
         kept a moving average of its weights (``train.ema_decay``) speaks with the average,
         unless ``raw_weights``: then with the trained weights themselves."""
+        return cls.from_trained(load_trained(path, raw_weights), device, vocoder)
+
+    @classmethod
+    def from_trained(cls, trained: Trained, device: str = "auto",
+                     vocoder: str | Path | None = None) -> Synthesizer:
+        """The synthesizer of a model already read (``artifacts.trained.load_trained``)."""
         dev = resolve_device(device, "--device")
-        trained = load_trained(path, raw_weights)
         cfg = config_from_dict(trained.config)
         tok = Tokenizer.from_dict(trained.vocab)
         model = build_model(cfg, tok.vocab_size, len(tok.languages), trained.mel_mean,
@@ -65,7 +71,7 @@ class Synthesizer:
         voc = load_vocoder(vocoder, cfg.audio, dev) if vocoder else None
         if voc is None and trained.vocoder is not None:
             voc = build_vocoder(trained.vocoder_config, trained.vocoder, cfg.audio,
-                                str(path)).to(dev)
+                                str(trained.source)).to(dev)
         return cls(model.to(dev), cfg, tok, dev, voc)
 
     # ------------------------------------------------------------- inputs
@@ -75,9 +81,14 @@ class Synthesizer:
         to ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
         wav = load_audio(path, self.cfg.audio)
         self._check_bandwidth(path)
+        return self.reference_of(wav, path)
+
+    def reference_of(self, wav: np.ndarray, name: str | Path = "the reference"
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`reference` of a clip already loaded (float32 [T] at audio.sample_rate)."""
         seconds = len(wav) / self.cfg.audio.sample_rate
         if seconds < MIN_REFERENCE_S:
-            raise SynthesisError(f"reference {path} has {seconds:.2f} s of speech after trimming "
+            raise SynthesisError(f"reference {name} has {seconds:.2f} s of speech after trimming "
                                  f"silence; give at least {MIN_REFERENCE_S} s of the voice (3-10 s "
                                  f"clone best)")
         mel, n = self.mel(torch.from_numpy(wav).to(self.device))
@@ -86,7 +97,7 @@ class Synthesizer:
             crop_s = r / self.cfg.audio.frames_per_second
             log.warning("reference %s has %.2f s of speech after trimming, under half the %.2f s "
                         "crops the conditioning encoder trained on (data.ref_frames=%d): the clone "
-                        "may sound less like it; give a clip of at least %.1f s", path, seconds,
+                        "may sound less like it; give a clip of at least %.1f s", name, seconds,
                         crop_s, r, crop_s / 2)
         start = max(0, (n_frames - r) // 2)
         crop = mel[start:start + r]
@@ -105,11 +116,13 @@ class Synthesizer:
                         "%.0f Hz or more", path, source_rate, source_rate / 2, fmax, 2 * fmax)
 
     @torch.inference_mode()
-    def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor:
-        """Conditioning latents [1, C, d] of a voice: the mean over the clips' latents."""
+    def voice(self, audio_paths: Sequence[str | Path | np.ndarray]) -> torch.Tensor:
+        """Conditioning latents [1, C, d] of a voice: the mean over the clips' latents (clip
+        files, or clips already loaded as float32 arrays at audio.sample_rate)."""
         if not audio_paths:
             raise SynthesisError("no reference audio: give --reference CLIP (a few seconds of the voice)")
-        latents = [self.model.condition(*self.reference(p)) for p in audio_paths]
+        latents = [self.model.condition(*(self.reference_of(p) if isinstance(p, np.ndarray)
+                                          else self.reference(p))) for p in audio_paths]
         return torch.stack(latents).mean(dim=0)
 
     def language_for(self, text: str, language: str | None = None) -> str:

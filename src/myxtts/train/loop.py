@@ -32,6 +32,7 @@ from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.engine import TrainEngine
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.evaluation import TrainingEvaluation
 from myxtts.train.finetune import check_new_run
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.setup import build_setup
@@ -185,6 +186,8 @@ class _LoopContext:
         bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
         stream = iter(self.stream)
         last: Path | None = None
+        evaluation = TrainingEvaluation(self.cfg, self.data, self.device, self.out) \
+            if t.eval_every else None
         self.engine.model.train()
         try:
             while r.step < t.max_steps:
@@ -224,6 +227,8 @@ class _LoopContext:
                 if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
                     synthesize_samples(self.engine, self.data, self.cfg, self.logger, step,
                                        self.out / "samples", self.device, self.dist.rank)
+                if evaluation is not None and (step % t.eval_every == 0 or step == t.max_steps):
+                    evaluation(self.engine, self.logger, step, self.dist.rank)
                 if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
                     last = self.save()
                 if self._should_stop(stop, step):

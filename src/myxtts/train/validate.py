@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from myxtts.artifacts.vocoder import load_vocoder
+from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
@@ -70,40 +72,17 @@ def validation_sums(engine: TrainEngine, data: Any, device: torch.device
 
 def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: MetricLogger,
                        step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
-    """Free-running synthesis of fixed validation sentences with their own reference speakers,
-    by the weights' moving average when the run keeps one, compiled blocks eager
-    (``TrainEngine.evaluating``: generation's one-frame steps would otherwise compile graphs
-    of their own in the middle of the run)."""
+    """Free-running synthesis (:func:`free_running`) of fixed validation sentences with their
+    own reference speakers, saved, logged and scored against their ground-truth mels."""
     if rank != 0 or not data.synth_batch:
         return []
-    from myxtts.audio.griffin_lim import GriffinLim
     from myxtts.audio.io import save_wav
-    from myxtts.observe.quality import dtw_l1
+    from myxtts.evaluate.dtw import dtw_l1
 
     model = engine.model
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
-    # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
-    # and one resumed from a checkpoint see the same random stream afterwards.
-    # Samples run in fp32 whatever train.precision says: generation is hundreds of one-frame
-    # steps, and on a CPU (where bf16 is emulated) an autocast around them would cost far more
-    # than the training step; fp32 also keeps samples comparable across precisions.
-    devices = [device] if device.type == "cuda" else []
-    fp32 = torch.autocast(device.type, enabled=False)
-    with engine.evaluating():
-        with torch.random.fork_rng(devices=devices), fp32:
-            torch.manual_seed(step)
-            mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
-                                           batch["language_ids"], batch["ref_mel"],
-                                           batch["ref_lengths"])
-        with torch.no_grad(), torch.autocast(device.type, enabled=False):
-            align = model.alignment(batch)
-    if cfg.train.vocoder:  # a trained neural vocoder, checked to speak this mel definition
-        from myxtts.artifacts.vocoder import load_vocoder
-
-        vocoder: Any = load_vocoder(cfg.train.vocoder, cfg.audio, device)
-    else:
-        vocoder = GriffinLim(cfg.audio).to(device)
-    wavs = vocoder.waveforms(mels, lengths)
+    mels, lengths, align = free_running(engine, batch, device, seed=step)
+    wavs = sample_vocoder(cfg, device).waveforms(mels, lengths)
     std = model.mel_std.float().cpu().numpy()  # distances in units of each band's spread
     paths = []
     step_dir = out_dir / f"step_{step:08d}"
@@ -122,3 +101,40 @@ def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: Metr
         scores = {f"length_ratio_{i}": n / max(1, true_n), f"dtw_l1_{i}": dtw_l1(mel, truth, std)}
         logger.scalars(step, scores, prefix="synth/")
     return paths
+
+
+def free_running(engine: TrainEngine, batch: dict[str, torch.Tensor], device: torch.device,
+                 seed: int, alignment: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log-mels, lengths, alignment or None) of ``batch`` decoded free-running, as every
+    sample of a run is: by the weights' moving average when the run keeps one, compiled
+    blocks eager (``TrainEngine.evaluating``: generation's one-frame steps would otherwise
+    compile graphs of their own in the middle of the run). ``alignment``: also the
+    teacher-forced attention map."""
+    model = engine.model
+    # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
+    # and one resumed from a checkpoint see the same random stream afterwards.
+    # Samples run in fp32 whatever train.precision says: generation is hundreds of one-frame
+    # steps, and on a CPU (where bf16 is emulated) an autocast around them would cost far more
+    # than the training step; fp32 also keeps samples comparable across precisions.
+    devices = [device] if device.type == "cuda" else []
+    fp32 = torch.autocast(device.type, enabled=False)
+    align = None
+    with engine.evaluating():
+        with torch.random.fork_rng(devices=devices), fp32:
+            torch.manual_seed(seed)
+            mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
+                                           batch["language_ids"], batch["ref_mel"],
+                                           batch["ref_lengths"])
+        if alignment:
+            with torch.no_grad(), torch.autocast(device.type, enabled=False):
+                align = model.alignment(batch)
+    return mels, lengths, align
+
+
+def sample_vocoder(cfg: Config, device: torch.device) -> Any:
+    """What voices a run's samples: its trained vocoder (``train.vocoder``, checked to speak
+    this mel definition), else Griffin-Lim."""
+    if cfg.train.vocoder:
+        return load_vocoder(cfg.train.vocoder, cfg.audio, device)
+    return GriffinLim(cfg.audio).to(device)

@@ -1,0 +1,85 @@
+"""`myxtts evaluate MODEL DATA`: the numbers TTS papers report, beside the ground truth's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from myxtts.cli.common import CLIError, add_command
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_command(sub, "evaluate", run, "score a trained model on held-out utterances "
+                    "(CER/WER, speaker similarity, DNSMOS, MCD, F0, duration, RTF)")
+    p.add_argument("model", metavar="MODEL", help="a run folder (its best.pt, else the newest "
+                   "checkpoint), a checkpoint .pt file or a bundle of `myxtts export`")
+    p.add_argument("data", metavar="DATA", help="a dataset (any layout `prepare` reads) or a "
+                   "store of `myxtts prepare --audio`")
+    p.add_argument("--vocoder", metavar="RUN", help="a `myxtts train-vocoder` run (default: the "
+                   "bundle's vocoder where it carries one, else Griffin-Lim)")
+    p.add_argument("--max", dest="max_utterances", type=int, default=20, metavar="N",
+                   help="utterances to evaluate, a seeded choice (default 20; each costs a few "
+                        "seconds of ASR and DNSMOS per row on a CPU)")
+    p.add_argument("--split", default="val", choices=["val", "all"], help="the validation "
+                   "split prepare makes with the run's data settings (default), or every "
+                   "utterance (a held-out test set)")
+    p.add_argument("--asr", default="pocketsphinx", metavar="NAME", help="pocketsphinx "
+                   "(English, default), whisper[:SIZE] (openai-whisper or faster-whisper with "
+                   "its weights on disk) or none")
+    p.add_argument("--out", metavar="DIR", help="write evaluation.json and utterances.csv here")
+    p.add_argument("--keep-audio", action="store_true", help="also keep each model clip and "
+                   "vocoded truth in DIR/audio/")
+    p.add_argument("--json", action="store_true", help="print the JSON summary instead of "
+                   "the table")
+    p.add_argument("--seed", type=int, default=0, help="seed of the utterance and reference "
+                   "choice and of the prenet dropout")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Synthesize held-out utterances of DATA with MODEL, each in the voice of another clip
+    of the same speaker, and score the output, the true clip's mel through the same vocoder
+    ("truth, vocoded") and the true clip itself ("truth") on the same metrics: ASR
+    character/word error rates, speaker similarity to the reference clip, DNSMOS SIG/BAK/
+    OVRL, and against the true clip mel-cepstral distortion, log-F0 RMSE, voicing error and
+    duration ratio; the model's real-time factor. A table per language on screen; JSON and a
+    per-utterance CSV with --out. Offline: every model it uses ships inside its package
+    (pip install "myxtts[eval]"). What each number means: docs/evaluation.md."""
+    from myxtts.evaluate import require
+    from myxtts.evaluate.scorer import packages
+
+    if not Path(args.model).exists():
+        raise CLIError(f"MODEL {args.model} does not exist; pass a run folder of `myxtts train`, "
+                       f"a checkpoint or a bundle of `myxtts export`")
+    if not Path(args.data).exists():
+        raise CLIError(f"DATA {args.data} does not exist; pass a dataset folder or a store of "
+                       f"`myxtts prepare --audio`")
+    if args.vocoder and not Path(args.vocoder).exists():
+        raise CLIError(f"--vocoder {args.vocoder} does not exist; pass a `myxtts train-vocoder` "
+                       f"run folder")
+    if args.max_utterances < 1:
+        raise CLIError(f"--max {args.max_utterances}: give at least 1")
+    if args.keep_audio and not args.out:
+        raise CLIError("--keep-audio needs --out DIR (the clips go to DIR/audio/)")
+    require(*packages(args.asr))  # before any model loads: one line naming what is missing
+
+    from myxtts.inference.evaluation import evaluate
+    from myxtts.inference.evaluation_report import text_report, to_json, write
+
+    out = Path(args.out) if args.out else None
+    ev = evaluate(args.model, args.data, vocoder=args.vocoder, max_utterances=args.max_utterances,
+                  split=args.split, asr=args.asr, device=args.device, seed=args.seed,
+                  audio_dir=out / "audio" if out and args.keep_audio else None,
+                  progress=_progress)
+    print(json.dumps(to_json(ev), indent=1, ensure_ascii=False) if args.json else text_report(ev))
+    if out is not None:
+        written = write(ev, out)
+        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0
+
+
+def _progress(done: int, total: int, utterance: str) -> None:
+    if done < total:
+        print(f"evaluate: utterance {done + 1}/{total}: {utterance}", file=sys.stderr, flush=True)

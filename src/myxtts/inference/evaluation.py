@@ -1,0 +1,262 @@
+"""`myxtts evaluate MODEL DATA`: a trained model scored on held-out utterances, beside the
+ground truth.
+
+Each utterance picked from DATA (its validation split, the one ``prepare`` makes with the
+run's data settings, or every utterance with ``split="all"``) is spoken by the model in the
+voice of ANOTHER clip of the same speaker (cloning, never copying the target), and three
+clips are scored with every metric of ``evaluate.scorer``:
+
+    model           what the model says, through its vocoder (a bundle's, --vocoder, or
+                    Griffin-Lim)
+    truth, vocoded  the true clip's mel through the same vocoder: what a perfect mel
+                    predictor would get, so the vocoder's share of an error shows
+    truth           the true clip itself: the ceiling of this data (MCD 0, duration 1)
+
+DATA is a dataset in any layout ``prepare`` reads, or a store of ``myxtts prepare --audio``
+(a store without audio holds no ground-truth clips). ``evaluation_report`` summarises the
+scores per language and writes the table, JSON and the per-utterance CSV.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soxr
+import torch
+
+from myxtts.artifacts.trained import load_trained
+from myxtts.audio.io import AudioError, load_audio, save_wav
+from myxtts.config import Config, config_from_dict
+from myxtts.data.prepare.readers import read_dataset
+from myxtts.data.store import MANIFEST, FeatureStore
+from myxtts.data.store.format import SPLITS
+from myxtts.evaluate import EvaluationError
+from myxtts.evaluate.scorer import ClipScores, Scorer
+from myxtts.inference.errors import SynthesisError
+from myxtts.inference.synthesizer import Synthesizer
+from myxtts.text import clean_text
+
+log = logging.getLogger(__name__)
+
+ROWS = ("model", "truth, vocoded", "truth")
+MAX_LENGTH_RATIO = 3.0  # decoding stops at this multiple of the true clip's length
+SPLIT_CHOICES = ("val", "all")
+
+
+@dataclass
+class Case:
+    """One utterance to evaluate: its text, the true clip and another clip of its speaker
+    (``load_truth`` / ``load_reference`` give float32 audio at the model's sample rate)."""
+
+    id: str
+    text: str
+    language: str
+    speaker: str
+    reference_id: str
+    load_truth: Callable[[], np.ndarray]
+    load_reference: Callable[[], np.ndarray]
+
+
+@dataclass
+class Evaluation:
+    """What ``evaluate`` measured: per utterance and row, the scores; ``notes`` say what was
+    left out and why; ``training`` is the run's last evaluation in training, if any."""
+
+    model: str
+    data: str
+    split: str
+    vocoder: str
+    asr: str
+    device: str
+    cases: list[Case] = field(default_factory=list)
+    scores: dict[str, list[ClipScores]] = field(default_factory=dict)  # row -> per case
+    notes: list[str] = field(default_factory=list)
+    training: dict[str, Any] | None = None
+
+
+def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None = None,
+             max_utterances: int = 20, split: str = "val", asr: str = "pocketsphinx",
+             device: str = "auto", seed: int = 0, audio_dir: Path | None = None,
+             progress: Callable[[int, int, str], None] | None = None) -> Evaluation:
+    """Score ``model`` (a run folder, checkpoint or bundle) on up to ``max_utterances`` of
+    ``data``'s ``split``. ``audio_dir``: keep each model clip and vocoded truth there."""
+    if split not in SPLIT_CHOICES:
+        raise EvaluationError(f"--split {split!r}: give one of {', '.join(SPLIT_CHOICES)}")
+    trained = load_trained(model)
+    cfg = config_from_dict(trained.config)
+    languages = list(trained.vocab["languages"])
+    cases, notes = pick_cases(data, cfg, split, languages, max_utterances, seed)  # data errors first
+    synth = Synthesizer.from_trained(trained, device, vocoder)
+    scorer = Scorer(cfg.audio, asr=asr, device=str(synth.device))  # models load before work
+    voc = str(vocoder) if vocoder else ("the bundle's" if synth.neural else "Griffin-Lim")
+    result = Evaluation(str(model), str(data), split, voc, scorer.recognizer.name
+                        if scorer.recognizer else "none", str(synth.device), notes=notes,
+                        training=trained.evaluation, scores={r: [] for r in ROWS})
+    warm, unstopped = False, 0
+    for k, case in enumerate(cases):
+        if progress is not None:
+            progress(k, len(cases), case.id)
+        try:
+            if not warm:
+                _warm_up(synth, case, seed)
+                warm = True
+            clips = _clips(synth, case, seed)
+        except (AudioError, SynthesisError) as e:
+            result.notes.append(f"{case.id} left out: {e}")
+            continue
+        if audio_dir is not None:
+            for row, name in (("model", "model"), ("truth, vocoded", "vocoded")):
+                save_wav(audio_dir / f"{case.id}.{name}.wav", clips[row][0], cfg.audio.sample_rate)
+        unstopped += clips["unstopped"]
+        text = clean_text(case.text, case.language, cfg.text)
+        ref = scorer.embed(clips["reference"][0])
+        truth = clips["truth"][0]
+        result.cases.append(case)
+        for row in ROWS:
+            wav, seconds = clips[row]
+            scores = scorer.score(wav, text, case.language, truth, ref)
+            scores.synthesis_s = seconds
+            result.scores[row].append(scores)
+    if progress is not None:
+        progress(len(cases), len(cases), "")
+    if unstopped:
+        result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: cut "
+                            f"at {MAX_LENGTH_RATIO:g}x the true length or at "
+                            f"model.max_decoder_frames ({cfg.model.max_decoder_frames}), the "
+                            f"smaller")
+    for lang in sorted({c.language for c in result.cases}):
+        if not scorer.speaks(lang) and scorer.recognizer is not None:
+            result.notes.append(f"{lang}: no CER/WER: {scorer.recognizer.name} does not "
+                                f"recognize {lang!r} (--asr whisper[:SIZE] does, with its "
+                                f"weights on disk)")
+    return result
+
+
+def _warm_up(synth: Synthesizer, case: Case, seed: int, frames: int = 24) -> None:
+    """A short untimed synthesis (``frames`` frames, vocoded) before the timed ones, so
+    first-call costs (allocations, kernel selection) stay out of the RTF."""
+    keep, synth.max_frames = synth.max_frames, frames
+    try:
+        with torch.inference_mode():
+            latents = synth.model.condition(*synth.reference_of(case.load_reference(),
+                                                                case.reference_id))
+        synth.vocode(*synth.synthesize_mel([case.text], latents, case.language, seed))
+    finally:
+        synth.max_frames = keep
+
+
+def _clips(synth: Synthesizer, case: Case, seed: int) -> dict[str, Any]:
+    """The case's audio: (clip, seconds it took to make) for the model's utterance, the
+    vocoded truth and the truth, and the reference clip; ``unstopped``: whether the model
+    ran into the length cap instead of stopping."""
+    truth, reference = case.load_truth(), case.load_reference()
+    with torch.inference_mode():
+        latents = synth.model.condition(*synth.reference_of(reference, case.reference_id))
+    # a model that never stops decodes up to MAX_LENGTH_RATIO x the truth, not for minutes
+    cap = int(MAX_LENGTH_RATIO * len(truth) / synth.cfg.audio.hop_length) + 1
+    keep, synth.max_frames = synth.max_frames, min(synth.max_frames, cap)
+    try:
+        start = time.perf_counter()
+        mels, lengths = synth.synthesize_mel([case.text], latents, case.language, seed)
+        spoken = synth.vocode(mels, lengths)[0]  # back on the host: the time includes the device's
+        took = time.perf_counter() - start
+        unstopped = int(lengths[0]) >= synth.max_frames
+    finally:
+        synth.max_frames = keep
+    with torch.inference_mode():
+        mel, n = synth.mel(torch.from_numpy(truth).to(synth.device))
+        vocoded = synth.vocode(mel[None], n.reshape(1))[0]
+    return {"model": (spoken, took), "truth, vocoded": (vocoded, None), "truth": (truth, None),
+            "reference": (reference, None), "unstopped": unstopped}
+
+
+# ---------------------------------------------------------------- the utterances
+
+def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
+               max_utterances: int, seed: int) -> tuple[list[Case], list[str]]:
+    """Up to ``max_utterances`` cases of ``data`` (a store or a dataset), a seeded choice
+    in the data's order, each with a reference clip of its speaker drawn the same way;
+    and notes on what could not be used."""
+    path = Path(data)
+    if not path.exists():
+        raise EvaluationError(f"DATA {path} does not exist; pass a dataset folder or a store "
+                              f"of `myxtts prepare --audio`")
+    rows, notes = (_store_rows if (path / MANIFEST).is_file() else _dataset_rows)(path, cfg, split)
+    known = [r for r in rows["chosen"] if r["language"] in languages]
+    if len(known) < len(rows["chosen"]):
+        other = sorted({r["language"] for r in rows["chosen"]} - set(languages))
+        notes.append(f"{len(rows['chosen']) - len(known)} utterances in {', '.join(other)} left "
+                     f"out: the model speaks {', '.join(languages)}")
+    rng = np.random.default_rng(seed)
+    if len(known) > max_utterances:
+        known = [known[i] for i in sorted(rng.choice(len(known), max_utterances, replace=False))]
+    by_speaker: dict[str, list[dict[str, Any]]] = {}
+    for r in rows["pool"]:
+        by_speaker.setdefault(r["speaker"], []).append(r)
+    cases, alone = [], []
+    for r in known:
+        others = [o for o in by_speaker.get(r["speaker"], []) if o["id"] != r["id"]]
+        if not others:
+            alone.append(r["id"])
+            continue
+        ref = others[int(rng.integers(len(others)))]
+        cases.append(Case(r["id"], r["text"], r["language"], r["speaker"], ref["id"],
+                          r["load"], ref["load"]))
+    if alone:
+        notes.append(f"{len(alone)} utterances left out (e.g. {alone[0]}): their speaker has no "
+                     f"other clip to clone the voice from")
+    if not cases:
+        raise EvaluationError(f"nothing to evaluate in {path} ({split} split): "
+                              + ("; ".join(notes) or "it has no utterances")
+                              + ("; try --split all" if split == "val" else ""))
+    return cases, notes
+
+
+def _dataset_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], list[str]]:
+    splits = read_dataset(path, cfg)
+    rows = {name: [{"id": u.id, "text": u.text, "language": u.language, "speaker": u.speaker,
+                    "load": _file_loader(u.audio_path, cfg)} for u in utts]
+            for name, utts in (("train", splits.train), ("val", splits.val))}
+    if split == "val" and not rows["val"]:
+        raise EvaluationError(f"{path} has no validation utterances (data.val_fraction="
+                              f"{cfg.data.val_fraction}); pass --split all to evaluate on all")
+    pool = rows["train"] + rows["val"]
+    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, []
+
+
+def _file_loader(audio_path: Path, cfg: Config) -> Callable[[], np.ndarray]:
+    return lambda: load_audio(audio_path, cfg.audio)  # trimmed and resampled as in training
+
+
+def _store_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], list[str]]:
+    stores = {s: FeatureStore.open(path, s) for s in SPLITS}
+    if not stores["train"].has_audio:
+        raise EvaluationError(f"the store {path} has no audio (prepared without --audio), so "
+                              f"no ground-truth clips: pass the dataset it was prepared from as "
+                              f"DATA, or prepare it again with --audio")
+    rows: dict[str, list] = {}
+    for name, store in stores.items():
+        tok = store.tokenizer
+        rows[name] = [{"id": store.ids[i], "text": tok.decode(store.tokens(i)),
+                       "language": tok.languages[int(store.language_ids[i])],
+                       "speaker": store.speakers[int(store.speaker_ids[i])],
+                       "load": _store_loader(store, i, cfg)} for i in range(len(store))]
+    if split == "val" and not rows["val"]:
+        raise EvaluationError(f"the store {path} has no validation utterances; pass --split all")
+    pool = rows["train"] + rows["val"]
+    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, []
+
+
+def _store_loader(store: FeatureStore, i: int, cfg: Config) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        wav = store.audio(i).astype(np.float32) / 32767.0
+        if store.audio_sample_rate != cfg.audio.sample_rate:
+            wav = soxr.resample(wav, store.audio_sample_rate, cfg.audio.sample_rate)
+        return np.ascontiguousarray(wav, dtype=np.float32)
+    return load
