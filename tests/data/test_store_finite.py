@@ -111,6 +111,14 @@ def test_a_record_that_does_not_match_is_not_trusted(store, scans, damage):
     assert ensure_finite(store, manifest) is None and scans == ["train", "val"]
 
 
+def test_a_manifest_cut_short_is_refused_not_trusted(store):
+    blob = (store / "manifest.json").read_bytes()
+    (store / "manifest.json").write_bytes(blob[: len(blob) // 2])  # a copy that lost its tail
+    with pytest.raises(StoreError, match=r"manifest\.json: unreadable .*--force"):
+        FeatureStore.open(store)
+    assert "unreadable" in verify_store(store)[0]
+
+
 def test_nan_behind_a_stale_record_is_refused_and_not_recorded(store, scans):
     uid = poison_mel(store, "val", utterance=1)  # re-hashed: the record names other files now
     manifest = read_manifest(store)
@@ -176,3 +184,18 @@ def test_the_writer_refuses_nan_naming_the_utterance(tmp_path):
     with pytest.raises(StoreError, match=r"train/mel\.f16: utterance u1 has NaN"):
         writer.write_split("train", rows, blocks)
     assert "train" not in writer.finite_splits and not (tmp_path / "train" / "mel.f16").exists()
+
+
+def test_train_records_the_check_of_an_older_store_on_each_nodes_first_rank(store, scans, tmp_path):
+    from myxtts.train.data import open_train_data
+    from myxtts.train.distributed import DistInfo
+    from tests.helpers import micro_config
+
+    _edit_manifest(store, lambda m: m.pop(FINITE_CHECK))
+    cfg = micro_config(tmp_path / "run")
+    open_train_data(cfg, store, "cpu", DistInfo(rank=1, world_size=4, local_rank=1), None)
+    assert FINITE_CHECK not in read_manifest(store) and scans == ["train", "val"]
+    open_train_data(cfg, store, "cpu", DistInfo(rank=2, world_size=4, local_rank=0), None)
+    assert read_manifest(store)[FINITE_CHECK]["checked_by"] == "train"
+    open_train_data(cfg, store, "cpu", DistInfo(), None)
+    assert scans == ["train", "val"] * 2  # the third start trusted the record

@@ -174,8 +174,10 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
 
     train_store = FeatureStore.open(path, "train", cfg)
     train_store.check_statistics()
-    # A NaN store would train a NaN model: prepare's recorded check, else one pass, recorded.
-    problem = ensure_finite(path, train_store.manifest, record_as="train" if dist.rank == 0 else None)
+    # A NaN store would train a NaN model: prepare's recorded check, else one pass recorded
+    # by each node's first rank (nodes may hold their own copies of the store).
+    problem = ensure_finite(path, train_store.manifest,
+                            record_as="train" if dist.local_rank == 0 else None)
     if problem:
         raise TrainError(f"{path}: {problem}; run `myxtts prepare --verify {path}` and rebuild "
                          f"the store with --force")

@@ -146,7 +146,7 @@ def ensure_finite(path: str | Path, manifest: dict[str, Any], *, record_as: str 
     the check (:func:`is_recorded`); otherwise one bounded-memory pass over both splits,
     and with ``record_as`` (who checked: ``"train"``) a clean result is recorded
     (:func:`record_finite`), so the next call is O(1) again (a store that cannot be written
-    is read again every time, with a warning). Under DDP one rank records."""
+    is read again every time, with a warning). Under DDP one rank per node records."""
     path = Path(path)
     if is_recorded(manifest):
         return None
