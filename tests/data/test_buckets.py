@@ -48,3 +48,15 @@ def test_shape_table_maps_a_batch_to_its_bucket_and_refuses_longer_ones():
     assert table.shape_for(17) == (40, 24) and table.bucket_for(40) == 1
     with pytest.raises(ValueError, match="41-frame mel but the longest bucket is 40"):
         table.shape_for(41)
+
+
+def test_table_lookups_equal_searchsorted_and_unique():
+    from myxtts.data.feed import buckets
+
+    rng = np.random.default_rng(5)
+    edges = np.array([64, 128, 256, 512])
+    for lengths in (rng.integers(1, 700, 5000), np.array([1, 64, 65, 512, 513]),
+                    np.array([3, 2**21, 64])):  # the last: too long for a table, plain path
+        assert np.array_equal(buckets.bucket_index(edges, lengths),
+                              np.searchsorted(edges, lengths, side="left"))
+        assert np.array_equal(buckets.sorted_distinct(lengths), np.unique(lengths))

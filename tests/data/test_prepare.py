@@ -225,6 +225,36 @@ def test_rejections_are_reported_with_reasons(data, tmp_path):
     assert "too long" in result.summary
 
 
+def test_a_clip_with_nonfinite_features_is_left_out_and_reported(data, tmp_path, monkeypatch):
+    # The finite check starts in the worker: a clip whose mels come out NaN (here a sample
+    # turned NaN after decoding, which the decoder's own check cannot see) is reported with
+    # its file like any bad clip, and the store's manifest records its mels as checked.
+    import myxtts.audio.io as audio_io
+
+    real_load = audio_io.load_audio
+    target = sorted((data / "wavs").glob("*.wav"))[4]
+
+    def load(path, cfg, notes=None):
+        wav = real_load(path, cfg, notes)
+        if Path(path).name == target.name:
+            wav = wav.copy()
+            wav[len(wav) // 2] = np.nan
+        return wav
+
+    monkeypatch.setattr(audio_io, "load_audio", load)
+    out = tmp_path / "store"
+    result = prepare_store(data, out, Config(), workers=1, **QUIET)
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["id"], r["reason"], Path(r["audio_path"]).name) for r in report["rejected"]] == \
+        [(target.stem, "non-finite features", target.name)]
+    assert "mel frames are NaN or infinite" in report["rejected"][0]["detail"]
+    assert result.rejected == {"non-finite features": 1} and sum(result.kept.values()) == 19
+    assert f"non-finite features: {target}" in result.summary
+    assert all(target.stem not in FeatureStore.open(out, s).ids for s in ("train", "val"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["finite_check"]["checked_by"] == "prepare" and verify_store(out) == []
+
+
 def test_every_clip_rejected_is_a_clear_error(data, tmp_path):
     cfg = load_config(overrides=["data.min_duration_s=10", "data.max_duration_s=20"])
     with pytest.raises(StoreError, match=r"every utterance was rejected.*too short: 20.*report\.json"):
@@ -292,7 +322,11 @@ def test_damaged_chunk_is_extracted_again(data, reference_store, tmp_path, monke
     assert len(chunks) == 6  # 20 clips in chunks of 4 per split (train 18, val 2)
     chunks[0].write_bytes(b"")  # renamed but never flushed
     chunks[1].write_bytes(chunks[1].read_bytes()[:-100])  # cut short
+    with np.load(chunks[2]) as z:  # whole, but holding a NaN mel: never packed
+        arrays = {k: z[k] for k in z.files}
+    arrays["mel"][3, 7] = np.nan
+    np.savez(chunks[2], **arrays)
     result = prepare_store(data, out, Config(), workers=1, **QUIET)
-    assert result.resumed_chunks == 4
+    assert result.resumed_chunks == 3
     assert _checksums(out) == _checksums(reference_store)
     assert verify_store(out) == []

@@ -16,7 +16,7 @@ from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.synthetic import make_demo_data
 from myxtts.text import clean_text
-from tests.data.store_damage import flip_a_byte_is_found, truncation_is_named
+from tests.data.store_damage import flip_a_byte_is_found, poison_mel, truncation_is_named
 
 
 @pytest.fixture(scope="module")
@@ -176,16 +176,6 @@ def test_verify_detects_inconsistent_index(store_copy):
     assert len(problems) == 1 and "another speaker" in problems[0]
 
 
-def _rehash(store, rel: str) -> None:
-    """Update the manifest's size/sha256 of ``rel`` (a store wrong in a way checksums miss)."""
-    import hashlib
-
-    blob = (store / rel).read_bytes()
-    manifest = json.loads((store / "manifest.json").read_text())
-    manifest["files"][rel] = {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-    (store / "manifest.json").write_text(json.dumps(manifest))
-
-
 def test_verify_recomputes_the_feature_hash(store_copy):
     manifest = json.loads((store_copy / "manifest.json").read_text())
     manifest["feature_hash"] = "0123456789abcdef"  # edited to pass as another config's store
@@ -200,17 +190,10 @@ def test_nan_features_are_found_by_verify_and_refused_by_train(store_copy, tmp_p
     from myxtts.train.errors import TrainError
     from tests.helpers import micro_config
 
-    store = FeatureStore.open(store_copy)
-    mel = np.memmap(store_copy / "train" / "mel.f16", dtype=np.float16, mode="r+",
-                    shape=(store.total_frames, store.n_mels))
-    start = int(store.mel_offsets[3])
-    mel[start + 2, 5] = np.nan  # a writer bug: checksums recorded after the damage
-    mel.flush()
-    del mel
-    _rehash(store_copy, "train/mel.f16")
+    uid = poison_mel(store_copy, "train", utterance=3)  # the prepare's record is stale now
     problems = verify_store(store_copy)
     assert problems == [f"{store_copy / 'train'}: 1 mel frames hold NaN or infinity (first in "
-                        f"utterance 3, {store.ids[3]})"]
+                        f"utterance 3, {uid})"]
     with pytest.raises(TrainError, match=r"1 mel frames of the train split hold NaN .* utterance 3"):
         open_train_data(micro_config(tmp_path), store_copy, "cpu", DistInfo(), None)
 

@@ -31,7 +31,7 @@ from myxtts.data.batch import BatchShape, to_model_dtypes
 from myxtts.data.feed.dataset import VocabMap
 from myxtts.data.feed.protocol import TrainLoader
 from myxtts.data.feed.sampler import BucketBatchSampler
-from myxtts.data.store import MANIFEST, FeatureStore
+from myxtts.data.store import MANIFEST, FeatureStore, ensure_finite
 from myxtts.text import Tokenizer
 from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
@@ -174,11 +174,13 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
 
     train_store = FeatureStore.open(path, "train", cfg)
     train_store.check_statistics()
-    bad, first = train_store.nonfinite()  # one pass: a NaN store would train a NaN model
-    if bad:
-        raise TrainError(f"{path}: {bad} mel frames of the train split hold NaN or infinity (first "
-                         f"in utterance {first}, {train_store.ids[first]}); run `myxtts prepare "
-                         f"--verify {path}` and rebuild the store with --force")
+    # A NaN store would train a NaN model: prepare's recorded check, else one pass recorded
+    # by each node's first rank (nodes may hold their own copies of the store).
+    problem = ensure_finite(path, train_store.manifest,
+                            record_as="train" if dist.local_rank == 0 else None)
+    if problem:
+        raise TrainError(f"{path}: {problem}; run `myxtts prepare --verify {path}` and rebuild "
+                         f"the store with --force")
 
     tokenizer, vocab_map = model_vocabulary(train_store.tokenizer, state, base)
 

@@ -7,8 +7,8 @@ size, so an epoch uses at most ``num_buckets`` shapes; the edges come from
 fill repeats included). Fill repeats: a bucket's last batch is filled with other utterances
 of the bucket drawn from the (seed, epoch) generator, never cut short (a new shape) or
 dropped (unseen data); a few utterances (< one batch per bucket) are seen twice. The plan of
-epoch ``e`` depends only on ``(seed, e)``. Only lengths are read: planning an epoch of tens
-of thousands of utterances takes milliseconds.
+epoch ``e`` depends only on ``(seed, e)``. Only lengths are read: planning the buckets of a
+million utterances takes ~0.2 s, an epoch's batches ~0.1 s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from myxtts.data.batch import PAD_MULTIPLE, round_up
-from myxtts.data.feed.buckets import ShapeTable, choose_boundaries
+from myxtts.data.feed.buckets import ShapeTable, bucket_index, choose_boundaries
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,10 @@ class BucketBatchSampler(Sampler[list[int]]):
 
         bounds = choose_boundaries(self.mel_lengths[drawn], self.num_buckets, self.batch_frames,
                                    self.max_batch_size, self.pad_multiple, self.fill_cost)
-        self.bucket_of = np.searchsorted(bounds, self.mel_lengths, side="left")  # [N]
-        order = drawn[np.argsort(self.bucket_of[drawn], kind="stable")]
+        self.bucket_of = bucket_index(bounds, self.mel_lengths)  # [N]
+        # Stable: members keep index order. On int16 (at most _MAX_CANDIDATES buckets) numpy
+        # sorts by radix, ~7x faster than on int64.
+        order = drawn[np.argsort(self.bucket_of[drawn].astype(np.int16), kind="stable")]
         counts = np.bincount(self.bucket_of[drawn], minlength=len(bounds))
         self._members: list[np.ndarray] = np.split(order, np.cumsum(counts)[:-1])  # sorted idx
         if batch_sizes is not None:  # explicit, one per bucket (the trainer's auto budget)

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from myxtts.data.prepare.plan import Planned
-from myxtts.data.prepare.records import SPLITS, TOO_LONG, TOO_SHORT
+from myxtts.data.prepare.records import NONFINITE_FEATURES, SPLITS, TOO_LONG, TOO_SHORT
 from myxtts.data.store.audio import chunk_audio_ok, quantize
+from myxtts.data.store.finite import has_nonfinite, nonfinite_rows
 from myxtts.data.store.format import AUDIO_DTYPE, MEL_DTYPE, StoreError
 
 if TYPE_CHECKING:
@@ -96,14 +97,15 @@ def write_chunk(path: str | Path, data: bytes) -> None:
 def chunk_ok(path: Path, n_utterances: int, n_mels: int,
              audio_cfg: AudioConfig | None = None) -> bool:
     """True when a chunk left by an earlier run is complete: every array reads back (zip
-    CRCs checked) and its shapes fit the plan. ``audio_cfg``: the run keeps audio, so the
-    chunk must carry it, consistent with its mels. Anything else is extracted again."""
+    CRCs checked), its shapes fit the plan and its mels are finite (extraction leaves out a
+    clip whose are not). ``audio_cfg``: the run keeps audio, so the chunk must carry it,
+    consistent with its mels. Anything else is extracted again."""
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
         n_frames, mel = arrays["n_frames"], arrays["mel"]
         return (len(n_frames) == n_utterances and mel.dtype == MEL_DTYPE
-                and mel.shape == (int(n_frames.sum()), n_mels)
+                and mel.shape == (int(n_frames.sum()), n_mels) and not has_nonfinite(mel)
                 and all(k in arrays for k in _SUMMARY_KEYS)
                 and (audio_cfg is None or chunk_audio_ok(arrays, n_frames.astype(np.int64),
                                                          audio_cfg.n_fft, audio_cfg.hop_length)))
@@ -226,7 +228,6 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
                            f"{'min' if too_short else 'max'}_duration_s is "
                            f"{min_s if too_short else max_s} s")})
             continue
-        fixes += [{"id": uid, "audio_path": path, **note} for note in notes]
         # One clip per call: grouping a chunk's clips into length-sorted padded batches
         # gives the same features but measures 1.3-4x slower on CPU (the per-clip
         # reflect padding copies and the bigger working set cost more than the calls saved).
@@ -236,6 +237,13 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
         # Casts in torch (vectorised; numpy's float16 casts are not). float16 -> float64 is
         # exact, so the statistics are those of the stored values.
         mel16 = log_mel.to(torch.float16)  # [T, n_mels]
+        if has_nonfinite(mel16.numpy()):  # the check the store's manifest records starts here
+            rejections.append({
+                "id": uid, "audio_path": path, "reason": NONFINITE_FEATURES,
+                "detail": f"{len(nonfinite_rows(mel16.numpy()))} of {len(mel16)} mel frames are "
+                          f"NaN or infinite as stored (float16); the clip is left out"})
+            continue
+        fixes += [{"id": uid, "audio_path": path, **note} for note in notes]
         mel64 = mel16.to(torch.float64).numpy()  # [T, n_mels]
         n_frames[j] = mel64.shape[0]
         mel_sum += mel64.sum(axis=0)

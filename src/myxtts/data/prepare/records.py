@@ -33,6 +33,7 @@ NOT_UTF8 = "not UTF-8"
 UNKNOWN_LANGUAGE = "unknown language"
 TOO_SHORT = "too short"
 TOO_LONG = "too long"
+NONFINITE_FEATURES = "non-finite features"  # a clip whose mels came out NaN or infinite
 
 
 class DatasetError(ValueError):

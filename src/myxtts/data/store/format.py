@@ -34,6 +34,7 @@ PARTIAL_MARKER = ".partial"
 WORK_DIR = ".work"
 VOCAB = "vocab.json"
 REPORT = "report.json"
+FINITE_CHECK = "finite_check"  # manifest key: the non-finite check's result (store.finite)
 MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE = (
     "mel.f16", "tokens.i32", "index.npy", "refs.npy", "ids.json")
 SPLIT_FILES = (MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE)
@@ -66,6 +67,15 @@ def sha256_file(path: Path) -> str:
         while chunk := fh.read(_HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def store_checksum(manifest: dict[str, Any]) -> str:
+    """The sha256 of the manifest's file table (every file's path, size and sha256): one
+    value that changes whenever any file of the store is rewritten and re-hashed, so a
+    result recorded under it belongs to exactly these files (``store.finite``)."""
+    files = manifest.get("files", {})
+    blob = json.dumps(files, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def config_sections(cfg: Config) -> dict[str, dict[str, Any]]:

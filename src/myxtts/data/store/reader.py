@@ -193,21 +193,6 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def nonfinite(self, chunk_frames: int = 1 << 16) -> tuple[int, int | None]:
-        """(frames holding NaN or infinity, the first utterance with one or None): a full
-        pass over the mels, in chunks (a second or so for LJSpeech's 1.2 GB)."""
-        bad, first_frame = 0, None
-        mel = self.mel_array
-        for start in range(0, len(mel), chunk_frames):
-            ok = np.isfinite(mel[start:start + chunk_frames]).all(axis=1)  # [chunk]
-            if not ok.all():
-                bad += int((~ok).sum())
-                if first_frame is None:
-                    first_frame = start + int(np.flatnonzero(~ok)[0])
-        if first_frame is None:
-            return 0, None
-        return bad, int(np.searchsorted(self.mel_offsets, first_frame, side="right") - 1)
-
     def check_statistics(self) -> None:
         """The per-band mel mean/std the model normalises with must be finite (std > 0):
         NaN statistics would train a model of NaNs with no other notice."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from myxtts.audio.frames import frames_for_samples
 from myxtts.data.store.audio import audio_index, stores_audio
+from myxtts.data.store.finite import is_recorded, read_rows, scan_split
 from myxtts.data.store.format import (
     AUDIO_FILE,
     AUDIO_FILES,
@@ -24,6 +25,7 @@ from myxtts.data.store.format import (
     REFS_FILE,
     SPLIT_FILES,
     SPLITS,
+    TOKEN_DTYPE,
     TOKENS_FILE,
     VOCAB,
     StoreError,
@@ -40,9 +42,11 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
     size and sha256 (skipped with ``check_hashes=False``); no unlisted data files; per
     split, offsets contiguous from 0 and within the files, lengths positive, speaker and
     language ids in range, tokens within the vocabulary, references in range, of the same
-    speaker, and not the utterance itself unless its speaker has a single clip. With
-    audio (manifest ``store_audio``): its files listed, its index contiguous, and every
-    utterance's mel length the one its samples give (``_check_audio``).
+    speaker, and not the utterance itself unless its speaker has a single clip; every mel
+    finite (a full pass, whatever the manifest records: ``store.finite``). With audio
+    (manifest ``store_audio``): its files listed, its index contiguous, and every
+    utterance's mel length the one its samples give (``_check_audio``). Every file is read
+    in blocks: memory stays flat whatever the store's size.
     """
     path = Path(path)
     try:
@@ -85,10 +89,12 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             problems.append(str(e))
             continue
         problems += _check_index(store, vocab_size)
-        bad, first = store.nonfinite()
+        bad, first = scan_split(store)
         if bad:
+            recorded = (f"; {MANIFEST} records them as checked finite" if is_recorded(manifest)
+                        else "")
             problems.append(f"{path / split}: {bad} mel frames hold NaN or infinity (first in "
-                            f"utterance {first}, {store.ids[first]})")
+                            f"utterance {first}, {store.ids[first]}){recorded}")
         if split == "train":
             try:
                 store.check_statistics()
@@ -173,10 +179,13 @@ def _check_index(store: FeatureStore, vocab_size: int | None) -> list[str]:
                              ("language_id", store.language_ids, n_languages)):
         if ((ids < 0) | (ids >= limit)).any():
             out.append(f"{where}/{INDEX_FILE}: {name} outside [0, {limit})")
-    if vocab_size is not None and store.total_tokens:
-        tokens = store.token_array
-        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-            out.append(f"{where}/{TOKENS_FILE}: token ids outside the vocabulary [0, {vocab_size})")
+    if vocab_size is not None:
+        for _, tokens in read_rows(store.path / store.split / TOKENS_FILE, TOKEN_DTYPE, 1,
+                                   store.total_tokens):  # in blocks: memory stays flat
+            if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+                out.append(f"{where}/{TOKENS_FILE}: token ids outside the vocabulary "
+                           f"[0, {vocab_size})")
+                break
     refs = store.ref_table.astype(np.int64)  # [N, R]
     if refs.ndim != 2 or refs.shape[1] != store.refs_per_utterance:
         out.append(f"{where}/{REFS_FILE}: shape {refs.shape}, expected [{n}, "

@@ -27,6 +27,7 @@ import numpy as np
 
 from myxtts.data.store import format as fmt
 from myxtts.data.store.audio import audio_index
+from myxtts.data.store.finite import finite_record, has_nonfinite, nonfinite_rows
 from myxtts.data.store.format import StoreError
 from myxtts.system import atomic_open
 
@@ -68,6 +69,7 @@ class StoreWriter:
         self.speakers = list(speakers)
         self.n_mels = int(n_mels)
         self.files: dict[str, dict[str, Any]] = {}  # relative path -> size, sha256
+        self.finite_splits: set[str] = set()  # splits whose every mel block was checked finite
 
     def _hashed_file(self, rel: str, chunks: Iterable[bytes | np.ndarray]) -> int:
         """Write ``chunks`` to ``rel`` atomically, hashing them on the way; returns bytes.
@@ -100,7 +102,8 @@ class StoreWriter:
         index["duration_s"] = rows.durations_s
 
         frames = int(mel_lengths.sum())
-        written = self._hashed_file(f"{split}/{fmt.MEL_FILE}", self._checked_mels(split, mels))
+        written = self._hashed_file(f"{split}/{fmt.MEL_FILE}",
+                                    self._checked_mels(split, mels, rows.ids, index["mel_offset"]))
         if written != frames * self.n_mels * fmt.MEL_DTYPE.itemsize:
             raise StoreError(f"{self.out / split / fmt.MEL_FILE}: {written} bytes of features for "
                              f"{frames} indexed frames; delete {self.out} and re-run prepare")
@@ -148,18 +151,35 @@ class StoreWriter:
                                  f"{tuple(block.shape)}, the store holds {fmt.AUDIO_DTYPE} [samples]")
             yield block
 
-    def _checked_mels(self, split: str, mels: Iterable[np.ndarray]) -> Iterable[np.ndarray]:
+    def _checked_mels(self, split: str, mels: Iterable[np.ndarray], ids: list[str],
+                      offsets: np.ndarray) -> Iterable[np.ndarray]:
+        """``mels`` as they are written, each block checked for its layout and for NaN or
+        infinity (a few ms per 10 MB, beside hashing it): the check ``finish`` records."""
+        frame = 0
         for mel in mels:
             if mel.dtype != fmt.MEL_DTYPE or mel.ndim != 2 or mel.shape[1] != self.n_mels:
                 raise StoreError(f"{split}: features of dtype {mel.dtype} and shape "
                                  f"{tuple(mel.shape)}, the store holds {fmt.MEL_DTYPE} [frames, "
                                  f"{self.n_mels}]")
+            if has_nonfinite(mel):
+                first = frame + int(nonfinite_rows(mel)[0])
+                i = int(np.searchsorted(offsets, first, side="right") - 1)
+                raise StoreError(f"{self.out / split / fmt.MEL_FILE}: utterance {ids[i]} has NaN or "
+                                 f"infinite features as they are packed (a damaged prepare work "
+                                 f"chunk); re-run the same prepare command, which extracts that "
+                                 f"chunk again")
+            frame += len(mel)
             yield mel
+        self.finite_splits.add(split)
 
     def finish(self, manifest: dict[str, Any]) -> None:
-        """Write ``manifest.json`` (``manifest`` plus the format version and the table of
-        every file written), atomically and last: from now on the store is complete."""
+        """Write ``manifest.json`` (``manifest`` plus the format version, the table of every
+        file written and the finite check of its mels, ``store.finite``), atomically and
+        last: from now on the store is complete."""
         full = {"format_version": fmt.FORMAT_VERSION, **manifest, "files": dict(sorted(self.files.items()))}
+        mel_splits = {rel.split("/")[0] for rel in self.files if rel.endswith(f"/{fmt.MEL_FILE}")}
+        if mel_splits <= self.finite_splits:  # every mel byte written was checked: train trusts it
+            full[fmt.FINITE_CHECK] = finite_record(full, "prepare")
         with atomic_open(self.out / fmt.MANIFEST) as fh:
             fh.write((json.dumps(full, indent=1, ensure_ascii=False) + "\n").encode())
         # mkstemp creates files with mode 0600; a store is shared data, so give its files
