@@ -308,18 +308,27 @@ def load_audio(path: str | Path, cfg: AudioConfig, notes: Notes | None = None) -
     return np.ascontiguousarray(wav, dtype=np.float32)
 
 
+def to_pcm16(wav) -> np.ndarray:
+    """Float audio -> int16 samples, the one conversion every 16-bit output uses (a wav
+    file, a wav written as it is made, raw PCM on stdout), so they hold the same samples:
+    NaN becomes 0, values are clipped to [-1, 1] (a loud synthesis saturates instead of
+    wrapping), then ``round(x * PCM16_SCALE)``. Writing int16 hands libsndfile nothing to
+    convert (its own float conversion rounds differently)."""
+    wav = np.nan_to_num(np.asarray(wav, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.round(np.clip(wav, -1.0, 1.0) * PCM16_SCALE).astype(np.int16)
+
+
 def save_wav(path: str | Path, wav, sample_rate: int) -> None:
     """Write a 16-bit PCM WAV atomically (temp file + rename: a killed run never leaves half a file).
 
-    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels]; values are
-    clipped to [-1, 1] (NaN becomes 0) so a loud synthesis saturates instead of wrapping.
+    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels], converted by
+    :func:`to_pcm16`.
     """
     if hasattr(wav, "detach"):  # torch tensor, without importing torch here
         wav = wav.detach().float().cpu().numpy()
     wav = np.asarray(wav, dtype=np.float32)
     if wav.ndim not in (1, 2):
         raise ValueError(f"save_wav expects [T] or [T, channels] audio, got shape {wav.shape}")
-    wav = np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
     buf = io.BytesIO()
-    sf.write(buf, wav, int(sample_rate), format="WAV", subtype="PCM_16")
+    sf.write(buf, to_pcm16(wav), int(sample_rate), format="WAV", subtype="PCM_16")
     atomic_write(Path(path), buf.getvalue())
