@@ -124,6 +124,8 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
         data.check_vocabulary(state)
     from myxtts.model.xtts import build_model
 
+    if base is not None:
+        finetune.check_freeze(cfg.train.freeze, base, data.tokenizer)
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
     if base is not None:
         finetune.load_base_weights(model, base, data.tokenizer)

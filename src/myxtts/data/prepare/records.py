@@ -31,6 +31,8 @@ OUTSIDE_LANGUAGE = "characters outside the language"
 DUPLICATE_ID = "duplicate id"
 NOT_UTF8 = "not UTF-8"
 UNKNOWN_LANGUAGE = "unknown language"
+OUTSIDE_DATASET = "outside the dataset"  # a row's clip path leads out of its folder
+MISPLACED_AUDIO = "clips outside the layout"  # audio where the layout never reads it
 TOO_SHORT = "too short"
 TOO_LONG = "too long"
 

@@ -20,6 +20,9 @@ from pathlib import Path
 from myxtts.config import Config
 from myxtts.data.prepare.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
 from myxtts.data.prepare.readers.common_voice import (
+    declared_languages as declared_common_voice,
+)
+from myxtts.data.prepare.readers.common_voice import (
     is_common_voice,
     read_common_voice,
     release_parts,
@@ -59,6 +62,41 @@ class DatasetSplits:
 
 
 # ---------------------------------------------------------------- entry point
+
+@dataclass(frozen=True)
+class DeclaredLanguages:
+    """The ``text.languages`` / ``text.default_language`` a downloaded corpus declares for
+    its rows, and who declares them (for the line that says so)."""
+
+    languages: tuple[str, ...]
+    default_language: str
+    source: str
+
+
+def declared_languages(path: str | Path, cfg: Config) -> DeclaredLanguages | None:
+    """The languages a corpus as downloaded declares (a Common Voice release: its rows'
+    ``locale``), ordered as ``cfg`` lists them, then as they appear; the default stays
+    ``cfg``'s when declared, else the first. None for a layout that declares none, or
+    when they are ``cfg``'s already. Commands read a raw dataset under this setting when
+    the user's config does not set ``text.languages`` itself (``cli.common``): a release
+    of Persian and English rows then trains both, with no ``--set``."""
+    path = Path(path).expanduser()
+    try:
+        if not _is(path, cfg.data.format, "common_voice", is_common_voice):
+            return None
+        found = declared_common_voice(path)
+    except (DatasetError, OSError):
+        return None  # reading the dataset says what is wrong with it
+    if not found:
+        return None
+    languages = [x for x in cfg.text.languages if x in found]
+    languages += [x for x in found if x not in languages]
+    default = cfg.text.default_language if cfg.text.default_language in languages else languages[0]
+    if languages == list(cfg.text.languages) and default == cfg.text.default_language:
+        return None
+    return DeclaredLanguages(tuple(languages), default,
+                             f"the Common Voice release {path} (its locale column)")
+
 
 def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
     """Read a dataset in any supported layout; see the module docstring. When rows are
