@@ -131,7 +131,7 @@ def _read(path: Path, cfg: Config) -> tuple[DatasetSplits, Path | None]:
         if release.val is not None:
             val_rows = read_common_voice(release.val, path, cfg, report, default_speaker)
     elif _is(path, forced, "libritts", is_libritts):
-        train_dirs, val_dirs, note = libritts_parts(path)
+        train_dirs, val_dirs, note = libritts_parts(path, report)
         fmt, split_kind, where = "libritts", "release", path
         rows = [r for d in train_dirs for r in read_libritts_subset(d, cfg, report)]
         if val_dirs:

@@ -71,11 +71,20 @@ def is_libritts(path: Path) -> bool:
     return path.is_dir() and (bool(subsets(path)) or is_subset(path))
 
 
-def libritts_parts(path: Path) -> tuple[list[Path], list[Path], str]:
-    """``(train subsets, val subsets, note)``; a single subset folder is train."""
+def libritts_parts(path: Path, report: DataReport) -> tuple[list[Path], list[Path], str]:
+    """``(train subsets, val subsets, note)``; a single subset folder (named like one, or
+    holding no subsets) is train. Folders of clips beside the subsets that are none are
+    reported: the layout never reads them."""
     found = subsets(path)
-    if not found:
+    if not found or (SUBSET.match(path.name) and is_subset(path)):
         return [path], [], f"LibriTTS subset {path.name} read as train, val a seeded split of it"
+    for d in _dirs(path):
+        if d not in found and has_audio(d, depth=3):
+            report.add(d, None, None, MISPLACED_AUDIO,
+                       f"name it train-{d.name} (or dev-/test-) to read it as a subset, or "
+                       f"move it out of {path.name}",
+                       f"a folder of clips beside the LibriTTS subsets that is none of them: "
+                       f"its clips are not read")
     train = [d for d in found if d.name.startswith("train-")]
     val = [d for d in found if d.name.startswith("dev-")]
     test = [d for d in found if d.name.startswith("test-")]
@@ -86,11 +95,8 @@ def libritts_parts(path: Path) -> tuple[list[Path], list[Path], str]:
     note = "LibriTTS subsets read: " + ", ".join(d.name for d in train) + " (train)"
     note += (", " + ", ".join(d.name for d in val) + " (val)") if val else \
         ", val a seeded split of them"
-    left = [f"{d.name} (the test set)" for d in test]
-    left += [f"{d.name} (not a train-/dev-/test- subset)" for d in _dirs(path)
-             if d not in found and has_audio(d, depth=3)]
-    if left:
-        note += "; left out: " + ", ".join(left)
+    if test:
+        note += "; left out: " + ", ".join(d.name for d in test) + " (the test set)"
     return train, val, note
 
 
