@@ -209,7 +209,7 @@ def check_dataset(path: Path, cfg: Config) -> list[Check]:
         checks.append(Check("dataset languages", "fail" if ins.drops_every_row else "warn",
                             f"{path}: with text.languages=[{languages}] prepare and train drop "
                             f"{drops}", f"{fix.set_args} (pass it to prepare and train)"))
-        found += f" read with {fix.set_args}"
+        found += f" (read with {fix.set_args})"
     counts = ins.report.counts_by_reason()
     if not counts:
         return checks + [Check("dataset", "ok", found + ", no other problems" if checks

@@ -83,8 +83,8 @@ def libritts_parts(path: Path, report: DataReport) -> tuple[list[Path], list[Pat
             report.add(d, None, None, MISPLACED_AUDIO,
                        f"name it train-{d.name} (or dev-/test-) to read it as a subset, or "
                        f"move it out of {path.name}",
-                       f"a folder of clips beside the LibriTTS subsets that is none of them: "
-                       f"its clips are not read")
+                       "a folder of clips beside the LibriTTS subsets that is none of them: "
+                       "its clips are not read")
     train = [d for d in found if d.name.startswith("train-")]
     val = [d for d in found if d.name.startswith("dev-")]
     test = [d for d in found if d.name.startswith("test-")]
