@@ -91,3 +91,20 @@ def test_doctor_fails_when_prepare_would_drop_every_row(tmp_path, capsys):
     assert main(["doctor", str(release), "--set", "train.compile=off", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "6 utterances" in out and "drop" not in out
+
+
+def test_what_a_release_declares_and_what_it_cannot(tmp_path):
+    from myxtts.config import load_config
+    from myxtts.data.prepare.readers import MAX_DECLARED_LANGUAGES, declared_languages
+
+    cfg = load_config()
+    fa = _release(tmp_path / "fa", [(s, "fa-IR") for s in FA[:2]])
+    found = declared_languages(fa, cfg)
+    assert (found.languages, found.default_language) == (("fa",), "fa")  # no en row: no en
+    en = _release(tmp_path / "en", [(s, "en") for s in EN])
+    assert declared_languages(en, cfg) is None  # the config's own already
+    codes = ["de", "fr", "es", "it", "nl", "pl", "sv", "da", "fi", "pt"][:MAX_DECLARED_LANGUAGES + 1]
+    many = _release(tmp_path / "many", [("hallo welt", c) for c in codes])
+    assert declared_languages(many, cfg) is None  # not turned into that many tokens
+    odd = _release(tmp_path / "odd", [(FA[0], "fa"), (EN[0], "../../x"), (EN[1], "en us")])
+    assert declared_languages(odd, cfg).languages == ("fa",)  # not language codes: reported

@@ -63,6 +63,11 @@ class DatasetSplits:
 
 # ---------------------------------------------------------------- entry point
 
+# A Common Voice release is one language's folder (with a few rows of others at most): more
+# locales than this are no release's, and are not turned into that many language tokens.
+MAX_DECLARED_LANGUAGES = 8
+
+
 @dataclass(frozen=True)
 class DeclaredLanguages:
     """The ``text.languages`` / ``text.default_language`` a downloaded corpus declares for
@@ -87,8 +92,8 @@ def declared_languages(path: str | Path, cfg: Config) -> DeclaredLanguages | Non
         found = declared_common_voice(path)
     except (DatasetError, OSError):
         return None  # reading the dataset says what is wrong with it
-    if not found:
-        return None
+    if not found or len(found) > MAX_DECLARED_LANGUAGES:
+        return None  # more than a release holds: each row is reported, with the setting
     languages = [x for x in cfg.text.languages if x in found]
     languages += [x for x in found if x not in languages]
     default = cfg.text.default_language if cfg.text.default_language in languages else languages[0]
