@@ -90,8 +90,9 @@ def _child(arm: str, checkpoint: Path, reference: Path, text_file: Path, out: Pa
         pieces = longform.plan_pieces([text], language)
         decoded = longform.decode_window(
             list(enumerate(pieces)),
-            lambda batch: synth.synthesize_mel(batch, voice, language, 0, check=False),
-            synth.max_frames, language, synth.cfg.audio.frames_per_second)
+            lambda batch: synth.synthesize_mel([p.text for p in batch], voice, language, 0,
+                                               check=False),
+            longform.StopGuard(synth.max_frames, synth.cfg.audio.frames_per_second))
         mels = [m for _, m in decoded]
         lengths = torch.tensor([m.shape[0] for m in mels])
         waves = synth.vocode(torch.nn.utils.rnn.pad_sequence(mels, batch_first=True), lengths)

@@ -19,6 +19,30 @@ from typing import Any, BinaryIO
 LOCK_FILE = ".lock"
 
 
+def _umask_at_import() -> int:
+    """The umask as the process started (``os.umask`` can only be read by setting it: done
+    once here, at import, before any thread of ours could create a file in between)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_IMPORT_UMASK = _umask_at_import()
+
+
+def current_umask() -> int:
+    """The process's umask now, read without changing it (Linux: ``/proc/self/status``);
+    elsewhere the one it had when myxtts was imported."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _IMPORT_UMASK
+
+
 class FolderError(RuntimeError):
     """A folder myxtts must write cannot be used; the message names it and the fix."""
 
@@ -30,7 +54,10 @@ class FolderBusy(FolderError):
 @contextmanager
 def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
     """Write ``path`` through a temp file in the same folder, renamed over ``path`` at the
-    end: readers see the old file or the complete new one, never a partial one.
+    end: readers see the old file or the complete new one, never a partial one. The file
+    gets the mode a plainly created one would (0666 minus the umask): ``mkstemp`` makes its
+    temp files 0600, which would leave a shared store, checkpoint or bundle readable by
+    its owner alone.
 
     ``fsync=True`` also flushes the bytes to the disk before the rename, so the new file
     survives an OS crash or power loss (without it, a crash can leave the renamed file
@@ -42,6 +69,8 @@ def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"):  # not on Windows, whose files have no such modes
+            os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             yield fh
             if fsync:

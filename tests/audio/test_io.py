@@ -243,3 +243,19 @@ def test_frame_rms_db_equals_per_frame_mean_square(frame_length, hop_length):
                                       1e-20)) for i in range(n_frames)]
         np.testing.assert_allclose(frame_rms_db(wav, frame_length, hop_length), expected,
                                    rtol=0, atol=1e-4)
+
+
+@pytest.mark.skipif(not sf.__libsndfile_version__.startswith("1.2"),
+                    reason="the rule is libsndfile 1.2's")
+def test_to_pcm16_is_what_libsndfile_writes_and_clips_and_silences():
+    from myxtts.audio.io import to_pcm16
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-1, 1, 50000), rng.normal(0, 1e-3, 50000),
+                        (np.arange(-3000, 3000) + 0.5) / 32768, [1.0, -1.0, 0.0]]).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, x, 22050, format="WAV", subtype="PCM_16")  # libsndfile's own conversion
+    buf.seek(0)
+    assert np.array_equal(to_pcm16(x), sf.read(buf, dtype="int16")[0])
+    edge = to_pcm16(np.array([2.0, -3.0, np.nan, np.inf, -np.inf, 0.5, -0.5], np.float32))
+    assert edge.tolist() == [32767, -32768, 0, 32767, -32768, 16384, -16384]

@@ -259,7 +259,8 @@ def test_manifest_csv_tsv_jsonl(tmp_path):
         'clips/c1.wav,"Hello, world",ann,en,first,0.2\n'
         'clips/c2.wav,Second,,,,\n')
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "m.tsv").write_text('text\taudio\n"Quoted" text\t../clips/c3.wav\n')
+    (tmp_path / "sub" / "clips").symlink_to(tmp_path / "clips")  # clips kept elsewhere, linked in
+    (tmp_path / "sub" / "m.tsv").write_text('text\taudio\n"Quoted" text\tclips/c3.wav\n')
     (tmp_path / "m.jsonl").write_text(
         json.dumps({"audio": str(tmp_path / "clips" / "c3.wav"), "text": "مسیر کامل",
                     "language": "fa", "speaker": "bo"}) + "\n")

@@ -99,11 +99,13 @@ def test_common_voice_release_is_read_with_its_own_split(tmp_path):
 def test_inspect_data_on_a_bilingual_release_needs_no_set(tmp_path, capsys):
     root = _common_voice(tmp_path / "fa")
     assert main(["inspect-data", str(root)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "format common_voice, split the release's own" in out
     assert "left out: " in out and "test.tsv (the release's test set)" in out
-    assert "languages: en 3, fa 4" in out
-    assert "read with --set text.languages=[en,fa]" in out and "pass it to prepare and train" in out
+    assert "languages: en 3, fa 4" in out  # the languages the release declares, no --set
+    assert "text.languages [en, fa] (default en): the languages of the Common Voice release" \
+        in captured.err and "--set" not in out
     assert "speakers: 2" in out and SPK_EN in out and SPK_FA in out
     # the missing and the unreadable clip, each by its row
     assert "train.tsv:5 [gone] missing audio" in out

@@ -21,3 +21,28 @@ def run(micro_store, tmp_path_factory) -> Path:
                        "train.eval_every=4", "train.eval_utterances=2"), micro_store,
           progress=False)
     return out
+
+
+# A Persian + English paragraph: its sentences alternate between the two languages, and the
+# third ends with the Persian question mark (an end for Persian rules only).
+MIXED = "سلام دوست من. Hello there, friend. حال شما چطور است؟ I am fine."
+MIXED_SENTENCES = [("سلام دوست من.", "fa"), ("Hello there, friend.", "en"),
+                   ("حال شما چطور است؟", "fa"), ("I am fine.", "en")]
+
+
+@pytest.fixture(scope="package")
+def bilingual():
+    """An untrained micro model that knows ``en`` and ``fa`` (every letter of ``MIXED``); its
+    decoder never stops, so every piece decodes to ``max_decoder_frames`` (16)."""
+    import torch
+
+    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.model.xtts import build_model
+    from myxtts.text import Tokenizer, clean_text
+
+    cfg = micro_config(Path("unused"), "text.languages=[en,fa]", "model.max_decoder_frames=16")
+    texts = [clean_text(s, lang, cfg.text) for s, lang in MIXED_SENTENCES]
+    tokenizer = Tokenizer.build(texts, cfg.text.languages)
+    torch.manual_seed(0)
+    model = build_model(cfg, tokenizer.vocab_size, len(tokenizer.languages), None, None)
+    return Synthesizer(model, cfg, tokenizer, torch.device("cpu"))

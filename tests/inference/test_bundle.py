@@ -4,6 +4,7 @@ read without pickle, a fraction of a training checkpoint's size."""
 from __future__ import annotations
 
 import pickle
+import stat
 
 import numpy as np
 import pytest
@@ -43,6 +44,14 @@ def vocoder_run(audio_store, tmp_path_factory):
         "train.device=cpu", "train.tensorboard=false", "train.warmup_steps=1",
         "train.max_steps=1", "train.synth_every=0"]), audio_store, progress=False)
     return out
+
+
+def test_a_bundle_and_the_checkpoints_it_comes_from_are_files_to_share(run, bundle):
+    from myxtts.system import current_umask
+
+    mode = 0o666 & ~current_umask()  # what a plainly created file gets (0644 under umask 022)
+    for path in (bundle.path, run / "checkpoints" / "best.pt", run / "config.yaml"):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
 
 
 def test_the_bundle_speaks_as_its_run_and_is_a_fraction_of_its_size(run, bundle, reference,

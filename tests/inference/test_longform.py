@@ -10,6 +10,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from myxtts.audio.io import to_pcm16
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.inference import longform
@@ -30,7 +31,8 @@ def refs(micro_store):
 
 def fake_decoder(frames_per_char: int, max_frames: int):
     """Decodes a text to frames_per_char frames per character (capped), log-mel = char code."""
-    def decode(texts):
+    def decode(pieces):
+        texts = [p.text for p in pieces]
         lengths = torch.tensor([min(max_frames, frames_per_char * len(t)) for t in texts])
         mels = torch.zeros(len(texts), int(lengths.max()), 2)
         for b, t in enumerate(texts):
@@ -45,7 +47,7 @@ def test_pieces_that_reach_the_limit_are_split_never_cut(caplog):
     assert len(pieces) == 5 and pieces[-1].pause_s == 0.0
     max_frames = 60  # 2 frames per character: 29 characters fit
     with caplog.at_level(logging.WARNING):
-        out = longform.decode_pieces(pieces, fake_decoder(2, max_frames), max_frames, "en", 86.0)
+        out = longform.decode_pieces(pieces, fake_decoder(2, max_frames), max_frames, 86.0)
     texts = [p.text for p, _ in out]
     assert " ".join(texts) == PARAGRAPH  # everything said, in order
     assert all(m.shape[0] < max_frames for _, m in out)  # nothing reached the limit
@@ -54,7 +56,7 @@ def test_pieces_that_reach_the_limit_are_split_never_cut(caplog):
     # a single word that cannot fit is the one case left: it is said up to the limit, and reported
     with caplog.at_level(logging.WARNING):
         out = longform.decode_pieces(longform.plan_pieces(["supercalifragilistic."], "en"),
-                                     fake_decoder(4, 40), 40, "en", 86.0)
+                                     fake_decoder(4, 40), 40, 86.0)
     assert len(out) == 1 and "too long for the decoder" in caplog.text
 
 
@@ -64,8 +66,8 @@ def test_a_long_text_is_one_clip_with_every_sentence(run, refs):
     [wav] = synth.synthesize([PARAGRAPH], refs[:1])
     pieces = longform.decode_pieces(
         longform.plan_pieces([PARAGRAPH], "en"),
-        lambda batch: synth.synthesize_mel(batch, synth.voice(refs[:1])), synth.max_frames, "en",
-        86.0)
+        lambda batch: synth.synthesize_mel([p.text for p in batch], synth.voice(refs[:1])),
+        synth.max_frames, 86.0)
     n_pieces = len(pieces)
     assert n_pieces >= 5  # an untrained decoder never stops: sentences get split, not cut
     pauses = sum(int(round(p.pause_s * sr)) for p, _ in pieces)
@@ -126,3 +128,100 @@ def test_stream_cli_writes_the_wav_and_reports_latency(run, refs, tmp_path, caps
     assert "first audio after" in err and "real-time factor" in err
     wav, sr = sf.read(out)
     assert sr == 22050 and len(wav) > 2 * 48 * 256  # two sentences of 48 frames + a pause
+
+
+# ------------------------------------------------------------ a model that never stops
+
+PERSIAN = ("امروز هوا خوب است و ما به پارک می‌رویم. کتاب‌های زیادی در کتابخانه هست، اما وقت "
+           "کم است. آیا فردا باران می‌آید؟ دوستان ما از شهر دیگری آمده‌اند و چند روز می‌مانند. ")
+
+
+def never_stops(max_frames: int, calls: list[tuple[int, int]]):
+    """A decoder that runs every piece to the limit; ``calls`` gets (pieces, frames) per call."""
+    def decode(pieces):
+        calls.append((len(pieces), max_frames))
+        return torch.zeros(len(pieces), max_frames, 2), torch.full((len(pieces),), max_frames)
+    return decode
+
+
+def test_a_model_that_never_stops_costs_one_decode_per_piece_not_per_word(caplog):
+    text = PERSIAN * 18  # 3,000 characters, 72 sentences, 576 words
+    assert 2900 <= len(text) <= 3100
+    pieces = longform.plan_pieces([text], "fa")
+    calls: list[tuple[int, int]] = []
+    max_frames, fps = 1500, 86.13  # the default limit: 17 s
+    with caplog.at_level(logging.WARNING):
+        out = longform.decode_pieces(pieces, never_stops(max_frames, calls), max_frames, fps)
+    decoded = sum(n for n, _ in calls)
+    # every sentence once, plus the first sentence's splits that found out; not down to the
+    # words (each run to the limit: 576 words x 17 s, hours of decoding)
+    assert decoded <= len(pieces) + 4 and len(out) <= len(pieces) + 2
+    assert sum(n * f for n, f in calls) <= (len(pieces) + 4) * max_frames
+    assert max(n for n, _ in calls) <= longform.MAX_BATCH
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said  # named once, not once per piece
+    assert "did not stop within 1500 frames (17.4 s)" in said[0] and "undertrained?" in said[0]
+    assert " ".join(p.text for p, _ in out) == " ".join(text.split())  # every word still said
+
+
+def test_a_long_sentence_is_still_split_by_a_model_that_stops(caplog):
+    # 4 frames a character: 40 characters fit the limit; a 75-character sentence needs
+    # splitting and its pieces stop, so the model is fine and nothing is said about it
+    sentence = "lamo tesi kunapo miresu fato kali pana lumi sotu kanefa memo tarisu pekafo."
+    with caplog.at_level(logging.WARNING):
+        out = longform.decode_pieces(longform.plan_pieces([sentence], "en"),
+                                     fake_decoder(4, 160), 160, 86.13)
+    assert len(out) >= 2 and all(m.shape[0] < 160 for _, m in out) and not caplog.records
+    assert " ".join(p.text for p, _ in out) == sentence
+
+
+def test_a_run_that_never_stops_does_bounded_work(run, refs, caplog, monkeypatch):
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    synth.max_frames = 160  # 1.9 s: a word of up to six letters cannot need it
+    text = " ".join([PARAGRAPH] * 4)  # 20 sentences, 60 words
+    n_sentences, n_words = len(longform.plan_pieces([text], "en")), len(text.split())
+    decoded, vocoded = [], []
+    real_mel, real_vocode = synth.synthesize_mel, synth.vocode
+
+    def synthesize_mel(texts, *a, **k):
+        mels, lengths = real_mel(texts, *a, **k)
+        decoded.append((len(texts), int(lengths.max())))
+        return mels, lengths
+
+    def vocode(mels, lengths):
+        vocoded.append(mels.shape[0])
+        return real_vocode(mels, lengths)
+
+    monkeypatch.setattr(synth, "synthesize_mel", synthesize_mel)
+    monkeypatch.setattr(synth, "vocode", vocode)
+    with caplog.at_level(logging.WARNING):
+        parts = list(synth.speak([text], refs[:1]))
+    pieces = sum(n for n, _ in decoded)
+    assert all(f == 160 for _, f in decoded)  # it really never stops
+    assert pieces <= n_sentences + 6 < n_words  # one decode per sentence, not per word
+    assert len(parts) <= n_sentences + 3
+    assert max(vocoded) <= longform.MAX_BATCH  # the vocoder holds a batch, not the window
+    said = [r.getMessage() for r in caplog.records if r.name == "myxtts.inference.longform"]
+    assert len(said) == 1 and "did not stop within 160 frames" in said[0], said
+
+
+# ------------------------------------------------------------ one 16-bit conversion
+
+def test_raw_stream_wav_and_streamed_wav_hold_the_same_samples(run, refs, tmp_path,
+                                                               capsysbinary):
+    text = "lamo tesi kunapo. miresu fato."
+    base = ["synthesize", "-c", str(run), "-r", str(refs[0]), "-t", text, "--device", "cpu"]
+    assert main([*base, "-o", str(tmp_path / "whole.wav")]) == 0
+    assert main([*base, "--stream", "-o", str(tmp_path / "stream.wav")]) == 0
+    capsysbinary.readouterr()
+    assert main([*base, "--stream", "-o", "-"]) == 0
+    raw = np.frombuffer(capsysbinary.readouterr().out, "<i2")
+    whole, sr = sf.read(tmp_path / "whole.wav", dtype="int16")
+    streamed, _ = sf.read(tmp_path / "stream.wav", dtype="int16")
+    assert sr == 22050 and raw.size > 0
+    assert np.array_equal(raw, whole) and np.array_equal(streamed, whole)
+    synth = Synthesizer.from_checkpoint(run, device="cpu")
+    [audio] = synth.synthesize([text], refs[:1])
+    assert np.array_equal(to_pcm16(audio), whole)  # save_wav's conversion too
+    out = synth.synthesize_to_files([text], refs[:1], [tmp_path / "files.wav"])[0]
+    assert np.array_equal(sf.read(out, dtype="int16")[0], whole)

@@ -8,8 +8,10 @@ import torch
 
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.inference import longform
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from tests.inference.conftest import MIXED, MIXED_SENTENCES
 
 SENTENCES = ["lamo tesi kunapo.", "miresu."]  # the demo language the micro store speaks
 
@@ -119,22 +121,40 @@ def test_a_texts_language_comes_from_its_letters():
         pick("Привет")
 
 
-def test_texts_of_two_languages_are_spoken_each_in_its_own_in_order(run, reference,
-                                                                     monkeypatch):
+def test_each_sentence_is_spoken_in_its_own_language(bilingual, reference, monkeypatch):
+    synth = bilingual
+    pieces = longform.plan_pieces([MIXED], [synth.language_for(MIXED)], synth.sentence_language,
+                                  synth.tokenizer.languages)
+    assert [(p.text, p.language) for p in pieces] == MIXED_SENTENCES
+    decoded, rows = [], []
+    real_mel, real_generate = synth.synthesize_mel, synth.model.generate
 
-    synth = Synthesizer.from_checkpoint(run, device="cpu")
-    monkeypatch.setattr(synth, "language_for",
-                        lambda text, language=None: language or ("fa" if "ف" in text else "en"))
-    batches = []
-    real = Synthesizer.synthesize
+    def synthesize_mel(texts, ref, language=None, *a, **k):
+        decoded.extend(zip(texts, language))
+        return real_mel(texts, ref, language, *a, **k)
 
-    def spoken(texts, ref, language=None, seed=0):
-        if language is None:
-            return real(synth, texts, ref, None, seed)
-        batches.append((list(texts), language))
-        return [np.full(1, float(len(t))) for t in texts]
+    def generate(tokens, lengths, language_ids, *a, **k):
+        rows.extend(synth.tokenizer.languages[i] for i in language_ids.tolist())
+        return real_generate(tokens, lengths, language_ids, *a, **k)
 
-    monkeypatch.setattr(synth, "synthesize", spoken)
-    clips = synth.synthesize(["a", "فف", "ccc", "ffff"], [reference])
-    assert [float(c[0]) for c in clips] == [1.0, 2.0, 3.0, 4.0]  # the texts' order
-    assert batches == [(["a", "ccc", "ffff"], "en"), (["فف"], "fa")]  # one batch per language
+    monkeypatch.setattr(synth, "synthesize_mel", synthesize_mel)
+    monkeypatch.setattr(synth.model, "generate", generate)
+    [whole] = synth.synthesize([MIXED], [reference])
+    # every piece (sentences split further where they reach the limit) keeps its sentence's
+    # language, and the model is given that language row by row
+    persian = {w for s, lang in MIXED_SENTENCES if lang == "fa" for w in s.split()}
+    assert decoded and all((lang == "fa") == (set(t.split()) <= persian) for t, lang in decoded)
+    assert rows == [lang for _, lang in decoded]
+    assert {lang for _, lang in decoded} == {"en", "fa"}
+    assert np.array_equal(np.concatenate(list(synth.stream(MIXED, [reference]))), whole)
+    decoded.clear()
+    synth.synthesize([MIXED], [reference], language="fa")  # --language forces one for all
+    assert {lang for _, lang in decoded} == {"fa"}
+
+
+def test_a_sentence_takes_the_texts_language_where_its_letters_say_none(bilingual):
+    synth = bilingual
+    assert synth.sentence_language("1234.", "fa") == "fa"  # numbers: read in the text's language
+    assert synth.sentence_language("Привет.", "fa") == "fa"  # letters no language of it writes
+    assert synth.sentence_language("Hello there.", "fa") == "en"
+    assert synth.sentence_language("سلام دوست من.", "en") == "fa"

@@ -73,8 +73,9 @@ MAX_CLIPPED_FRACTION = 0.01
 
 log = logging.getLogger(__name__)
 
-# 16-bit PCM from float audio: sample x in [-1, 1] becomes clip(round(x * PCM16_SCALE)), and
-# int16 samples divide by it to come back (the store's audio, raw PCM on stdout).
+# The store's 16-bit audio: sample x in [-1, 1] is stored as clip(round(x * PCM16_SCALE)), and
+# int16 samples divide by it to come back. Audio written out (wav files, raw PCM) goes
+# through ``to_pcm16`` instead.
 PCM16_SCALE = 32767.0
 
 
@@ -372,18 +373,30 @@ def load_audio_span(path: str | Path, cfg: AudioConfig, notes: Notes | None = No
     return np.ascontiguousarray(wav, dtype=np.float32), (start, stop) if plain else None
 
 
+def to_pcm16(wav) -> np.ndarray:
+    """Float audio -> int16 samples, the one conversion every 16-bit output uses (a wav
+    file, a wav written as it is made, raw PCM on stdout), so they hold the same samples.
+    NaN becomes 0 and values are clipped to [-1, 1] (a loud synthesis saturates instead of
+    wrapping); then the conversion libsndfile 1.2 applies when it writes float audio as
+    16-bit PCM: ``x * 2**31`` rounded to 32 bits, then its top 16 bits (so
+    ``floor(x * 32768)``, 1.0 -> 32767). Done here, the samples no longer depend on which
+    libsndfile writes them, and wav files are byte for byte what they were."""
+    wav = np.nan_to_num(np.asarray(wav, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+    wide = np.rint(np.clip(wav, -1.0, 1.0).astype(np.float64) * 2.0**31)  # exact: 24-bit mantissa
+    return (np.clip(wide, -2.0**31, 2.0**31 - 1).astype(np.int64) >> 16).astype(np.int16)
+
+
 def save_wav(path: str | Path, wav, sample_rate: int) -> None:
     """Write a 16-bit PCM WAV atomically (temp file + rename: a killed run never leaves half a file).
 
-    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels]; values are
-    clipped to [-1, 1] (NaN becomes 0) so a loud synthesis saturates instead of wrapping.
+    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels], converted by
+    :func:`to_pcm16`.
     """
     if hasattr(wav, "detach"):  # torch tensor, without importing torch here
         wav = wav.detach().float().cpu().numpy()
     wav = np.asarray(wav, dtype=np.float32)
     if wav.ndim not in (1, 2):
         raise ValueError(f"save_wav expects [T] or [T, channels] audio, got shape {wav.shape}")
-    wav = np.clip(np.nan_to_num(wav, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
     buf = io.BytesIO()
-    sf.write(buf, wav, int(sample_rate), format="WAV", subtype="PCM_16")
+    sf.write(buf, to_pcm16(wav), int(sample_rate), format="WAV", subtype="PCM_16")
     atomic_write(Path(path), buf.getvalue())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -74,17 +75,62 @@ _FLAG_TO_KEY = {
 
 
 def config_from_args(args: argparse.Namespace, base_overrides: list[str] | None = None,
-                     data: str | Path | None = None) -> Config:
+                     data: str | Path | None = None, quiet: bool = False) -> Config:
     """File -> preset -> ``base_overrides`` -> --set -> convenience flags (last wins); then
-    what ``data`` brings (:func:`data_settings`) fills every key those left unset."""
+    what ``data`` brings fills every key those left unset: a store's or run's settings
+    (:func:`data_settings`), or the languages a downloaded corpus declares
+    (:func:`corpus_languages`; said on stderr unless ``quiet``)."""
     overrides = list(base_overrides or []) + list(getattr(args, "overrides", []) or [])
     for flag, key in _FLAG_TO_KEY.items():
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
-    return load_config(config_file(getattr(args, "config", None)), getattr(args, "preset", None),
-                       overrides,
-                       inherit=data_settings(data) if data is not None else None)
+    file = config_file(getattr(args, "config", None))
+    brought = data_settings(data) if data is not None else None
+    cfg = load_config(file, getattr(args, "preset", None), overrides, inherit=brought)
+    if data is None or brought is not None:
+        return cfg
+    extra, line = corpus_languages(data, cfg, file, overrides)
+    if not extra:
+        return cfg
+    if not quiet:
+        print(line, file=sys.stderr, flush=True)
+    return load_config(file, getattr(args, "preset", None), [*extra, *overrides])
+
+
+def _named_keys(file: str | Path | None, overrides: list[str]) -> set[str]:
+    """The ``section.key`` names a config file (read fine already) and the overrides set."""
+    named = {o.split("=", 1)[0].strip() for o in overrides}
+    if file is not None:
+        d = load_yaml(Path(file).read_text(encoding="utf-8")) or {}
+        named |= {f"{sec}.{key}" for sec, keys in d.items() if isinstance(keys, dict)
+                  for key in keys}
+    return named
+
+
+def corpus_languages(data: str | Path, cfg: Config, file: str | Path | None,
+                     overrides: list[str]) -> tuple[list[str], str]:
+    """``(overrides, line)``: the ``text.languages`` (and ``text.default_language``) a
+    downloaded corpus declares (``readers.declared_languages``), unless the config file or
+    the overrides set ``text.languages`` themselves; the line says where they came from."""
+    named = _named_keys(file, overrides)
+    if "text.languages" in named:
+        return [], ""
+    from myxtts.data.prepare.readers import declared_languages  # reads the data: not at start-up
+
+    found = declared_languages(data, cfg)
+    if found is None:
+        return [], ""
+    languages = list(found.languages)
+    if "text.default_language" in named:
+        default = cfg.text.default_language
+        languages += [] if default in languages else [default]
+        extra = [f"text.languages=[{','.join(languages)}]"]
+    else:
+        default = found.default_language
+        extra = [f"text.languages=[{','.join(languages)}]", f"text.default_language={default}"]
+    return extra, (f"text.languages [{', '.join(languages)}] (default {default}): the "
+                   f"languages of {found.source}; set text.languages to train others")
 
 
 def data_settings(path: str | Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
@@ -142,7 +188,7 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
     size = DEFAULT_SIZE.get(device, "tiny")
     if size != cfg.model.preset:
         args.preset = size
-        cfg = config_from_args(args, base_overrides, data)
+        cfg = config_from_args(args, base_overrides, data, quiet=True)
         args.preset = None
     where = "GPU" if device == "cuda" else "CPU"
     return cfg, f"model: {size}, the default on a {where} (choose with --model-size tiny|small|base)"

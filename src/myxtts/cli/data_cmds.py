@@ -72,7 +72,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from myxtts.data.prepare.records import DatasetError
     from myxtts.system import atomic_write, writable_folder
 
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, data=args.path)
     if args.json:
         writable_folder(Path(args.json).parent, "--json file")
     try:

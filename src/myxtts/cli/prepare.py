@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.audio:  # last override, so it wins over --config and --set
         args.overrides = [*args.overrides, "data.store_audio=true"]
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, data=args.data)
     prepare_store(args.data, args.out, cfg, workers=args.workers, force=args.force,
                   progress=not args.quiet)
     return 0

@@ -126,7 +126,8 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
     length and a long text shows its progress."""
     import soundfile as sf
 
-    language = synth.language_for(text, args.language)
+    from myxtts.audio.io import to_pcm16
+
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
 
@@ -138,18 +139,17 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
     partial = Path(str(out) + ".partial")
     with sf.SoundFile(str(partial), "w", synth.cfg.audio.sample_rate, 1, "PCM_16",
                       format="WAV") as sink:
-        for _, audio in synth.speak([text], voice, language, args.seed, progress):
-            sink.write(_clean(audio))
+        for _, audio in synth.speak([text], voice, args.language, args.seed, progress):
+            sink.write(to_pcm16(audio))
     partial.replace(out)
     print(out)
     return 0
 
 
 def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
-    import numpy as np
     import soundfile as sf
 
-    from myxtts.audio.io import PCM16_SCALE
+    from myxtts.audio.io import to_pcm16
 
     sr = synth.cfg.audio.sample_rate
     raw = str(out) == "-"
@@ -166,11 +166,10 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) 
                 first = time.perf_counter() - t0
             n_samples += chunk.size
             if raw:
-                pcm = np.clip(np.round(chunk * PCM16_SCALE), -32768, 32767).astype("<i2")
-                sys.stdout.buffer.write(pcm.tobytes())
+                sys.stdout.buffer.write(to_pcm16(chunk).astype("<i2").tobytes())
                 sys.stdout.buffer.flush()
             else:
-                sink.write(_clean(chunk))
+                sink.write(to_pcm16(chunk))
     except BrokenPipeError:  # the reader stopped (`| head -c 100`): what it took, it has
         _quiet_stdout()
         return 0
@@ -201,10 +200,3 @@ def _quiet_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
-
-
-def _clean(audio):  # noqa: ANN001, ANN202 - numpy, imported lazily
-    """As ``audio.io.save_wav`` writes it: NaN silenced, clipped to [-1, 1]."""
-    import numpy as np
-
-    return np.clip(np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)

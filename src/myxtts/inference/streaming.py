@@ -32,14 +32,15 @@ class SynthesizerLike(Protocol):
     def voice(self, audio_paths: Sequence[str | Path]) -> torch.Tensor: ...
 
     def speak(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
-              language: str, seed: int | None = 0, progress: Any = None
+              language: str | None = None, seed: int | None = 0, progress: Any = None
               ) -> Iterator[tuple[int, np.ndarray]]: ...
 
 
 def stream_speech(synth: SynthesizerLike, text: str, reference: Sequence[str | Path] | torch.Tensor,
-                  language: str, seed: int | None, first_frames: int = 8,
+                  language: str | None, seed: int | None, first_frames: int = 8,
                   chunk_frames: int = 32) -> Iterator[np.ndarray]:
-    """float32 audio chunks of ``text`` in ``language`` with the voice of ``reference``."""
+    """float32 audio chunks of ``text`` in ``language`` (None: each sentence in its own) with
+    the voice of ``reference``."""
     if first_frames < 1 or chunk_frames < 1:
         raise ValueError(f"first_frames and chunk_frames must be >= 1, got {first_frames}, "
                          f"{chunk_frames}")

@@ -148,30 +148,54 @@ class Synthesizer:
                              f"which no language of this model uses (it knows "
                              f"{', '.join(known)}); pass --language to force one")
 
-    def encode(self, texts: Sequence[str], language: str, check: bool = True
+    def sentence_language(self, sentence: str, text_language: str) -> str:
+        """The language one sentence of a text is spoken in: the one its letters say
+        (:meth:`language_for`), so a Persian sentence in an English paragraph is spoken as
+        Persian; the text's own for a sentence without letters (numbers are read out in the
+        text's language) or in letters no language of the model uses."""
+        if not any(ch.isalpha() for ch in sentence):
+            return text_language
+        try:
+            return self.language_for(sentence)
+        except SynthesisError:  # stray letters: spoken as <unk> in the text's language
+            return text_language
+
+    def _languages(self, texts: Sequence[str], language: str | Sequence[str] | None) -> list[str]:
+        """One language per text: ``language`` for all, one each, or each text's own."""
+        if language is None:
+            return [self.language_for(t) for t in texts]
+        if isinstance(language, str):
+            return [language] * len(texts)
+        return list(language)
+
+    def encode(self, texts: Sequence[str], language: str | Sequence[str], check: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token ids [B, L] and lengths [B] of ``texts``. ``check``: refuse a text with nothing
-        to speak (off for the sentence pieces of a text that was checked whole: a piece such
-        as "..." is then simply a short pause)."""
-        if language not in self.tokenizer.languages:
-            raise SynthesisError(f"language {language!r} is not known to this model "
-                                 f"(it knows {', '.join(self.tokenizer.languages)})")
-        cleaned = [clean_text(t, language, self.cfg.text) for t in texts]
+        """Token ids [B, L] and lengths [B] of ``texts``, in ``language`` (or one language
+        per text). ``check``: refuse a text with nothing to speak (off for the sentence
+        pieces of a text that was checked whole: a piece such as "..." is then simply a
+        short pause)."""
+        languages = self._languages(texts, language)
+        for lang in dict.fromkeys(languages):
+            if lang not in self.tokenizer.languages:
+                raise SynthesisError(f"language {lang!r} is not known to this model "
+                                     f"(it knows {', '.join(self.tokenizer.languages)})")
+        cleaned = [clean_text(t, lang, self.cfg.text) for t, lang in zip(texts, languages)]
         if check:
-            self._check_speakable(texts, cleaned, language)
-        ids = [self.tokenizer.encode(c, language, report=False) for c in cleaned]
+            self._check_speakable(texts, cleaned, languages)
+        ids = [self.tokenizer.encode(c, lang, report=False) for c, lang in zip(cleaned, languages)]
         lengths = torch.tensor([len(i) for i in ids])
         tokens = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
         for b, i in enumerate(ids):
             tokens[b, : len(i)] = torch.tensor(i)
         return tokens.to(self.device), lengths.to(self.device)
 
-    def _check_speakable(self, texts: Sequence[str], cleaned: Sequence[str], language: str) -> None:
+    def _check_speakable(self, texts: Sequence[str], cleaned: Sequence[str],
+                         languages: Sequence[str]) -> None:
         """A text with no letter or digit this model knows would decode into seconds of noise
         until the frame guard: an error. Characters it does not know are spoken as <unk>:
         reported once, as one list, the first time they appear."""
         new: dict[str, int] = {}
-        for text, c in zip(texts, cleaned):
+        for text, c, language in zip(texts, cleaned, languages):
             missing = [ch for ch in c if not ch.isspace() and not self.tokenizer.knows(ch)]
             if not any(ch.isalnum() and self.tokenizer.knows(ch) for ch in c):
                 what = (f"; it does not know {describe(sorted(set(missing)))}" if missing else "")
@@ -190,17 +214,18 @@ class Synthesizer:
 
     @torch.inference_mode()
     def synthesize_mel(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
-                       language: str | None = None, seed: int | None = 0, check: bool = True
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       language: str | Sequence[str] | None = None, seed: int | None = 0,
+                       check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Each text decoded as ONE utterance (no splitting), batched, one voice (clip paths
-        or latents from ``voice``). Returns log-mels [B, F, n_mels] and lengths [B]."""
+        or latents from ``voice``); each in ``language``, its own from a list, or the one its
+        letters say. Returns log-mels [B, F, n_mels] and lengths [B]."""
         latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
-        language = self.language_for(" ".join(texts), language)
-        tokens, token_lengths = self.encode(texts, language, check)
+        languages = self._languages(texts, language)
+        tokens, token_lengths = self.encode(texts, languages, check)
         if seed is not None:
             torch.manual_seed(seed)  # prenet dropout stays on at inference: fix it for repeatability
         b = tokens.shape[0]
-        lang = torch.full((b,), self.tokenizer.language_id(language), device=self.device)
+        lang = torch.tensor([self.tokenizer.language_id(x) for x in languages], device=self.device)
         return self.model.generate(tokens, token_lengths, lang, None, None,
                                    max_frames=self.max_frames, latents=latents.expand(b, -1, -1))
 
@@ -212,44 +237,46 @@ class Synthesizer:
                    language: str | None = None, seed: int | None = 0) -> list[np.ndarray]:
         """One clip per text; a text of several sentences is split, decoded in batches with
         the others and joined with short pauses (``inference.longform``). Without
-        ``language`` each text is spoken in the language its script says
-        (:meth:`language_for`)."""
-        if language is None:
-            languages = [self.language_for(t) for t in texts]
-            if len(set(languages)) > 1:  # one batch per language, the clips in text order
-                out: dict[int, np.ndarray] = {}
-                for lang in dict.fromkeys(languages):
-                    mine = [k for k, g in enumerate(languages) if g == lang]
-                    clips = self.synthesize([texts[k] for k in mine], reference, lang, seed)
-                    out.update(zip(mine, clips))
-                return [out[k] for k in range(len(texts))]
-            language = languages[0] if languages else self.cfg.text.default_language
+        ``language`` each sentence is spoken in the language its letters say
+        (:meth:`sentence_language`)."""
         out: list[list[np.ndarray]] = [[] for _ in texts]
         for k, audio in self.speak(texts, reference, language, seed):
             out[k].append(audio)
         return [np.concatenate(parts) if parts else np.zeros(0, np.float32) for parts in out]
 
     def speak(self, texts: Sequence[str], reference: Sequence[str | Path] | torch.Tensor,
-              language: str, seed: int | None = 0,
+              language: str | None = None, seed: int | None = 0,
               progress: Callable[[int, int], None] | None = None
               ) -> Iterator[tuple[int, np.ndarray]]:
         """``(text index, audio)`` in text order, one piece (with its pause) at a time, decoded
-        window by window (``inference.longform.windows``): memory holds one window, not the
-        text. ``progress(done, total)`` after each window, in sentences."""
+        window by window (``inference.longform.windows``) and vocoded ``MAX_BATCH`` pieces at
+        a time: memory holds one window, not the text. Without ``language`` each sentence
+        is spoken in its own (:meth:`sentence_language`). ``progress(done, total)`` after
+        each window, in sentences."""
         latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
-        self.encode(texts, language)  # user errors (language, nothing to say) before decoding
-        pieces = longform.plan_pieces(texts, language)
+        languages = self._languages(texts, language)
+        self.encode(texts, languages)  # user errors (language, nothing to say) before decoding
+        if language is None:
+            pieces = longform.plan_pieces(texts, languages, self.sentence_language,
+                                          self.tokenizer.languages)
+        else:
+            pieces = longform.plan_pieces(texts, languages)
+        guard = longform.StopGuard(self.max_frames, self.cfg.audio.frames_per_second)
         sr, done = self.cfg.audio.sample_rate, 0
         for window in longform.windows(pieces):
             decoded = longform.decode_window(
-                window, lambda batch: self.synthesize_mel(batch, latents, language, seed,
-                                                          check=False),
-                self.max_frames, language, self.cfg.audio.frames_per_second)
-            mels = [m for _, m in decoded]
-            lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
-            padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)  # [P, F, n_mels]
-            for wav, (piece, _) in zip(self.vocode(padded, lengths), decoded):
-                yield piece.source, longform.join([wav], [piece.pause_s], sr)
+                window, lambda batch: self.synthesize_mel(
+                    [p.text for p in batch], latents, [p.language for p in batch], seed,
+                    check=False), guard)
+            # However many pieces the window became (a sentence split down to its words),
+            # the vocoder holds at most MAX_BATCH of them at once.
+            for start in range(0, len(decoded), longform.MAX_BATCH):
+                part = decoded[start:start + longform.MAX_BATCH]
+                mels = [m for _, m in part]
+                lengths = torch.tensor([m.shape[0] for m in mels], device=self.device)
+                padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)  # [P, F, n_mels]
+                for wav, (piece, _) in zip(self.vocode(padded, lengths), part):
+                    yield piece.source, longform.join([wav], [piece.pause_s], sr)
             done += len(window)
             if progress is not None:
                 progress(done, len(pieces))
@@ -259,8 +286,7 @@ class Synthesizer:
                ) -> Iterator[np.ndarray]:
         """float32 audio chunks of ``text`` as its sentences are decoded (see
         ``inference.streaming``); their concatenation is ``synthesize([text], ...)[0]``."""
-        return stream_speech(self, text, reference, self.language_for(text, language),
-                             seed, first_frames, chunk_frames)
+        return stream_speech(self, text, reference, language, seed, first_frames, chunk_frames)
 
     def synthesize_to_files(self, texts: Sequence[str], reference: Sequence[str | Path],
                             outputs: Sequence[str | Path], language: str | None = None,

@@ -136,6 +136,40 @@ def describe(file: Path, base: dict[str, Any], vocab: Tokenizer) -> str:
                    f"languages: {', '.join(langs) or 'none'}; new characters: {chars!r})")
 
 
+def _spans(ids: list[int]) -> str:
+    """``[3, 40, 41, 42]`` -> ``"3, 40-42"``."""
+    spans: list[list[int]] = []
+    for i in ids:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def check_freeze(parts: list[str], base: dict[str, Any], vocab: Tokenizer) -> None:
+    """``train.freeze=[text_embeddings]`` while the data adds letters or languages would
+    keep every new row at its starting value (the mean of the old ones): each new letter
+    would sound alike, forever. Refused, naming the rows."""
+    if "text_embeddings" not in parts:
+        return
+    old = Tokenizer.from_dict(base[ck.VOCAB])
+    langs = [x for x in vocab.languages if x not in old.languages]
+    chars = [c for c in vocab.chars if c not in old.chars]
+    if not langs and not chars:
+        return
+    rows = [f"{TOKEN_ROWS} rows "
+            f"{_spans([i for i, t in enumerate(vocab.tokens) if t not in old.tokens])}"]
+    if langs:
+        rows.append(f"{LANGUAGE_ROWS} rows {_spans([vocab.languages.index(x) for x in langs])}")
+    new = ", ".join(([f"language {', '.join(langs)}"] if langs else [])
+                    + ([f"{len(chars)} character(s) {''.join(chars)!r}"] if chars else []))
+    raise TrainError(f"train.freeze=[{', '.join(parts)}]: the data adds {new}, whose rows "
+                     f"({'; '.join(rows)}) start at the mean of the old ones and would never "
+                     f"move; drop text_embeddings from train.freeze (a new language needs "
+                     f"them free)")
+
+
 def freeze(model: torch.nn.Module, parts: list[str]) -> int:
     """``train.freeze``: the parameters of ``parts`` (``model.xtts.part_of``) stop
     requiring gradients, so the optimizer leaves them out. Returns how many are frozen."""

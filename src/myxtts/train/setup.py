@@ -105,6 +105,8 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
     assert data is not None
     if state is not None:
         data.check_vocabulary(state)
+    if base is not None:
+        finetune.check_freeze(cfg.train.freeze, base, data.tokenizer)
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
     if base is not None:
         finetune.load_base_weights(model, base, data.tokenizer)

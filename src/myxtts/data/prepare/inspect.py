@@ -44,6 +44,10 @@ class Inspection:
     sample_rates: Counter = field(default_factory=Counter)  # Hz -> clips
     channels: Counter = field(default_factory=Counter)  # channel count -> clips
     language_fix: LanguageFix | None = None  # the setting the dataset was read under instead
+    # Under the config as given, with ``language_fix`` set: the rows prepare and train would
+    # drop for their language, and whether that is every row (prepare then stops).
+    language_drops: int = 0
+    drops_every_row: bool = False
 
     @property
     def report(self) -> DataReport:
@@ -74,6 +78,7 @@ def inspect_dataset(path: str | Path, cfg: Config) -> Inspection:
     problem (``report.language_fix``), the dataset is shown as read under it (languages,
     speakers and hours as that setting would train them), and the summary names the
     ``--set`` that prepare and train need."""
+    every = False
     try:
         splits = read_dataset(path, cfg)
         fix = splits.report.language_fix
@@ -81,9 +86,11 @@ def inspect_dataset(path: str | Path, cfg: Config) -> Inspection:
         fix = e.report.language_fix if e.report is not None else None
         if fix is None:
             raise
+        every = True
     if fix is not None:
         splits = read_dataset(path, apply_language_fix(cfg, fix))
-    ins = Inspection(splits, language_fix=fix)
+    ins = Inspection(splits, language_fix=fix, drops_every_row=every,
+                     language_drops=fix.n_problems if fix is not None else 0)
     report, a, d = splits.report, cfg.audio, cfg.data
     for u, info in zip(splits.all, _headers(splits.all)):
         if isinstance(info, AudioError):

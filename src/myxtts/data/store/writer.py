@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,12 +181,6 @@ class StoreWriter:
             full[fmt.FINITE_CHECK] = finite_record(full, "prepare")
         with atomic_open(self.out / fmt.MANIFEST) as fh:
             fh.write((json.dumps(full, indent=1, ensure_ascii=False) + "\n").encode())
-        # mkstemp creates files with mode 0600; a store is shared data, so give its files
-        # the usual mode (0666 minus the umask), like plainly created files.
-        umask = os.umask(0)
-        os.umask(umask)
-        for rel in (fmt.MANIFEST, *self.files):
-            os.chmod(self.out / rel, 0o666 & ~umask)
 
 
 def _write_hashed(fh: BinaryIO, sha: Any, data: bytes | np.ndarray) -> int:

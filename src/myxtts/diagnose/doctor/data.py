@@ -204,12 +204,23 @@ def check_dataset(path: Path, cfg: Config) -> list[Check]:
     utts = ins.splits.all
     found = (f"{path}: {len(utts)} utterances, {ins.hours(utts):.2f} h, "
              f"{len(ins.splits.speakers)} speakers")
+    checks = []
+    fix = ins.language_fix
+    if fix is not None:  # inspect shows the data as the fix reads it: say what prepare drops
+        languages = ",".join(cfg.text.languages)
+        drops = (f"every row ({ins.language_drops} reported for its language)"
+                 if ins.drops_every_row else f"{ins.language_drops} row(s) for their language")
+        checks.append(Check("dataset languages", "fail" if ins.drops_every_row else "warn",
+                            f"{path}: with text.languages=[{languages}] prepare and train drop "
+                            f"{drops}", f"{fix.set_args} (pass it to prepare and train)"))
+        found += f" (read with {fix.set_args})"
     counts = ins.report.counts_by_reason()
     if not counts:
-        return [Check("dataset", "ok", found + ", no problems")]
+        return checks + [Check("dataset", "ok", found + ", no other problems" if checks
+                               else found + ", no problems")]
     per_reason = ", ".join(f"{reason} {n}" for reason, n in counts.items())
-    return [Check("dataset", "warn", f"{found}; {len(ins.report)} problem(s), those clips are "
-                                      f"skipped: {per_reason}", f"see {see}")]
+    return checks + [Check("dataset", "warn", f"{found}; {len(ins.report)} problem(s), those "
+                                              f"clips are skipped: {per_reason}", f"see {see}")]
 
 
 # ---------------------------------------------------------------- loader workers, /dev/shm

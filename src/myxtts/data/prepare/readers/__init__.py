@@ -20,6 +20,9 @@ from pathlib import Path
 from myxtts.config import Config
 from myxtts.data.prepare.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
 from myxtts.data.prepare.readers.common_voice import (
+    declared_languages as declared_common_voice,
+)
+from myxtts.data.prepare.readers.common_voice import (
     is_common_voice,
     read_common_voice,
     release_parts,
@@ -60,6 +63,46 @@ class DatasetSplits:
 
 # ---------------------------------------------------------------- entry point
 
+# A Common Voice release is one language's folder (with a few rows of others at most): more
+# locales than this are no release's, and are not turned into that many language tokens.
+MAX_DECLARED_LANGUAGES = 8
+
+
+@dataclass(frozen=True)
+class DeclaredLanguages:
+    """The ``text.languages`` / ``text.default_language`` a downloaded corpus declares for
+    its rows, and who declares them (for the line that says so)."""
+
+    languages: tuple[str, ...]
+    default_language: str
+    source: str
+
+
+def declared_languages(path: str | Path, cfg: Config) -> DeclaredLanguages | None:
+    """The languages a corpus as downloaded declares (a Common Voice release: its rows'
+    ``locale``), ordered as ``cfg`` lists them, then as they appear; the default stays
+    ``cfg``'s when declared, else the first. None for a layout that declares none, or
+    when they are ``cfg``'s already. Commands read a raw dataset under this setting when
+    the user's config does not set ``text.languages`` itself (``cli.common``): a release
+    of Persian and English rows then trains both, with no ``--set``."""
+    path = Path(path).expanduser()
+    try:
+        if not _is(path, cfg.data.format, "common_voice", is_common_voice):
+            return None
+        found = declared_common_voice(path)
+    except (DatasetError, OSError):
+        return None  # reading the dataset says what is wrong with it
+    if not found or len(found) > MAX_DECLARED_LANGUAGES:
+        return None  # more than a release holds: each row is reported, with the setting
+    languages = [x for x in cfg.text.languages if x in found]
+    languages += [x for x in found if x not in languages]
+    default = cfg.text.default_language if cfg.text.default_language in languages else languages[0]
+    if languages == list(cfg.text.languages) and default == cfg.text.default_language:
+        return None
+    return DeclaredLanguages(tuple(languages), default,
+                             f"the Common Voice release {path} (its locale column)")
+
+
 def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
     """Read a dataset in any supported layout; see the module docstring. When rows are
     reported for their language, ``report.language_fix`` holds the ``text.languages`` /
@@ -93,7 +136,7 @@ def _read(path: Path, cfg: Config) -> tuple[DatasetSplits, Path | None]:
         if release.val is not None:
             val_rows = read_common_voice(release.val, path, cfg, report, default_speaker)
     elif _is(path, forced, "libritts", is_libritts):
-        train_dirs, val_dirs, note = libritts_parts(path)
+        train_dirs, val_dirs, note = libritts_parts(path, report)
         fmt, split_kind, where = "libritts", "release", path
         rows = [r for d in train_dirs for r in read_libritts_subset(d, cfg, report)]
         if val_dirs:

@@ -1,4 +1,18 @@
-"""Pieces every layout reader uses: file listings, line decoding, transcript files, ids."""
+"""Pieces every layout reader uses: file listings, line decoding, transcript files, ids,
+and where a row's clip may be (``clip_in``).
+
+Data stays inside the dataset: a row names its clip by a path inside the reader's clip
+folder (Common Voice ``clips/``, LJSpeech ``wavs/``, a speaker's folder, a manifest's
+folder). A path that leads elsewhere -- climbing with ``..``, or absolute and not under the
+folder -- is reported for its row and never opened: a downloaded corpus must not make
+prepare read (and pack into a store) ``/etc/passwd`` or a file beside the dataset. The rule
+is on the path the row writes, not on where links lead: a clip that is a symbolic link (or
+lies in a linked folder) is read when its target is a regular file, so a dataset of links
+into a shared clip folder works. Layouts found by listing folders (LibriTTS, speaker
+folders, VCTK) name only entries of the folders they list, so they are inside by
+construction; every clip, linked or not, must be a regular file (a FIFO or a device is
+never opened).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +25,7 @@ from typing import Any
 from myxtts.data.prepare.records import (
     NOT_UTF8,
     NOTHING_TO_SAY,
+    OUTSIDE_DATASET,
     OUTSIDE_LANGUAGE,
     UNKNOWN_LANGUAGE,
     DataReport,
@@ -36,6 +51,36 @@ UNNAMED = ""
 # (utterance, source file, 1-based line or None) — the location is kept until the
 # cross-file checks (duplicate ids) have run, so those problems can name both places.
 Row = tuple[Utterance, str, "int | None"]
+
+
+def clip_in(folder: Path, text: str) -> Path | None:
+    """The clip a row names by ``text``: a path relative to ``folder``, or an absolute one
+    under it, given as ``folder / relative``; None when the text leads outside ``folder``
+    (a ``..`` anywhere, even one that would come back: through a linked folder ``..`` goes
+    to the link target's parent, so only a path without it stays inside by its text)."""
+    path = Path(text)
+    if path.is_absolute():
+        for base in dict.fromkeys((Path(os.path.abspath(folder)), folder.resolve())):
+            if path.is_relative_to(base):
+                path = path.relative_to(base)
+                break
+        else:
+            return None
+    if ".." in path.parts:
+        return None
+    return folder / path
+
+
+def report_outside(report: DataReport, source: Path, line: int | None, uid: str | None,
+                   text: str, folder: Path, what: str = "path") -> None:
+    """Report a row whose clip ``text`` (its ``what``) leads outside ``folder``."""
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    where = f"line {line} of {source.name}" if line is not None else source.name
+    report.add(source, line, uid, OUTSIDE_DATASET,
+               f"change the {what} on {where} to one inside {folder} (relative to it, without "
+               f"'..') or delete the row; to use clips kept elsewhere, link their folder into "
+               f"{folder}", f"{what} {shown!r} leads outside {folder}, where the row's clip "
+               f"must be; not opened")
 
 
 def first_line(path: Path) -> str:
@@ -95,6 +140,13 @@ class FileIndex:
 
     def exists(self, path: Path) -> bool:
         return path.name in self.names(path.parent)
+
+    def why_not(self, path: Path) -> str:
+        """Why ``exists(path)`` is False, in words: what is there instead (a folder, a
+        FIFO, a link to something that is no regular file) or that nothing is."""
+        if path.name in self._listing(path.parent)[1]:
+            return f"{path} is {path_kind(path)}, not an audio file"
+        return f"{path} does not exist"
 
     def find_audio(self, folder: Path, stem: str) -> Path | None:
         names = self.names(folder)

@@ -4,7 +4,8 @@
 ``*_sentences.tsv``).
 
 Each row file is tab-separated with a header row; columns are read by their header name
-(releases add and reorder columns): ``path`` is the clip under ``clips/``, ``sentence``
+(releases add and reorder columns): ``path`` is the clip under ``clips/`` (a path leading
+out of it is reported, ``common.clip_in``), ``sentence``
 the text, ``client_id`` the speaker and ``locale`` the language. The locale maps onto
 ``text.languages``: itself when listed, else its base code (``fa-IR`` -> ``fa``,
 ``en-US`` -> ``en``) when that is listed; any other locale is reported for its row.
@@ -19,6 +20,7 @@ release has no ``train.tsv``. ``CommonVoiceRelease.note`` says what was read and
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +78,33 @@ def release_parts(path: Path) -> CommonVoiceRelease:
     return CommonVoiceRelease(train, val, note)
 
 
+LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")  # fa, fa-IR, zh-CN, sv-SE
+
+
+def declared_languages(path: Path) -> list[str]:
+    """The languages the rows a release trains on declare (``locale``, as base codes:
+    ``fa-IR`` -> ``fa``), in order of first appearance; empty without a locale column. A
+    value that is no language code is left to the row's own report."""
+    release = release_parts(path)
+    seen: dict[str, None] = {}
+    for tsv in (release.train, release.val):
+        if tsv is None or not tsv.is_file():
+            continue
+        column = None
+        for _, line in common.decoded_lines(tsv, records.DataReport()):
+            cols = line.split("\t")
+            if column is None:
+                header = [c.strip().lower() for c in cols]
+                if "locale" not in header:
+                    break
+                column, width = header.index("locale"), len(header)
+                continue
+            locale = cols[column].strip() if len(cols) == width else ""
+            if LOCALE.match(locale):
+                seen[canonical_language(locale)] = None
+    return list(seen)
+
+
 def map_locale(locale: str, languages: list[str]) -> str | None:
     """The configured language code for a Common Voice locale, or None when none fits."""
     if locale in languages:
@@ -131,11 +160,14 @@ def read_common_voice(tsv: Path, root: Path, cfg: Config, report: records.DataRe
                                  f"of {tsv.name}")
                 continue
             language = mapped
-        audio = clips / clip
+        audio = common.clip_in(clips, clip)
+        if audio is None:
+            common.report_outside(report, tsv, line_no, uid, clip, clips)
+            continue
         if not files.exists(audio):
             report.add(tsv, line_no, uid, records.MISSING_AUDIO,
                        f"put the clip at {audio} or delete line {line_no} of {tsv.name}",
-                       f"{audio} does not exist")
+                       files.why_not(audio))
             continue
         speaker = rec.get("client_id", "").strip() or default_speaker
         rows.append((records.Utterance(uid, audio, text, speaker, language), str(tsv), line_no))

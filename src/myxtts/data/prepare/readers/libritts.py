@@ -23,7 +23,12 @@ from pathlib import Path
 from myxtts.config import Config
 from myxtts.data.prepare.readers.common import AUDIO_EXTS, Row, has_audio
 from myxtts.data.prepare.readers.speakers import transcript_row
-from myxtts.data.prepare.records import MISSING_TRANSCRIPT, DataReport, DatasetError
+from myxtts.data.prepare.records import (
+    MISPLACED_AUDIO,
+    MISSING_TRANSCRIPT,
+    DataReport,
+    DatasetError,
+)
 
 SUBSET = re.compile(r"^(train|dev|test)-")
 TRANSCRIPTS = (".normalized.txt", ".original.txt")  # first found wins
@@ -66,11 +71,20 @@ def is_libritts(path: Path) -> bool:
     return path.is_dir() and (bool(subsets(path)) or is_subset(path))
 
 
-def libritts_parts(path: Path) -> tuple[list[Path], list[Path], str]:
-    """``(train subsets, val subsets, note)``; a single subset folder is train."""
+def libritts_parts(path: Path, report: DataReport) -> tuple[list[Path], list[Path], str]:
+    """``(train subsets, val subsets, note)``; a single subset folder (named like one, or
+    holding no subsets) is train. Folders of clips beside the subsets that are none are
+    reported: the layout never reads them."""
     found = subsets(path)
-    if not found:
+    if not found or (SUBSET.match(path.name) and is_subset(path)):
         return [path], [], f"LibriTTS subset {path.name} read as train, val a seeded split of it"
+    for d in _dirs(path):
+        if d not in found and has_audio(d, depth=3):
+            report.add(d, None, None, MISPLACED_AUDIO,
+                       f"name it train-{d.name} (or dev-/test-) to read it as a subset, or "
+                       f"move it out of {path.name}",
+                       "a folder of clips beside the LibriTTS subsets that is none of them: "
+                       "its clips are not read")
     train = [d for d in found if d.name.startswith("train-")]
     val = [d for d in found if d.name.startswith("dev-")]
     test = [d for d in found if d.name.startswith("test-")]
@@ -86,15 +100,54 @@ def libritts_parts(path: Path) -> tuple[list[Path], list[Path], str]:
     return train, val, note
 
 
+def _clips_in(folder: Path) -> int:
+    """How many audio files lie directly in ``folder``."""
+    try:
+        return sum(1 for e in os.scandir(folder) if e.name.lower().endswith(AUDIO_EXTS)
+                   and not e.name.startswith("."))
+    except OSError:
+        return 0
+
+
+def _stray(report: DataReport, folder: Path, subset: Path, what: str) -> None:
+    """Report the clips lying directly in ``folder`` (``what`` says which level it is),
+    where the layout never reads them."""
+    n = _clips_in(folder)
+    if n:
+        report.add(folder, None, None, MISPLACED_AUDIO,
+                   f"move them into {subset.name}/SPEAKER/CHAPTER/ (with their "
+                   f".normalized.txt), or remove them",
+                   f"{n} clip(s) directly in {what}; LibriTTS clips are read only from "
+                   f"SPEAKER/CHAPTER/ folders")
+
+
 def read_libritts_subset(subset: Path, cfg: Config, report: DataReport) -> list[Row]:
-    """Rows of one subset folder: ``SPEAKER/CHAPTER/ID.wav`` + ``ID.normalized.txt``."""
+    """Rows of one subset folder: ``SPEAKER/CHAPTER/ID.wav`` + ``ID.normalized.txt``.
+    Clips the layout does not read are reported, never skipped quietly: a subset inside
+    the subset (it would be read as a speaker with no clips), clips directly in the subset
+    or a speaker folder, folders inside a chapter."""
     rows: list[Row] = []
+    _stray(report, subset, subset, f"the subset folder {subset.name}")
     for spk in _dirs(subset):
+        if SUBSET.match(spk.name) and has_audio(spk, depth=3):
+            report.add(spk, None, None, MISPLACED_AUDIO,
+                       f"move {spk.name} beside {subset.name} (subsets sit side by side in "
+                       f"the corpus folder), or pass it as the dataset path itself",
+                       f"a LibriTTS subset inside the subset {subset.name}: none of its clips "
+                       f"are read")
+            continue
+        _stray(report, spk, subset, f"the speaker folder {spk.name}")
         for chapter in _dirs(spk):
             try:
                 names = {e.name for e in os.scandir(chapter) if e.is_file()}
             except OSError:
                 continue
+            for inner in _dirs(chapter):
+                if has_audio(inner, depth=3):
+                    report.add(inner, None, None, MISPLACED_AUDIO,
+                               f"move its clips up into {chapter.name}/, or remove it",
+                               f"a folder inside the chapter {spk.name}/{chapter.name}: its "
+                               f"clips are not read")
             for name in sorted(names):
                 stem, ext = os.path.splitext(name)
                 if ext.lower() not in AUDIO_EXTS or name.startswith("."):

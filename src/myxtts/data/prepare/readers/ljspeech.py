@@ -86,6 +86,9 @@ def read_ljspeech(meta: Path, root: Path, cfg: Config, report: records.DataRepor
             common.unknown_language(report, meta, line_no, uid, lang, cfg.text.languages,
                              f"on line {line_no} of {meta.name}")
             continue
+        if common.clip_in(wav_dir, uid) is None:
+            common.report_outside(report, meta, line_no, uid, uid, wav_dir, "id")
+            continue
         audio = files.find_audio(wav_dir, uid)
         if audio is None:
             report.add(meta, line_no, uid, records.MISSING_AUDIO,

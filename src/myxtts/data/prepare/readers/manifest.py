@@ -1,6 +1,7 @@
 """Manifest layout: a ``.csv`` / ``.tsv`` / ``.jsonl`` file with columns ``audio``, ``text``
 and optionally ``speaker``, ``language``, ``id``, ``duration``; audio paths are relative
-to the manifest's folder."""
+to the manifest's folder and stay inside it (``common.clip_in``; an absolute path under it
+is fine)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from myxtts.data.prepare.readers.common import (
     UNNAMED,
     FileIndex,
     Row,
+    clip_in,
     decoded_lines,
     first_line,
+    report_outside,
     unknown_language,
 )
 from myxtts.data.prepare.records import (
@@ -148,13 +151,14 @@ def read_manifest(path: Path, cfg: Config, report: DataReport, default_speaker: 
                            f"write the duration in seconds on line {line_no} or leave it empty",
                            f"duration {rec['duration']!r} is not a positive number of seconds")
                 continue
-        audio = Path(audio_s).expanduser()
-        if not audio.is_absolute():
-            audio = base / audio
+        audio = clip_in(base, audio_s)
+        if audio is None:
+            report_outside(report, path, line_no, uid, audio_s, base, "audio path")
+            continue
         if not files.exists(audio):
             report.add(path, line_no, uid, MISSING_AUDIO,
                        f"fix the audio path on line {line_no} (relative paths start at {base}) or delete it",
-                       f"{audio} does not exist")
+                       files.why_not(audio))
             continue
         speaker = rec.get("speaker", "").strip() or default_speaker
         rows.append((Utterance(uid, audio, text, speaker, language, duration_s), str(path), line_no))

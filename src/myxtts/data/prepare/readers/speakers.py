@@ -18,10 +18,12 @@ from myxtts.data.prepare.readers.common import (
     FileIndex,
     Row,
     audio_files,
+    clip_in,
     decoded_lines,
     has_audio,
     prefixed_id,
     read_transcript,
+    report_outside,
 )
 from myxtts.data.prepare.records import (
     EMPTY_TEXT,
@@ -80,6 +82,9 @@ def read_speaker_metadata(meta: Path, spk_dir: Path, cfg: Config, report: DataRe
                        if stem else "the id (first column) is empty")
             continue
         uid = prefixed_id(speaker, stem)
+        if clip_in(spk_dir, stem) is None:
+            report_outside(report, meta, line_no, uid, stem, spk_dir, "id")
+            continue
         text = cols[2].strip() if len(cols) == 3 and cols[2].strip() else cols[1].strip()
         if not text:
             report.add(meta, line_no, uid, EMPTY_TEXT, f"write the transcript on line {line_no} or delete it")
