@@ -21,6 +21,7 @@ from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.bundle import is_bundle, read_bundle
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.artifacts.validate import check_model, file_kind
 
 
 @dataclass
@@ -38,16 +39,20 @@ class Trained:
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
-    """The model a run folder, a checkpoint file or a bundle of ``myxtts export`` holds."""
-    if is_bundle(path):
-        b = read_bundle(path)
+    """The model a run folder, a checkpoint file or a bundle of ``myxtts export`` holds (a
+    run folder whose ``best.pt`` is a bundle too), every field checked before use
+    (``artifacts.validate``)."""
+    file = path if is_bundle(path) else resolve_checkpoint(path)
+    if file_kind(file) == "bundle" or is_bundle(file):
+        b = read_bundle(file)
         return Trained(b.path, b.config, b.vocab, b.model, b.mel_mean, b.mel_std,
                        b.vocoder_config, b.vocoder)
-    file = resolve_checkpoint(path)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "
                             f"as --checkpoint")
+    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
+                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
     ema = None if raw_weights else state.get(ck.EMA)
-    return Trained(file, state[ck.CONFIG], state[ck.VOCAB], averaged_state(state[ck.MODEL], ema),
-                   state[ck.MEL_MEAN], state[ck.MEL_STD])
+    return Trained(Path(file), state[ck.CONFIG], state[ck.VOCAB],
+                   averaged_state(state[ck.MODEL], ema), state[ck.MEL_MEAN], state[ck.MEL_STD])
