@@ -64,7 +64,7 @@ _WHY = {
     errno.EROFS: ("the file system is read-only", _ELSEWHERE),
     errno.EACCES: ("no permission", _ELSEWHERE),
     errno.EPERM: ("not permitted", _ELSEWHERE),
-    errno.EFBIG: ("the file would exceed the size limit of this shell (`ulimit -f`)",
+    errno.EFBIG: ("the file would pass this shell's file size limit, `ulimit -f`",
                   "raise the limit or write somewhere else"),
 }
 
@@ -100,11 +100,9 @@ def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
         os.replace(tmp, path)
     except OSError as e:
         _discard(tmp)
-        if isinstance(e, WriteFailed) or e.errno not in _WHY or not _about(e, path):
+        if not _about(e, path):
             raise
-        failed = WriteFailed(e.errno, _WHY[e.errno][0], str(path))
-        failed.kept, failed.fix = existed, _WHY[e.errno][1]
-        raise failed from None
+        raise write_failed(e, path, existed) from None
     except BaseException as e:
         _discard(tmp)
         if isinstance(e, KeyboardInterrupt):
@@ -112,6 +110,17 @@ def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
         raise
     finally:
         _UNFINISHED.pop(tmp or "", None)
+
+
+def write_failed(e: OSError, path: str | Path, kept: bool) -> OSError:
+    """``e``, a failed write of ``path``, as a one-line :class:`WriteFailed` where its reason
+    is a known one (full disk, read-only, no permission, file size limit); ``kept``: the
+    old contents of ``path`` are still there. Other errors come back as they are."""
+    if isinstance(e, WriteFailed) or e.errno not in _WHY:
+        return e
+    failed = WriteFailed(e.errno, _WHY[e.errno][0], str(path))
+    failed.kept, failed.fix = kept, _WHY[e.errno][1]
+    return failed
 
 
 def _about(e: OSError, path: Path) -> bool:
@@ -290,8 +299,8 @@ def output_file(value: str | Path, flag: str, kind: FileKind, inputs: Inputs = (
         raise OutputError(f"{flag} {path} is a folder; give the name of {kind.name} to write")
     if there not in ("nothing", "a file", "a broken symbolic link"):
         hint = " (use - for standard output)" if stdout else ""
-        raise OutputError(f"{flag} {path} is {there}, not a file; give the name of "
-                          f"{kind.name} to write{hint}")
+        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a file; give the "
+                          f"name of {kind.name} to write{hint}")
     for what, source in inputs:
         if source is not None and path_kind(source) == "a file" and same_file(path, source):
             raise OutputError(f"{flag} {path} is {what} ({source}), which this command reads; "
@@ -303,19 +312,22 @@ def output_file(value: str | Path, flag: str, kind: FileKind, inputs: Inputs = (
     return path
 
 
-def output_folder(value: str | Path, flag: str, inputs: Inputs = ()) -> Path:
+def output_folder(value: str | Path, flag: str, inputs: Inputs = (), create: bool = True) -> Path:
     """The folder a command will write for ``flag``, checked before any work: ``-`` and a
     file are refused, so is a folder that is one of ``inputs`` or lies inside one (a run or
-    store written into the data it reads); made if need be and checked to take files."""
+    store written into the data it reads); made if need be and checked to take files
+    (unless not ``create``: for commands that make it themselves and remove it again
+    when they fail)."""
     _refuse_stdout(str(value), flag, "this command writes a folder")
     path = Path(value)
     there = path_kind(path)
     if there not in ("nothing", "a folder"):
-        raise OutputError(f"{flag} {path} is {there}, not a folder; give a folder to write")
+        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a folder; give a "
+                          f"folder to write")
     for what, source in inputs:
         if source is not None and path_kind(source) != "nothing" and is_inside(path, source):
             where = "is" if same_file(path, source) else "lies inside"
             raise OutputError(f"{flag} {path} {where} {what} ({source}), which this command "
                               f"reads; writing there would mix its output into its input: "
                               f"choose a folder outside it")
-    return writable_folder(path, flag)
+    return writable_folder(path, flag) if create else path

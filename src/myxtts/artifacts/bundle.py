@@ -35,11 +35,12 @@ from myxtts.artifacts.validate import (
     BUNDLE_FORMAT_KEY,
     check_model,
     check_vocoder,
+    file_kind,
     json_field,
 )
 from myxtts.config import config_from_dict
 from myxtts.config.bounds import TooLarge, excerpt, loads_json
-from myxtts.system import atomic_write
+from myxtts.system import FileKind, atomic_write
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = BUNDLE_FORMAT_KEY, "myxtts.sha256"
@@ -48,6 +49,10 @@ MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
 _ZERO = b"0" * 64
 _MARK = b'"' + CHECKSUM_KEY.encode() + b'":"'
 _ZIP = b"PK\x03\x04"  # how every torch.save file starts
+
+
+# what `myxtts export -o FILE` may replace: a bundle (anything else there is the user's)
+BUNDLE_FILE = FileKind("a model bundle", lambda path: file_kind(path) == "bundle")
 
 
 @dataclass
