@@ -18,7 +18,7 @@ import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -331,3 +331,21 @@ def output_folder(value: str | Path, flag: str, inputs: Inputs = (), create: boo
                               f"reads; writing there would mix its output into its input: "
                               f"choose a folder outside it")
     return writable_folder(path, flag) if create else path
+
+
+@contextmanager
+def no_empty_folder_left(folder: str | Path) -> Iterator[None]:
+    """A command that fails (or is stopped) before it wrote anything into ``folder`` leaves
+    no folder of its own behind: created by the block and holding nothing but its lock
+    file, it is removed again. A folder that existed before is never touched."""
+    folder = Path(folder)
+    existed = os.path.lexists(folder)
+    try:
+        yield
+    except BaseException:
+        if not existed and folder.is_dir() and \
+                {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            with suppress(OSError):
+                folder.rmdir()
+        raise

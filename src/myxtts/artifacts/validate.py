@@ -55,11 +55,15 @@ def file_kind(path: str | Path) -> str:
 
 
 def bundle_instead(path: str | Path) -> ArtifactError:
-    """The error for a bundle given where a training checkpoint is needed."""
+    """The error for a bundle given where a training checkpoint is needed (naming a step
+    checkpoint beside it, where there is one: a bundle renamed into a run folder)."""
+    steps = sorted(Path(path).parent.glob("ckpt_*.pt"))
+    beside = f" (e.g. {steps[-1]})" if steps and file_kind(steps[-1]) == "checkpoint" else ""
     return ArtifactError(f"{path} is a model bundle (written by `myxtts export`), not a training "
                          f"checkpoint: it holds the weights to speak with but no training "
                          f"state. Synthesize from it (`myxtts synthesize -c {path}`); to train "
-                         f"or export, pass the run folder or checkpoint it was exported from")
+                         f"or export, pass the run folder or checkpoint it was exported "
+                         f"from{beside}")
 
 
 def json_field(where: str, field: str, text: Any) -> Any:

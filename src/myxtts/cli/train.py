@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
-from myxtts.system import output_folder
+from myxtts.system import no_empty_folder_left, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     print(size_line, flush=True)
     from myxtts.train.loop import train
 
-    result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
-                   init_from=args.init_from)
+    with no_empty_folder_left(cfg.train.output_dir):
+        result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
+                       init_from=args.init_from)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
     return 130 if result.stopped_by_signal else 0

@@ -7,7 +7,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import add_config_args, config_from_args
-from myxtts.system import output_folder
+from myxtts.system import no_empty_folder_left, output_folder
 
 DEFAULT_OUTPUT = "runs/vocoder"
 
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from myxtts.train.vocoder.loop import train_vocoder
 
-    result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
+    with no_empty_folder_left(cfg.train.output_dir):
+        result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
     print(f"trained the vocoder to step {result.step}; run folder {result.output_dir}; use it "
           f"with `myxtts synthesize --vocoder {result.output_dir} ...`")
     return 130 if result.stopped_by_signal else 0

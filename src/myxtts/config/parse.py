@@ -303,8 +303,9 @@ def apply_override(d: dict[str, Any], item: str) -> None:
         raise ConfigError(f"--set {section}.{key}: the value {e}") from None
     except yaml.YAMLError:
         value = raw
-    # "--set data.data_device=cuda:0" parses as a YAML mapping; keep the string.
-    if isinstance(value, dict) and _hints(SECTIONS[section])[key] is str:
+    # A text key takes the text as written: "--set data.data_device=cuda:0" parses as a YAML
+    # mapping, "--output-dir -" as a list, "--set train.output_dir=2024" as a number.
+    if not isinstance(value, str) and _hints(SECTIONS[section])[key] is str:
         value = raw
     sec = d.setdefault(section, {})
     if sec is None:
