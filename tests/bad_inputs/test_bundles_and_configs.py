@@ -128,6 +128,25 @@ def test_a_resealed_bundle_with_a_bad_vocoder_is_refused(micro_bundle, reference
     assert not (tmp_path / "o.wav").exists()
 
 
+def test_a_vocoder_checkpoint_with_a_bad_field_is_refused(micro_run, reference, tmp_path, capsys):
+    from myxtts.artifacts import vocoder as vck
+    from myxtts.config import config_from_dict
+    from myxtts.model.vocoder.generator import VocosGenerator
+
+    cfg = config_from_dict({**ck.load(micro_run / "checkpoints" / "best.pt")[ck.CONFIG],
+                            "vocoder": {"dim": 8, "layers": 1}})  # the model's mel definition
+    weights = VocosGenerator(cfg.audio, cfg.vocoder).state_dict()
+    name = next(k for k, v in weights.items() if v.ndim == 2)
+    weights[name] = weights[name][:, :-1].contiguous()
+    voc = tmp_path / "voc.pt"
+    ck.save(voc, {ck.FORMAT: ck.FORMAT_VERSION, vck.KIND: vck.VOCODER, ck.CONFIG: cfg.to_dict(),
+                  vck.GENERATOR: weights})
+    one_error(["synthesize", "-c", str(micro_run), "--vocoder", str(voc), "-t", "lamo", "-r",
+               str(reference), "-o", str(tmp_path / "o.wav"), "--device", "cpu"], capsys,
+              "voc.pt", f"'{name}'", "shape")
+    assert not (tmp_path / "o.wav").exists()
+
+
 def _nan_checkpoint(run: Path) -> Path:
     path = run / "checkpoints" / "best.pt"
     state = ck.load(path)
