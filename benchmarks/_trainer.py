@@ -1,9 +1,13 @@
-"""The trainer's parts the training benchmarks time, built by ``myxtts.train.setup`` as
-``myxtts train`` builds them (device settings, step, measured batch sizes, warm-up of every
-bucket shape), plus staged batches and timed windows.
+"""The run the training benchmarks time, built by the function ``myxtts train`` uses
+(``myxtts.train.setup.build_setup``: memory caps, data and its real loader, model, the
+engine with its optimizer, schedule, scaler, moving average, compiled blocks and CUDA
+graphs, prepared for every bucket shape: auto batch sizes, warm-up, capture, shrink), plus
+staged batches and timed windows. A benchmark cannot leave out a part of what the trainer
+does on that device: an arm that differs from ``myxtts train`` differs by config overrides
+only (``--set train.compile=off``, ...), exactly as a user's run would.
 
 A *window* is ``steps`` optimizer steps run exactly as the training loop runs them
-(``train.loop.next_micro``: ``StepTimer`` around each fetch of a step's micro-batches; one
+(``train.run.next_micro``: ``StepTimer`` around each fetch of a step's micro-batches; one
 host sync at the end, then the loop's log-step read-back outside the timing). *Pre-staged*
 batches sit in device memory before timing: one per bucket shape, replayed in whatever shape
 order a window asks for -- the step's speed of light, since no input pipeline can beat data
@@ -23,95 +27,40 @@ Staged = dict[tuple, tuple[dict, int]]  # shape key -> (device batch, real frame
 
 
 class Trainer:
-    """The trainer's own parts for one preset: config, device, data (the real loader),
-    initial weights; ``step()`` builds a ``TrainStep`` on a copy of them."""
+    """One run as ``myxtts train`` builds it for ``preset`` on ``data`` (a store or a raw
+    dataset), into ``run_dir`` (its auto batch-size cache). ``overrides``: config settings,
+    as ``--set`` gives them. ``setup_s``: seconds to build it (data, model, engine prepared);
+    ``report``: the engine's warm-up report (None where nothing was warmed up)."""
 
-    def __init__(self, store: Path, preset: str, batch_frames: int | None, overrides: list[str],
-                 threads: int) -> None:
+    def __init__(self, data: Path, preset: str, batch_frames: int | None, overrides: list[str],
+                 threads: int | None, run_dir: Path) -> None:
         import torch
 
-        from myxtts.artifacts.checkpoint import TrainingProgress
-        from myxtts.config import load_config, resolve_device
-        from myxtts.model.xtts import build_model
-        from myxtts.train.data import open_train_data
-        from myxtts.train.distributed import DistInfo
-        from myxtts.train.run import seed_everything
-        from myxtts.train.setup import configure_device
+        from myxtts.config import load_config
+        from myxtts.train.setup import build_setup
 
         if threads:
             torch.set_num_threads(threads)
         sets = ([f"data.batch_frames={batch_frames}"] if batch_frames else []) + list(overrides)
-        self.cfg = cfg = load_config(preset=preset, overrides=sets)
-        self.device = resolve_device(cfg.train.device, "train.device")
+        cfg = load_config(preset=preset, overrides=[*sets, f"train.output_dir={run_dir}"])
+        started = time.perf_counter()
+        self.run = build_setup(cfg, data, None)
+        self.setup_s = time.perf_counter() - started
+        self.cfg, self.engine, self.data = self.run.cfg, self.run.engine, self.run.data
+        self.device, self.record = self.run.device, self.run.record
         self.cuda = self.device.type == "cuda"
-        configure_device(self.device)
-        seed_everything(cfg.train.seed)
-        self.dist, self.record = DistInfo(), TrainingProgress()
-        self.data = open_train_data(cfg, store, self.device, self.dist, None)
-        self.batch_sizes: list[int] | None = None  # per bucket, once fit() measured them
-        self.data.continue_from(None, self.record)
-        self.initial = build_model(cfg, self.data.vocab_size, len(self.data.languages),
-                                   self.data.mel_mean, self.data.mel_std).state_dict()
-        self.params_m = sum(v.numel() for k, v in self.initial.items()
-                            if not k.startswith(("mel_mean", "mel_std"))) / 1e6
+        prepared = self.engine.prepared
+        self.report = prepared.report if prepared is not None else None
+        self.params_m = sum(p.numel() for p in self.engine.model.parameters()) / 1e6
         self.fps = cfg.audio.frames_per_second
 
     @property
-    def auto(self) -> bool:
-        """The trainer would measure the batch sizes (``data.batch_frames=auto`` on CUDA)."""
-        return self.cuda and self.cfg.data.batch_frames == "auto"
-
-    def step(self, compiled: bool | None = None) -> Any:
-        """The trainer's step (``setup.build_step``) from the initial weights; compiled as
-        ``train.compile`` resolves unless ``compiled`` says."""
-        from myxtts.model.xtts import build_model
-        from myxtts.train.setup import build_step
-
-        model = build_model(self.cfg, self.data.vocab_size, len(self.data.languages), None, None)
-        model.load_state_dict(self.initial)
-        step, _ = build_step(self.cfg, model.to(self.device).train(), self.device, self.dist,
-                             compiled)
-        return step
-
-    def fit(self, step: Any, run_dir: Path) -> None:
-        """What ``train()`` does before step 1 (``setup.fit_batches``): with
-        ``batch_frames=auto`` on a GPU, each bucket's batch size measured with ``step`` (or
-        read from ``run_dir``'s cache), the loader rebuilt and the stream started over."""
-        from myxtts.train.setup import fit_batches
-
-        sizes = fit_batches(step, self.data, self.cfg, self.dist, run_dir)
-        if sizes is not None:
-            self.batch_sizes = sizes
-            self.record.epoch = self.record.batches_consumed = 0
-            self.data.continue_from(None, self.record)
-
-    def graphs(self, step: Any) -> bool:
-        """Whether the trainer captures ``step`` as CUDA graphs (``train.cuda_graphs``)."""
-        from myxtts.train.mode import plan_step
-
-        return plan_step(self.cfg, self.device, False, step.fused).graphs
-
-    def warm_up(self, step: Any, graphs: bool) -> Any:
-        """The trainer's warm-up (``setup.warm_up_buckets``): every bucket shape through
-        ``step`` (compiling it), captured as CUDA graphs with ``graphs``; the ``WarmupReport``."""
-        from myxtts.train.setup import warm_up_buckets
-
-        return warm_up_buckets(step, self.data, self.cfg, self.dist, graphs)
-
-    def ready(self, name: str, run_dir: Path) -> Any:
-        """The step ``train()`` runs: ``train.compile``'s mode, batch sizes fitted, warmed up
-        (compiled, captured) when compiled or on a GPU. Sets ``fitted_at`` (``perf_counter``
-        once the sizes are known) and ``report`` (the ``WarmupReport``, None: no warm-up)."""
-        step = self.step()
-        self.fit(step, run_dir)
-        self.fitted_at = time.perf_counter()
-        graphs = self.graphs(step)
-        say(f"{name}: warming up ({step.mode}{', graphs' if graphs else ''})")
-        self.report = self.warm_up(step, graphs) if step.compiled or self.cuda else None
-        return step
+    def batch_sizes(self) -> list[int]:
+        """Each bucket's batch size, as the engine fitted them."""
+        return list(self.data.sampler.bucket_batch_sizes)
 
     def shapes(self) -> list[Any]:
-        """The bucket shapes of the current plan (``BatchShape``), longest first."""
+        """The bucket shapes of the run (``BatchShape``), longest first."""
         from myxtts.train.data import bucket_shapes
 
         return sorted(set(bucket_shapes(self.data.sampler, self.cfg)), key=lambda s: -s.frames)
@@ -123,9 +72,9 @@ class Trainer:
             torch.cuda.synchronize(self.device)
 
     def stage(self, loader: Any = None, sampler: Any = None) -> Staged:
-        """One device batch per bucket shape, from a loader of its own (the trainer's
-        sampler and stream stay untouched). ``loader`` / ``sampler``: another source of the
-        same plan (default: the store's)."""
+        """One device batch per bucket shape, from a loader of its own (the run's sampler and
+        stream stay untouched). ``loader`` / ``sampler``: another source of the same plan
+        (default: the store's)."""
         from myxtts.data.batch import to_model_dtypes
         from myxtts.data.feed.loader import build_loader
         from myxtts.observe.flops import batch_key
@@ -149,16 +98,16 @@ class Trainer:
         self.sync()
         return staged
 
-    def prime(self, step: Any, staged: Staged, keys: list[tuple] | None = None) -> None:
-        """Each shape of ``keys`` (default: every staged one) once through ``step``, untimed:
-        first-call allocations and set-up."""
+    def prime(self, staged: Staged, keys: list[tuple] | None = None) -> None:
+        """Each shape of ``keys`` (default: every staged one) once through the engine,
+        untimed: first-call allocations and set-up."""
         keys = sorted(staged) if keys is None else keys
         accum = self.cfg.train.grad_accum_steps
-        self.window(step, staged_fetch(staged, [k for k in keys for _ in range(accum)]), len(keys))
+        self.window(staged_fetch(staged, [k for k in keys for _ in range(accum)]), len(keys))
 
     def upcoming(self, n: int) -> list[tuple[tuple, int]]:
-        """(shape key, real frames) of the next ``n`` batches the trainer's stream yields,
-        from the sampler's deterministic plan and the stream's position in ``record``."""
+        """(shape key, real frames) of the next ``n`` batches the run's stream yields, from
+        the sampler's deterministic plan and the stream's position in ``record``."""
         s, epoch, pos = self.data.sampler, self.record.epoch, self.record.batches_consumed
         out: list[tuple[tuple, int]] = []
         while len(out) < n:
@@ -168,12 +117,12 @@ class Trainer:
             epoch, pos = epoch + 1, 0
         return out
 
-    def window(self, step: Any, batches: Iterator[tuple[dict, int]], n_steps: int,
-               flops: Any = None, gpu: Any = None) -> dict[str, float]:
+    def window(self, batches: Iterator[tuple[dict, int]], n_steps: int, flops: Any = None,
+               gpu: Any = None) -> dict[str, float]:
         """``n_steps`` optimizer steps as the loop runs them; one sync at the end."""
         from myxtts.observe.flops import achieved_tflops, batch_key
         from myxtts.observe.meters import StepTimer
-        from myxtts.train.loop import next_micro
+        from myxtts.train.run import next_micro
 
         self.sync()  # the previous window's queued work is not this window's
         keys: list[tuple] = []
@@ -182,12 +131,12 @@ class Trainer:
         timer = StepTimer(self.device)
         for _ in range(n_steps):
             micro, frames = next_micro(batches, timer, self.cfg.train.grad_accum_steps)
-            step(micro)
+            self.engine.step(micro)
             timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
             keys += [batch_key(b) for b in micro]
         iv = timer.collect()
         util = gpu.stop() if gpu is not None else None
-        step.read()  # the loop's log-step read-back, outside the timing
+        self.engine.read()  # the loop's log-step read-back, outside the timing
         out = {"steps_per_s": iv.steps_per_s, "utt_per_s": iv.utterances_per_s,
                "audio_s_per_s": iv.audio_s_per_s, "frames_per_s": iv.audio_s_per_s * self.fps,
                "wait_share": iv.data_wait_share, "seconds": iv.seconds}
@@ -197,6 +146,17 @@ class Trainer:
             out["gpu_util"] = util
         return out
 
+    def close(self) -> None:
+        """Free the run's device memory (its graphs' pool included) before the next arm."""
+        import gc
+
+        import torch
+
+        self.run = self.engine = self.data = None  # type: ignore[assignment]
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
 
 def staged_fetch(staged: Staged, keys: list[tuple]) -> Iterator[tuple[dict, int]]:
     """The staged batches of ``keys``, in that order."""
@@ -204,16 +164,15 @@ def staged_fetch(staged: Staged, keys: list[tuple]) -> Iterator[tuple[dict, int]
 
 
 class Paired:
-    """One step fed by the trainer's real input path (the loop's ``BatchStream``: loader ->
-    side-stream prefetch) and by pre-staged batches in the same shape order, window by
-    window. ``lead``: untimed loader steps before each loader window; ``exact``: a batch
-    matches the plan only with its real frames too (else its shape alone)."""
+    """One run fed by its real input path (the loop's ``BatchStream``: loader -> side-stream
+    prefetch) and by pre-staged batches in the same shape order, window by window. ``lead``:
+    untimed loader steps before each loader window; ``exact``: a batch matches the plan only
+    with its real frames too (else its shape alone)."""
 
-    def __init__(self, t: Trainer, step: Any, staged: Staged, lead: int = 0,
-                 exact: bool = True) -> None:
+    def __init__(self, t: Trainer, staged: Staged, lead: int = 0, exact: bool = True) -> None:
         from myxtts.train.loop import BatchStream
 
-        self.t, self.step, self.staged, self.lead, self.exact = t, step, staged, lead, exact
+        self.t, self.staged, self.lead, self.exact = t, staged, lead, exact
         self.accum = t.cfg.train.grad_accum_steps
         self.stream = iter(BatchStream(t.cfg, t.data, t.device, t.record))
         self.mismatches = 0
@@ -242,9 +201,9 @@ class Paired:
         self.plan = [k for k, _ in self.t.upcoming((self.lead + steps) * a)][self.lead * a:]
         for kind in (["loader", "pre-staged"] if r % 2 == 0 else ["pre-staged", "loader"]):
             if kind == "loader" and self.lead:  # what was buffered meanwhile is no free batch
-                self.t.window(self.step, self.loader(self.lead), self.lead)
+                self.t.window(self.loader(self.lead), self.lead)
             batches = self.loader(steps) if kind == "loader" else staged_fetch(self.staged, self.plan)
-            self.windows[kind].append(self.t.window(self.step, batches, steps))
+            self.windows[kind].append(self.t.window(batches, steps))
 
     def result(self) -> dict[str, Any]:
         """Per-round ratios of steps/s, medians per kind, shape-order mismatches."""
@@ -259,14 +218,16 @@ class Paired:
         self.stream.close()  # stops an on-the-fly data role's producer thread
 
 
-def loader_ratio(t: Trainer, step: Any, staged: Staged, steps: int, rounds: int, warmup: int,
+def loader_ratio(t: Trainer, staged: Staged, steps: int, rounds: int, warmup: int,
                  name: str) -> dict[str, Any]:
-    """The trainer's real input path against the same ``step`` fed pre-staged batches in the
-    same shape order, in interleaved windows after ``warmup`` untimed loader steps."""
-    pair = Paired(t, step, staged)
-    t.window(step, pair.loader(warmup), warmup)
+    """The run's real input path against the same engine fed pre-staged batches in the same
+    shape order, in interleaved windows after ``warmup`` untimed loader steps."""
+    pair = Paired(t, staged)
+    t.window(pair.loader(warmup), warmup)
     for r in range(rounds):
         pair.round(r, steps)
         say(f"{name}: round {r + 1}/{rounds}: " + ", ".join(
             f"{a} {w[-1]['steps_per_s']:.2f} steps/s" for a, w in pair.windows.items()))
-    return pair.result()
+    out = pair.result()
+    pair.close()
+    return out

@@ -4,9 +4,11 @@
         [--device auto|cpu|cuda] [--batch-frames N] [--shapes K] [--steps N] [--rounds R]
         [--data DIR | --store DIR] [--threads N] [--set section.key=value]
 
-The trainer's own ``TrainStep`` (precision, ``train.compile`` and ``train.cuda_graphs`` as
-``myxtts train`` resolves them on the device), built twice from the same initial weights:
-without checkpointing (the baseline) and with it. Both run each measured bucket shape's
+Two runs built as ``myxtts train`` builds them (``_trainer.Trainer``: precision,
+``train.compile`` and ``train.cuda_graphs`` as resolved on the device, batch sizes, every
+bucket shape warmed up), from the same initial weights: without checkpointing (the
+baseline) and with it (``train.activation_checkpointing``). Both run each measured bucket
+shape's
 worst-case batch (every utterance at the bucket's padded shape: what the warm-up and the
 auto batch budget run), the shapes planned from the data at ``data.batch_frames`` as the
 trainer plans them (default: the LJSpeech sample beside the repository, else a generated
@@ -14,11 +16,12 @@ demo corpus; ``--shapes`` picks that many, from the longest to the shortest, 0 =
 Per shape:
 
 * saved for backward: bytes of the tensors autograd keeps from the forward to the backward
-  pass, counted with ``torch.autograd.graph.saved_tensors_hooks`` during one uncaptured step
-  (each storage once, parameters left out): what checkpointing removes, the same on any
-  device;
-* peak CUDA memory of that step above what stays allocated between steps (weights,
-  gradients, AdamW state): ``torch.cuda.max_memory_allocated`` (n/a on a CPU);
+  pass, counted with ``torch.autograd.graph.saved_tensors_hooks`` during one forward and
+  backward of the model outside the step (each storage once, parameters left out; a CUDA
+  graph replay cannot be hooked): what checkpointing removes, the same on any device;
+* peak CUDA memory of that forward and backward above what stays allocated between steps
+  (weights, gradients, AdamW state, a graphed run's pool): ``torch.cuda.max_memory_allocated``
+  (n/a on a CPU);
 * step time: median of ``--steps`` steps per round (each synchronised on CUDA), rounds
   interleaved (A/B, B/A, ...) after a warm-up, and the per-round ratio to the baseline.
 
@@ -55,71 +58,62 @@ def pick(shapes: list[Any], k: int) -> list[Any]:
     return [shapes[round(i * (len(shapes) - 1) / (k - 1))] for i in range(k)]
 
 
-def build_arm(t: Trainer, checkpointing: bool, shapes: list[Any]) -> Any:
-    """The trainer's step with checkpointing on or off, warmed up (compiled, captured) on
-    ``shapes`` the way ``train()`` warms up its buckets."""
-    from myxtts.train.graphs import CudaCapture
-    from myxtts.train.warmup import warm_up
-
-    step = t.step()
-    step.model.set_activation_checkpointing(checkpointing)  # train.activation_checkpointing
-    if step.compiled or t.cuda:
-        warm_up(step, shapes, t.data.vocab_size, len(t.data.languages),
-                capture=CudaCapture(t.device) if t.graphs(step) else None, echo=common.say)
-    return step
-
-
-def memory(t: Trainer, step: Any, batch: dict) -> tuple[int, int | None]:
-    """(bytes saved for backward, CUDA peak above the resident state or None) of one
-    uncaptured step."""
+def memory(t: Trainer, batch: dict) -> tuple[int, int | None]:
+    """(bytes saved for backward, CUDA peak above the resident state or None) of one forward
+    and backward of the run's model on ``batch``, in the run's precision; the gradients it
+    leaves are zeroed in place (the engine's next step starts from zero, as always)."""
     import torch
 
+    from myxtts.model.losses import compute_losses
     from myxtts.observe.meters import SavedBytes
 
-    peak = None
+    model, peak = t.engine.model, None
     t.sync()
     if t.cuda:
         torch.cuda.reset_peak_memory_stats(t.device)
         resident = torch.cuda.memory_allocated(t.device)
-    with SavedBytes(step.model) as saved:
-        step.run([batch])
+    autocast = torch.autocast(t.device.type, dtype=t.engine.dtype,
+                              enabled=t.engine.dtype != torch.float32)
+    with SavedBytes(model) as saved, autocast:
+        compute_losses(model(batch), batch, t.cfg.train)["loss"].backward()
     t.sync()
     if t.cuda:
         peak = torch.cuda.max_memory_allocated(t.device) - resident
+    model.zero_grad(set_to_none=False)
     return saved.nbytes, peak
 
 
-def timed(t: Trainer, step: Any, batch: dict, n: int) -> list[float]:
+def timed(t: Trainer, batch: dict, n: int) -> list[float]:
     """Seconds of each of ``n`` training steps (replayed as a CUDA graph where captured)."""
     out = []
     for _ in range(n):
         t.sync()
         start = time.perf_counter()
-        step([batch])
+        t.engine.step([batch])
         t.sync()
         out.append(time.perf_counter() - start)
     return out
 
 
-def measure(t: Trainer, shapes: list[Any], args: argparse.Namespace
+def measure(runs: dict[str, Trainer], shapes: list[Any], args: argparse.Namespace
             ) -> tuple[list[dict], str]:
     """Per shape: each arm's (saved bytes, CUDA peak) and step times, the per-round time
     ratios; and how the steps ran (mode, precision)."""
-    from myxtts.train.mode import resolve_compile
-    from myxtts.train.warmup import worst_case_batch
+    from myxtts.model.dummy import worst_case_batch
+    from myxtts.train.engine import resolve_compile
 
-    steps = {arm: build_arm(t, arm == "on", shapes) for arm in ARMS}
+    t = runs["off"]
     results = []
     for shape in shapes:
         batch = worst_case_batch(shape, t.data.vocab_size, len(t.data.languages), t.device)
         r: dict[str, Any] = {"shape": shape, "times": {a: [] for a in ARMS}, "ratios": []}
         for arm in ARMS:
-            timed(t, steps[arm], batch, args.warmup)
-            r[arm] = memory(t, steps[arm], batch)
+            timed(runs[arm], batch, args.warmup)
+            r[arm] = memory(runs[arm], batch)
         for i in range(args.rounds):
             medians = {}
             for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):
-                times = timed(t, steps[arm], batch, args.steps)
+                times = timed(runs[arm], batch, args.steps)
                 r["times"][arm] += times
                 medians[arm] = statistics.median(times)
             r["ratios"].append(medians["on"] / medians["off"])
@@ -127,11 +121,12 @@ def measure(t: Trainer, shapes: list[Any], args: argparse.Namespace
             f"{a} {1e3 * common.median(r['times'][a]):.0f}" for a in ARMS)
             + f"; saved MiB off {r['off'][0] / MIB:.1f}, on {r['on'][0] / MIB:.1f}")
         results.append(r)
-    modes = {arm: f"{s.mode} step" for arm, s in steps.items()}
+    modes = {arm: f"{run.engine.mode} step" for arm, run in runs.items()}
     how = modes["off"] if modes["off"] == modes["on"] else f"{modes['off']} (off) / {modes['on']} (on)"
-    if any(s.compiled != resolve_compile(t.cfg.train.compile, t.device) for s in steps.values()):
+    if any(run.engine.compiled != resolve_compile(t.cfg.train.compile, t.device)
+           for run in runs.values()):
         how += " (compiling FAILED: see the log)"
-    return results, f"{how}, {str(steps['off'].dtype).split('.')[-1]}"
+    return results, f"{how}, {str(t.engine.dtype).split('.')[-1]}"
 
 
 def render(results: list[dict], head: list[str]) -> str:
@@ -169,8 +164,8 @@ def main() -> None:
     common.add_arguments(
         p, presets=None, steps="timed steps per round (default 5 CPU, 10 CUDA)",
         rounds="rounds per arm, interleaved (default 4 CPU, 5 CUDA)",
-        batch_frames=f"data.batch_frames (default: CPU {common.CPU_BATCH_FRAMES}; CUDA the "
-                     "config's, auto planning at 12000)", set="config override (repeatable)")
+        batch_frames=f"data.batch_frames (default: CPU {common.CPU_BATCH_FRAMES}; CUDA 12000, "
+                     "the budget auto sizes plan from)", set="config override (repeatable)")
     p.add_argument("--shapes", type=int, default=3, help="bucket shapes measured, spread from "
                    "the longest to the shortest; 0 = all (default 3)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per arm and shape")
@@ -182,14 +177,19 @@ def main() -> None:
     args.steps = args.steps or (10 if cuda else 5)
     args.rounds = args.rounds or (5 if cuda else 4)
     threads = args.threads if args.threads is not None else (0 if cuda else 1)
-    batch_frames = args.batch_frames or (None if cuda else common.CPU_BATCH_FRAMES[args.preset])
+    # a fixed frame budget on CUDA too (auto's planning budget): with auto sizes the run with
+    # checkpointing would fit larger batches, and the two could not be compared shape by shape
+    batch_frames = args.batch_frames or (12000 if cuda else common.CPU_BATCH_FRAMES[args.preset])
     tmp = Path(tempfile.mkdtemp(prefix="myxtts-bench-ckpt-"))
     try:
         data, store = common.prepare(args.data, args.store, tmp)
-        t = Trainer(store, args.preset, batch_frames,
-                           [f"train.device={args.device}", *args.set], threads)
+        runs = {arm: Trainer(store, args.preset, batch_frames,
+                             [f"train.device={args.device}", *args.set,
+                              f"train.activation_checkpointing={arm == 'on'}"], threads,
+                             tmp / f"run-{arm}") for arm in ARMS}
+        t = runs["off"]  # both runs plan the same buckets (a fixed frame budget)
         shapes = pick(t.shapes(), args.shapes)
-        results, how = measure(t, shapes, args)
+        results, how = measure(runs, shapes, args)
         head = common.header(data, store, (
             f"preset {args.preset} ({t.params_m:.1f} M parameters) on {t.device}, "
             f"{how}, {torch.get_num_threads()} threads, data.batch_frames "

@@ -1,5 +1,5 @@
 """What the benchmarks share: options, the data and its store, the header and the table, and
-progress lines (the trainer's own progress, ``myxtts.train.setup``'s log, among them). Run
+progress lines (the trainer's own progress, ``myxtts.train``'s log, among them). Run
 a benchmark as ``python benchmarks/NAME.py``: this folder is then on the import path.
 ``_trainer.py`` holds the trainer's parts the training benchmarks time, ``_pipelines.py``
 ``data_pipeline.py``'s measured parts.
@@ -56,7 +56,7 @@ class _Say(logging.Handler):
         say(record.getMessage())
 
 
-_setup_log = logging.getLogger("myxtts.train.setup")  # batch sizes and warm-up progress
+_setup_log = logging.getLogger("myxtts.train")  # batch sizes and warm-up progress
 _setup_log.setLevel(logging.INFO)
 _setup_log.addHandler(_Say())
 

@@ -5,7 +5,8 @@
 
 One raw dataset (default ../shared/data/ljspeech-mini, else a generated demo corpus); per
 preset, four ways to feed the trainer (columns), each through the trainer's own input path
-(``open_train_data`` -> the loop's ``BatchStream``) in the trainer's step mode:
+(a run built as ``myxtts train`` builds it, ``_trainer.Trainer``, read through the loop's
+``BatchStream``) in the trainer's step mode:
 
 * store: ``myxtts prepare`` first, then the store's loader -> ``DevicePrefetcher`` (baseline);
 * cpu-role: the raw folder, ``data.data_device=cpu``: ``--workers`` loader processes decode
@@ -80,26 +81,27 @@ class Arm:
 
         bf = None if cuda else common.CPU_BATCH_FRAMES[preset]
         self.name = name
-        self.t = t = Trainer(path, preset, bf, sets, args.threads)
-        self.step = step = t.ready(f"{preset} {name}", args.tmp / f"run-{preset}-{ARMS.index(name)}")
+        common.say(f"{preset} {name}: building the run")
+        self.t = t = Trainer(path, preset, bf, sets, args.threads,
+                             args.tmp / f"run-{preset}-{ARMS.index(name)}")
         self.on_the_fly = isinstance(t.data.loader, OnTheFlyLoader)
         staged = stage_onthefly(t) if self.on_the_fly else t.stage()
-        t.prime(step, staged)  # every shape once (allocations)
-        accum, loader = t.cfg.train.grad_accum_steps, t.data.loader
-        self.workers = loader.loader.num_workers if self.on_the_fly else loader.num_workers
+        t.prime(staged)  # every shape once (allocations)
+        accum = t.cfg.train.grad_accum_steps
+        self.workers = t.data.loader.num_workers
         buffered = (t.cfg.data.ring_slots + accum - 1 if self.on_the_fly
                     else t.cfg.data.prefetch_batches) + PREFETCH_PER_WORKER * self.workers
         lead = args.lead if args.lead is not None else -(-buffered // accum)
         # shapes only: on the fly the plan knows header lengths, not the trimmed frames
-        self.pair = Paired(t, step, staged, lead, exact=False)
-        t.window(step, self.pair.loader(lead + args.warmup), lead + args.warmup)
+        self.pair = Paired(t, staged, lead, exact=False)
+        t.window(self.pair.loader(lead + args.warmup), lead + args.warmup)
 
     def result(self) -> dict[str, Any]:
         import torch
 
         t = self.t
         out = self.pair.result()
-        out.update(params_m=t.params_m, mode=self.step.mode,
+        out.update(params_m=t.params_m, mode=t.engine.mode,
                    device=str(t.device), threads=torch.get_num_threads(),
                    batch_frames=t.cfg.data.batch_frames, shapes=len(self.pair.staged),
                    batches=len(t.data.sampler), padding=t.data.sampler.padding_efficiency(),
@@ -141,7 +143,9 @@ def measure(preset: str, data: Path, store: Path, args: argparse.Namespace,
                 results.update(interleave(arms, preset, args.rounds, args.steps))
         finally:
             while arms:  # no reference may outlive the group (GPU memory, ring threads)
-                arms.pop().pair.close()
+                arm = arms.pop()
+                arm.pair.close()
+                arm.t.close()
             gc.collect()
             if n_gpus:
                 torch.cuda.empty_cache()

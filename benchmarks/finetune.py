@@ -55,7 +55,7 @@ def val_loss(checkpoint: Path, store: Path, text: tuple[str, ...]) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         run = build_setup(config(Path(tmp), 1, *text), store, None, init_from=checkpoint)
-        return validation_loss(run.model, run.step_fn, run.data, run.device)["loss"]
+        return validation_loss(run.engine, run.data, run.device)["loss"]
 
 
 def main() -> None:

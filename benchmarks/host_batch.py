@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+import common
 from common import prepare, say
 
 BUDGETS = {"planning budget (12000 frames)": 12000, "large GPU (48000 frames)": 48000}
@@ -72,10 +73,10 @@ def measure(store, cfg, rounds: int) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, help="dataset to prepare (default: the LJSpeech sample)")
-    p.add_argument("--store", type=Path, help="prepared store to use or create and keep")
-    p.add_argument("--rounds", type=int, default=7, help="rounds per arm, interleaved")
+    common.add_arguments(p, presets=None, steps=None, batch_frames=None, threads=None, set=None,
+                         rounds="rounds per arm, interleaved (default 7)")
     args = p.parse_args()
+    args.rounds = args.rounds or 7
     torch.set_num_threads(1)
     from myxtts.config import load_config
     from myxtts.data.store import FeatureStore

@@ -3,13 +3,14 @@
     python benchmarks/input_ratio.py [--presets tiny,small] [--steps N] [--rounds R]
         [--data DIR | --store DIR] [--batch-frames N] [--threads N] [--set section.key=value]
 
-Two arms per preset, run in the trainer's step mode (eager on CPU; on CUDA compiled and
-captured as CUDA graphs, after the trainer's warm-up and, with ``data.batch_frames=auto``,
-its measured batch sizes), on the same shapes in the same order:
+Two arms per preset, one run built as ``myxtts train`` builds it (``_trainer.Trainer``:
+eager on CPU; on CUDA compiled and captured as CUDA graphs, after the engine's warm-up and,
+with ``data.batch_frames=auto``, its measured batch sizes), on the same shapes in the same
+order:
 
 * loader: prepared store -> ``open_train_data`` (``build_loader``) -> the loop's
-  ``BatchStream`` (side-stream prefetch) -> ``TrainStep``;
-* pre-staged: the same ``TrainStep`` fed batches already in device memory, replaying the
+  ``BatchStream`` (side-stream prefetch) -> the engine's step;
+* pre-staged: the same engine fed batches already in device memory, replaying the
   shape order the loader delivers (the sampler's plan is deterministic, so it is known
   ahead; the table counts any mismatch).
 
@@ -44,17 +45,19 @@ def measure(store: Path, preset: str, args: argparse.Namespace, cuda: bool) -> d
     import torch
 
     bf = args.batch_frames or (None if cuda else common.CPU_BATCH_FRAMES[preset])
-    t = Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else (0 if cuda else 1))
-    step = t.ready(preset, args.tmp / f"run-{preset}")
+    t = Trainer(store, preset, bf, args.set,
+                args.threads if args.threads is not None else (0 if cuda else 1),
+                args.tmp / f"run-{preset}")
     staged = t.stage()
-    t.prime(step, staged)  # every shape once (allocations)
-    out = loader_ratio(t, step, staged, args.steps, args.rounds, args.warmup, preset)
-    out.update({"preset": preset, "params_m": t.params_m, "mode": step.mode,
+    t.prime(staged)  # every shape once (allocations)
+    out = loader_ratio(t, staged, args.steps, args.rounds, args.warmup, preset)
+    out.update({"preset": preset, "params_m": t.params_m, "mode": t.engine.mode,
                 "device": str(t.device),
                 "threads": torch.get_num_threads(), "batch_frames": t.cfg.data.batch_frames,
                 "shapes": len(staged), "batches": len(t.data.sampler),
                 "padding": t.data.sampler.padding_efficiency(),
                 "workers": t.data.loader.num_workers})
+    t.close()
     return out
 
 

@@ -2,18 +2,19 @@
 
 Per preset:
 
-1. cold warm-up, in a new process with empty compile caches and run folder: the
-   compiled step measures each bucket's batch size (``data.batch_frames=auto``,
-   ``train.budget``), then compiles and captures every shape (``train.warmup``): the seconds
-   before a user's first step;
+1. cold warm-up, in a new process with empty compile caches and run folder: ``myxtts
+   train``'s default run is built (``_trainer.Trainer``: the engine measures each bucket's
+   batch size, ``data.batch_frames=auto``, then compiles and captures every shape): the
+   seconds before a user's first step;
 2. warm warm-up: the same in another new process with the caches and run folder of 1 (a
    restart: the sizes come from the run folder, the kernels from disk);
-3. eager, compiled and graphed step on pre-staged batches at those sizes, one mode after the
-   other so only one model is on the GPU at a time (the graphed step's memory pool stays
-   reserved while it lives): step time, utterances/s, mel frames/s, NVML utilisation, MFU
-   from model FLOPs counted once per shape;
-4. with the graphed step, the trainer's real input path against pre-staged batches
-   (``_trainer.loader_ratio``) and the peak memory of that step.
+3. eager, compiled and graphed runs (``MODES``: config overrides of the default, each run
+   measuring its own batch sizes as a user's run with those flags would) on pre-staged
+   batches, one run after the other so only one model is on the GPU at a time (a graphed
+   run's memory pool stays reserved while it lives): step time, utterances/s, mel frames/s,
+   NVML utilisation, MFU from model FLOPs counted once per shape;
+4. with the graphed run, its real input path against pre-staged batches
+   (``_trainer.loader_ratio``) and its peak memory.
 
 An arm that fails is reported as failed with its reason, not as a crash of the benchmark.
 """
@@ -34,7 +35,10 @@ from typing import Any
 import common
 from _trainer import Trainer, loader_ratio, staged_fetch
 
-MODES = ("eager", "compiled", "graphed")
+# each mode's overrides of the default run (graphed: `myxtts train` as it is on a GPU)
+MODES = {"eager": ["train.compile=off", "train.cuda_graphs=off"],
+         "compiled": ["train.compile=on", "train.cuda_graphs=off"],
+         "graphed": []}
 
 
 def _threads(args: argparse.Namespace) -> int:
@@ -48,19 +52,21 @@ def _cache_env(cache: Path) -> dict[str, str]:
 
 
 def warmup_main(args: argparse.Namespace) -> None:
-    """``train_step.py --warmup-of PRESET``: what ``train()`` does before step 1 (batch sizes,
-    compile, capture: ``Trainer.ready``), timed, as one JSON line."""
-    from myxtts.train.compile import compiled_graphs
+    """``train_step.py --warmup-of PRESET``: what ``myxtts train`` does before step 1 (data,
+    model, the engine's batch sizes, compile, capture: ``_trainer.Trainer``), timed, as one
+    JSON line."""
+    from myxtts.train.engine import compiled_graphs
 
-    t = Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args))
-    t0, g0 = time.perf_counter(), compiled_graphs()
-    step = t.ready(args.warmup_of, args.run_dir)
-    t2, report = time.perf_counter(), t.report
-    print(json.dumps({"probe_s": t.fitted_at - t0, "warmup_s": t2 - t.fitted_at, "total_s": t2 - t0,
+    g0 = compiled_graphs()
+    t = Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args),
+                args.run_dir)
+    prepared, report = t.engine.prepared, t.report
+    print(json.dumps({"total_s": t.setup_s, "sizing_s": prepared.sizing_s if prepared else 0.0,
+                      "warmup_s": report.seconds if report else 0.0,
                       "graphs": compiled_graphs() - g0,
                       "captured": report.shapes_captured if report else 0,
                       "capture_error": report.capture_error if report else None,
-                      "mode": step.mode}))
+                      "mode": t.engine.mode}))
 
 
 def warmup_in_new_process(store: Path, preset: str, args: argparse.Namespace, run_dir: Path,
@@ -100,8 +106,8 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
 
     from myxtts.observe.flops import StepFlops
     from myxtts.observe.gpu import GpuUtilSampler
-    from myxtts.train.compile import reset_compiled
     from myxtts.train.efficiency import meta_step_counter
+    from myxtts.train.engine import reset_compiled
 
     cache = args.inductor_cache or args.tmp / f"inductor-{preset}"
     run_dir = args.tmp / f"run-{preset}"
@@ -112,50 +118,41 @@ def measure_gpu(store: Path, preset: str, args: argparse.Namespace) -> dict:
     out["warm"] = warmup_in_new_process(store, preset, args, run_dir, cache)
     os.environ.update(_cache_env(cache))  # this process compiles from the warm caches
     reset_compiled()
-    t = Trainer(store, preset, args.batch_frames, args.set, _threads(args))
-    out.update(params_m=t.params_m, device=str(t.device), batch_frames=t.cfg.data.batch_frames)
-    accum = t.cfg.train.grad_accum_steps
+    gpu = GpuUtilSampler(torch.device("cuda"))
     flops = staged = by_frequency = None
-    gpu = GpuUtilSampler(t.device)
-    if t.auto:  # the trainer's sizes, from the run folder's cache: a step of the kind that
-        # measured them (train.compile's; an eager step's key differs and would measure again)
-        t.fit(t.step(), run_dir)
-        _release()
-    for mode in MODES:  # eager first: it counts the FLOPs
-        step = t.step(compiled=mode != "eager")
-        if staged is None:
-            staged = t.stage()
-            by_frequency = [k for k, _ in
-                            Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
-            flops = StepFlops(meta_step_counter(t.cfg, t.data.vocab_size, len(t.data.languages)))
-            for key in by_frequency:
-                flops(key)
-        if t.cuda:
-            torch.cuda.reset_peak_memory_stats(t.device)
-        if mode != "eager":
-            report = t.warm_up(step, graphs=mode == "graphed" and t.cuda)
-            if mode == "graphed" and report.capture_error:
-                out["capture_error"] = report.capture_error
-        out[f"{mode}_is"] = step.mode
-        t.prime(step, staged, by_frequency)
+    for mode, sets in MODES.items():
+        # graphed: the cold run's folder (its measured sizes); the others measure their own
+        folder = run_dir if mode == "graphed" else args.tmp / f"run-{preset}-{mode}"
+        torch.cuda.reset_peak_memory_stats()
+        t = Trainer(store, preset, args.batch_frames, [*args.set, *sets], _threads(args), folder)
+        accum = t.cfg.train.grad_accum_steps
+        out.update(params_m=t.params_m, device=str(t.device), batch_frames=t.cfg.data.batch_frames)
+        staged = t.stage()
+        by_frequency = [k for k, _ in
+                        Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
+        flops = StepFlops(meta_step_counter(t.cfg, t.data.vocab_size, len(t.data.languages)))
+        for key in by_frequency:
+            flops(key)
+        if t.report is not None and t.report.capture_error:
+            out["capture_error"] = t.report.capture_error
+        out[f"{mode}_is"] = t.engine.mode
+        t.prime(staged, by_frequency)
         n, windows = args.steps * accum, []
         for r in range(args.rounds):
             sequence = [by_frequency[(r * n + i) % len(by_frequency)] for i in range(n)]
-            windows.append(t.window(step, staged_fetch(staged, sequence), args.steps,
-                                    flops, gpu))
+            windows.append(t.window(staged_fetch(staged, sequence), args.steps, flops, gpu))
         out[mode] = {k: common.median([w[k] for w in windows if k in w]) for k in windows[0]}
-        common.say(f"{preset}: {mode} ({step.mode}): {out[mode]['steps_per_s']:.2f} steps/s")
+        out[f"{mode}_sizes"] = [(s.frames, s.batch) for s in sorted(t.shapes(), key=lambda s: s.frames)]
+        common.say(f"{preset}: {mode} ({t.engine.mode}): {out[mode]['steps_per_s']:.2f} steps/s")
         if mode == "graphed":
-            out["ratio"] = loader_ratio(t, step, staged, args.steps, args.rounds, 2, preset)
+            out["ratio"] = loader_ratio(t, staged, args.steps, args.rounds, 2, preset)
             out["workers"] = t.data.loader.num_workers
-            out["peak_gib"] = (torch.cuda.max_memory_allocated(t.device) / 2**30 if t.cuda
-                               else float("nan"))
-        step = None
+            out["peak_gib"] = torch.cuda.max_memory_allocated(t.device) / 2**30
+            out["sizes"] = out["graphed_sizes"]
+        staged = None
+        t.close()
         _release()
-    out["sizes"] = [(s.frames, s.batch) for s in sorted(t.shapes(), key=lambda s: s.frames)]
     out["nvml"] = gpu.available
-    del t, staged
-    _release()
     return out
 
 
@@ -167,8 +164,8 @@ def rows(results: list[dict], peak_tflops: float) -> list[tuple[str, list[str]]]
     def warm_up(w: dict) -> str:
         if "error" in w:
             return f"failed: {w['error']}"
-        text = (f"{w['total_s']:.0f} = {w['probe_s']:.0f} + {w['warmup_s']:.0f} "
-                f"({w['graphs']} graphs, {w['captured']} captured)")
+        text = (f"{w['total_s']:.0f} (sizes {w['sizing_s']:.0f}, compile/capture "
+                f"{w['warmup_s']:.0f}; {w['graphs']} graphs, {w['captured']} captured)")
         return text + (" CAPTURE FAILED" if w["capture_error"] else "")
 
     return [
@@ -186,9 +183,9 @@ def rows(results: list[dict], peak_tflops: float) -> list[tuple[str, list[str]]]
          [common.spread(r["ratio"]["ratios"]) for r in results]),
         ("data-wait share: loader / loader workers",
          [f"{r['ratio']['loader']['wait_share']:.2%} / {r['workers']}" for r in results]),
-        ("warm-up s cold: total = sizes + compile/capture", [warm_up(r["cold"]) for r in results]),
-        ("warm-up s warm (restart, same caches)", [warm_up(r["warm"]) for r in results]),
-        ("peak GPU memory GiB (graphed step)", [f"{r['peak_gib']:.1f}" for r in results]),
+        ("set-up s cold: total (sizes, compile/capture)", [warm_up(r["cold"]) for r in results]),
+        ("set-up s warm (restart, same caches)", [warm_up(r["warm"]) for r in results]),
+        ("peak GPU memory GiB (graphed run)", [f"{r['peak_gib']:.1f}" for r in results]),
     ]
 
 
@@ -201,8 +198,15 @@ def notes(results: list[dict]) -> str:
             lines.append(f"{r['preset']}: {modes}")
         if r.get("capture_error"):
             lines.append(f"{r['preset']}: CUDA graph capture failed: {r['capture_error']}")
-    lines.append("step modes: eager; compiled (regional torch.compile of the transformer "
-                 "blocks); graphed (compiled + each bucket's whole step replayed as a CUDA "
-                 "graph: the trainer's mode). Modes are measured one after the other, one model "
-                 "on the GPU at a time; warm-up seconds are the trainer's in a new process.")
+    for r in results:
+        for m in ("eager", "compiled"):
+            if r.get(f"{m}_sizes") and r[f"{m}_sizes"] != r["sizes"]:
+                lines.append(f"{r['preset']} {m} sizes: " + " ".join(
+                    f"{t}:{b}" for t, b in r[f"{m}_sizes"]))
+    lines.append("runs: eager (train.compile=off, train.cuda_graphs=off); compiled "
+                 "(train.cuda_graphs=off: regional torch.compile of the transformer blocks); "
+                 "graphed (myxtts train's default: compiled blocks and each bucket's whole step "
+                 "replayed as a CUDA graph). Each run is built as myxtts train builds it and "
+                 "measures its own batch sizes; runs are measured one after the other, one "
+                 "model on the GPU at a time; set-up seconds are the trainer's in a new process.")
     return "\n".join(lines)

@@ -5,31 +5,37 @@
         [--peak-tflops N] [--inductor-cache DIR] [--budget-s S] [--data DIR | --store DIR]
         [--batch-frames N] [--threads N] [--set section.key=value]
 
+Every arm is a run built by the function ``myxtts train`` uses (``_trainer.Trainer``:
+``train.setup.build_setup``), so it has everything the trainer has on that device (memory
+caps, auto batch sizes, warm-up of every bucket shape, CUDA graphs with the room beside
+them); arms differ only by config overrides, as a user's runs would.
+
 On a GPU (default presets tiny, small, base, measured base first; a preset starts only while
 ``--budget-s`` leaves room, 540 s by default, so the default run fits one 10-minute window --
-the run time itself has not been measured on a GPU yet), each preset runs as
-``myxtts train`` runs it (``step_gpu.py``): batch sizes measured per bucket
-(``data.batch_frames=auto``), cold and warm (restarted process) warm-up seconds, eager vs
-compiled vs graphed step on pre-staged batches (step time, utterances/s, mel frames/s, NVML
-utilisation, MFU from counted model FLOPs against ``--peak-tflops``), the real loader
-against pre-staged batches with the graphed step, and peak memory.
+the run time itself has not been measured on a GPU yet), per preset (``step_gpu.py``): cold
+and warm (restarted process) set-up seconds of ``myxtts train``'s default run (auto batch
+sizes, compile, capture), then eager (``train.compile=off``, ``train.cuda_graphs=off``),
+compiled (``train.cuda_graphs=off``) and graphed (the default) runs, each with the batch
+sizes it measured itself, on pre-staged batches (step time, utterances/s, mel frames/s,
+NVML utilisation, MFU from counted model FLOPs against ``--peak-tflops``), the real loader
+against pre-staged batches with the graphed run, and peak memory.
 
 On a CPU (the default run: presets tiny and small at small budgets, one torch thread, ~3
 min), per preset on pre-staged batches (one per bucket shape, already in device memory: the
-input pipeline is ``input_ratio.py``'s subject), the same ``TrainStep`` as the trainer from
-the same initial weights:
+input pipeline is ``input_ratio.py``'s subject), from the same initial weights:
 
-* eager vs compiled (the trainer's regional ``torch.compile``): step time in interleaved
-  windows (A/B, B/A, ...; medians, per-round speed-up), utterances/s and mel frames/s;
-* compile warm-up: seconds to compile, cold (a fresh inductor cache unless
-  ``--inductor-cache``), graphs compiled then and any compiled during the timed windows
-  (recompiles: should be 0);
+* eager vs compiled (``train.compile=off`` / ``on``: the trainer's regional
+  ``torch.compile``): step time in interleaved windows (A/B, B/A, ...; medians, per-round
+  speed-up), utterances/s and mel frames/s;
+* compile warm-up: the seconds the compiled run's warm-up took over every bucket shape,
+  cold (a fresh inductor cache unless ``--inductor-cache``), graphs compiled then and any
+  compiled during the timed windows (recompiles: should be 0);
 * model FLOPs per step (``myxtts.train.efficiency``: counted on a meta-device copy, as
   training and ``myxtts profile`` count them; with ``--flops``) and achieved TFLOP/s.
 
-Compiled only for tiny and then on its most frequent shape only by default (a cold inductor
-compile takes minutes on 2 cores; ``--compile-shapes 0`` measures all shapes); eager-only
-presets are measured on all shapes.
+Compiled only for tiny by default (a cold inductor compile takes minutes on 2 cores), and
+timed on its most frequent shape only (``--compile-shapes 0`` times all shapes); eager-only
+presets are timed on all shapes.
 """
 
 from __future__ import annotations
@@ -53,51 +59,53 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
     import torch
 
     from myxtts.observe.flops import StepFlops
-    from myxtts.train.compile import compiled_graphs, reset_compiled
     from myxtts.train.efficiency import meta_step_counter
-    from myxtts.train.mode import resolve_precision
+    from myxtts.train.engine import compiled_graphs, reset_compiled
 
     reset_compiled()
     bf = args.batch_frames or common.CPU_BATCH_FRAMES[preset]
-    t = Trainer(store, preset, bf, args.set, args.threads if args.threads is not None else 1)
+    threads = args.threads if args.threads is not None else 1
+    compiles = preset in args.compile_presets
+    runs = {EAGER: Trainer(store, preset, bf, [*args.set, "train.compile=off"], threads,
+                           args.tmp / f"run-{preset}-eager")}
+    t = runs[EAGER]
     staged = t.stage()
     accum = t.cfg.train.grad_accum_steps
     by_frequency = [k for k, _ in Counter(k for k, _ in t.upcoming(len(t.data.sampler))).most_common()]
     k = args.compile_shapes if args.compile_shapes is not None else 1
-    compiles = preset in args.compile_presets
     keys = by_frequency if k <= 0 or not compiles else by_frequency[:k]
-    steps = {EAGER: t.step(compiled=False)}
     flops = None
     if args.flops:
         flops = StepFlops(meta_step_counter(t.cfg, t.data.vocab_size, len(t.data.languages)))
         for key in keys:
             flops(key)
     out: dict = {"preset": preset, "params_m": t.params_m, "device": str(t.device),
-                 "precision": str(resolve_precision(t.cfg.train.precision, t.device)).split(".")[-1],
+                 "precision": str(t.engine.dtype).split(".")[-1],
                  "threads": torch.get_num_threads(), "batch_frames": t.cfg.data.batch_frames,
                  "shapes": len(staged), "measured_shapes": len(keys)}
-    if compiles:
+    if compiles:  # built as `myxtts train --compile` builds it: every bucket shape warmed up
         g0 = compiled_graphs()
-        start = time.perf_counter()
-        steps[COMPILED] = t.step(compiled=True)
-        t.prime(steps[COMPILED], staged, keys)
-        out["warmup_s"], out["graphs_warmup"] = time.perf_counter() - start, compiled_graphs() - g0
-        common.say(f"{preset}: compiled {len(keys)} shape(s) in {out['warmup_s']:.0f} s")
-    t.prime(steps[EAGER], staged, keys)
+        runs[COMPILED] = Trainer(store, preset, bf, [*args.set, "train.compile=on"], threads,
+                                 args.tmp / f"run-{preset}-compiled")
+        runs[COMPILED].prime(staged, keys)
+        out["warmup_s"] = runs[COMPILED].report.seconds
+        out["graphs_warmup"] = compiled_graphs() - g0
+        common.say(f"{preset}: compiled {len(staged)} shape(s) in {out['warmup_s']:.0f} s")
+    t.prime(staged, keys)
     g1 = compiled_graphs()
     cycle = [x for x in by_frequency if x in keys]
     n = args.steps * accum
-    windows: dict[str, list[dict]] = {m: [] for m in steps}
+    windows: dict[str, list[dict]] = {m: [] for m in runs}
     for r in range(args.rounds):
         sequence = [cycle[(r * n + i) % len(cycle)] for i in range(n)]
-        order = list(steps) if r % 2 == 0 else list(steps)[::-1]
+        order = list(runs) if r % 2 == 0 else list(runs)[::-1]
         for mode in order:
-            windows[mode].append(t.window(steps[mode], staged_fetch(staged, sequence), args.steps,
-                                          flops))
+            windows[mode].append(runs[mode].window(staged_fetch(staged, sequence), args.steps,
+                                                   flops))
         common.say(f"{preset}: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{m} {windows[m][-1]['steps_per_s']:.2f} steps/s" for m in windows))
     out["recompiles"] = compiled_graphs() - g1
-    out["compiled_ok"] = COMPILED in steps and steps[COMPILED].compiled
+    out["compiled_ok"] = COMPILED in runs and runs[COMPILED].engine.compiled
     for mode, ws in windows.items():
         out[mode] = {m: common.median([w[m] for w in ws if m in w]) for m in ws[0]}
     if COMPILED in windows:
@@ -105,6 +113,8 @@ def measure(store: Path, preset: str, args: argparse.Namespace) -> dict:
                           for e, c in zip(windows[EAGER], windows[COMPILED])]
     if flops is not None:
         out["gflop_per_step"] = flops.total(cycle) / len(cycle) * accum / 1e9
+    for run in runs.values():
+        run.close()
     return out
 
 
@@ -119,8 +129,8 @@ def main() -> None:
     p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--skip-compile", action="store_true", help="eager only")
     p.add_argument("--compile-presets", help="CPU: presets also measured compiled (default tiny)")
-    p.add_argument("--compile-shapes", type=int, help="CPU: bucket shapes measured, most frequent "
-                   "first; 0 = all (default 1)")
+    p.add_argument("--compile-shapes", type=int, help="CPU: bucket shapes timed when a preset "
+                   "is compiled, most frequent first; 0 = all (default 1)")
     p.add_argument("--flops", action="store_true", help="count model FLOPs on CPU too (always on CUDA)")
     p.add_argument("--peak-tflops", type=float,
                    help="the GPU's peak dense TFLOP/s at the training precision, for MFU "
@@ -176,7 +186,7 @@ def main() -> None:
         ("compiled speed-up (eager / compiled time)", [common.spread(r.get("speedup", [])) for r in results]),
         ("utterances/s: eager / compiled", [cell(r, "utt_per_s", ".1f") for r in results]),
         ("mel frames/s: eager / compiled", [cell(r, "frames_per_s", ".0f") for r in results]),
-        ("compile warm-up s, cold (graphs compiled)",
+        ("compile warm-up s, every shape, cold (graphs compiled)",
          [f"{r['warmup_s']:.0f} ({r['graphs_warmup']})" + ("" if r["compiled_ok"] else " FAILED")
           if "warmup_s" in r else "-" for r in results]),
         ("graphs compiled during the timed windows", [str(r["recompiles"]) for r in results]),

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from common import LABEL, prepare, say  # noqa: E402
 
 
@@ -123,7 +124,8 @@ def write_listening_set(folder: Path, store, indices, vocoders: dict, audio, dev
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, help="dataset (default ../shared/data/ljspeech-mini)")
+    common.add_arguments(p, presets=None, store=None, steps=None, rounds=None, batch_frames=None,
+                         threads=None, set=None)
     p.add_argument("--preset", default=None, help="vocoder preset (default tiny on CPU, base on CUDA)")
     p.add_argument("--steps", type=int, default=1500, help="reconstruction-only steps")
     p.add_argument("--gan-steps", type=int, default=100, help="steps with the discriminators after")

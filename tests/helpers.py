@@ -35,8 +35,8 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
     checkpoints before it stay, as after a killed run); the error propagates."""
     from unittest import mock
 
+    from myxtts.train.engine.step import TrainStep
     from myxtts.train.loop import train
-    from myxtts.train.step import TrainStep
 
     real, calls = TrainStep.__call__, []
 

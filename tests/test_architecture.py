@@ -6,6 +6,9 @@ Layers, top to bottom (a module may import its own concern and anything below it
         -> audio / text -> config -> system
 
 Inference reads what training wrote through ``artifacts`` alone: it never imports ``train``.
+The training engine (``train.engine``) is one object with a small surface: code outside it
+imports the package's names, never its modules, and no code outside it writes another
+object's private attribute (torch's included).
 Inside ``data`` the rooms import only those before them: ``store`` neither ``prepare`` nor
 ``feed``, ``prepare`` not ``feed``.
 
@@ -152,6 +155,41 @@ def test_inference_never_imports_train_and_data_rooms_import_only_earlier_ones()
              if (module == importer or module.startswith(importer + "."))
              and (target == imported or target.startswith(imported + "."))]
     assert not wrong, "imports across a wall:\n" + "\n".join(wrong)
+
+
+ENGINE = "train.engine"
+
+
+def test_outside_the_engine_only_its_package_is_imported():
+    wrong = [f"myxtts.{module} imports myxtts.{target}"
+             for module, path in _modules() if not module.startswith(ENGINE)
+             for target in _imports(path) if target.startswith(ENGINE + ".")]
+    assert not wrong, "reaching into the engine:\n" + "\n".join(wrong)
+
+
+def _private_writes(path: Path) -> list[str]:
+    """``x._name = ...`` (also augmented) where ``x`` is not ``self`` / ``cls``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        for target in targets:
+            for attr in ast.walk(target):
+                if (isinstance(attr, ast.Attribute) and attr.attr.startswith("_")
+                        and not attr.attr.startswith("__")
+                        and not (isinstance(attr.value, ast.Name)
+                                 and attr.value.id in ("self", "cls"))):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_nothing_outside_the_engine_writes_private_attributes(tmp_path):
+    wrong = [w for module, path in _modules() if not module.startswith(ENGINE)
+             for w in _private_writes(path)]
+    assert not wrong, "private attributes written from outside:\n" + "\n".join(wrong)
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(sched, opt):\n    sched._last_lr = [1.0]\n    opt.x += 1\n")
+    assert _private_writes(probe) == ["probe.py:2: sched._last_lr"]
 
 
 def test_the_layering_check_sees_lazy_imports(tmp_path):

@@ -37,9 +37,14 @@ TIMING = ("per_s", "wait", "seconds", "ready", "mem", "util", "mfu", "tflops", "
 TEXT = "tabet kano mire, sulo pena."
 
 
+SOURCE: Path | None = None  # --source: the src folder of the code under test
+
+
 def run(args: list[str], cwd: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "PYTHONHASHSEED": "0",
            "CUDA_VISIBLE_DEVICES": ""}
+    if SOURCE is not None:
+        env["PYTHONPATH"] = str(SOURCE)
     cmd = [sys.executable, "-m", "myxtts.cli.main", *args]
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -203,6 +208,10 @@ def main() -> int:
                                              "temporary one)")
     p.add_argument("--digest-only", type=Path, metavar="DIR",
                    help="digest a folder an earlier --keep run left, without running anything")
+    p.add_argument("--source", type=Path, metavar="SRC",
+                   help="run the package from this src folder (e.g. a worktree of the commit "
+                        "to fingerprint) instead of the installed one, so the tree can change "
+                        "while it runs")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                    help="compare two fingerprints; exit 1 if any entry differs")
     args = p.parse_args()
@@ -211,6 +220,8 @@ def main() -> int:
         return compare(a, b)
     if args.out is None:
         p.error("give --out FILE (or --compare A B)")
+    global SOURCE
+    SOURCE = args.source.resolve() if args.source else None
     if args.digest_only:
         result = digests(args.digest_only.resolve())
     elif args.keep:

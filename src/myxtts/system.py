@@ -155,6 +155,28 @@ def atomic_write(path: str | Path, data: bytes | str, fsync: bool = True) -> Non
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+ALLOC_CONF_KEYS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch reads either
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
+allocator_defaulted = False  # default_allocator_settings() set it in this process
+
+
+def default_allocator_settings(env: Any = None) -> bool:
+    """Unless the user configured torch's CUDA caching allocator (either key of
+    ``ALLOC_CONF_KEYS``), ask it for expandable segments: each pool grows and shrinks one
+    virtual range instead of collecting fixed segments, so hours of interleaved bucket
+    shapes, prefetched batches and validation do not fragment the GPU's memory into blocks
+    no later batch fits. Where torch cannot expand segments (another platform, a CUDA graph
+    pool in some versions) it keeps its default. Returns whether it set it; must run before
+    the first CUDA allocation, which reads it once (the CLI calls it first thing)."""
+    global allocator_defaulted
+    env = os.environ if env is None else env
+    if os.name != "posix" or any(env.get(k) for k in ALLOC_CONF_KEYS):
+        return False
+    env[ALLOC_CONF_KEYS[0]] = EXPANDABLE_SEGMENTS
+    allocator_defaulted = env is os.environ
+    return True
+
+
 def available_cpus() -> int:
     """CPUs this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
     try:

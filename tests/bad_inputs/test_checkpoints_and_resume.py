@@ -23,7 +23,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
-from myxtts.train.step import TrainStep
+from myxtts.train.engine.step import TrainStep
 from tests.helpers import MICRO_MODEL
 
 SETS = [*MICRO_MODEL, "train.device=cpu", "data.num_workers=0", "train.tensorboard=false",
@@ -171,14 +171,15 @@ def test_resume_without_naming_the_model_trains_the_runs_own(run, micro_store, c
 
 
 def test_changed_lr_takes_effect_on_resume(run, micro_store):
-    from myxtts.train.optim import lr_factor
+    from myxtts.train.engine import lr_factor
     from myxtts.train.setup import build_setup
     from tests.helpers import micro_config
 
     cfg = micro_config(run, "train.lr=0.123", "train.max_steps=10")
     setup = build_setup(cfg, micro_store, run / "checkpoints" / "ckpt_00000004.pt")
     want = 0.123 * lr_factor(4, setup.cfg.train)
-    assert [g["lr"] for g in setup.step_fn.opt.param_groups] == pytest.approx([want, want])
+    groups = setup.engine.state_dict()[ck.OPTIMIZER]["param_groups"]
+    assert [g["lr"] for g in groups] == pytest.approx([want, want])
 
 
 def test_resume_that_trains_nothing_keeps_config_yaml(run, micro_store):

@@ -98,12 +98,12 @@ def test_samples_are_synthesised_in_fp32_even_inside_autocast(tmp_path):
         seen.append(torch.is_autocast_enabled("cpu"))
         raise Stop
 
-    model = SimpleNamespace(eval=lambda: None, generate=generate)
+    model = SimpleNamespace(generate=generate)
     keys = ("tokens", "token_lengths", "language_ids", "ref_mel", "ref_lengths")
     data = SimpleNamespace(synth_batch={k: torch.zeros(1) for k in keys}, synth_names=["a"])
-    step_fn = SimpleNamespace(eager=contextlib.nullcontext, averaged=contextlib.nullcontext)
+    engine = SimpleNamespace(model=model, evaluating=contextlib.nullcontext)
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(Stop):
-        synthesize_samples(model, step_fn, data, load_config(), None, 1, tmp_path,
+        synthesize_samples(engine, data, load_config(), None, 1, tmp_path,
                            torch.device("cpu"), 0)
     assert seen == [False]
 

@@ -69,7 +69,7 @@ def test_batch_frames_is_a_positive_integer_or_auto():
 
 
 def test_cuda_graphs_resolve_per_device_and_explain_when_forced():
-    from myxtts.train.mode import resolve_graphs
+    from myxtts.train.engine.mode import resolve_graphs
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert resolve_graphs("auto", cuda, torch.bfloat16, False, True)

@@ -111,6 +111,26 @@ def test_nccl_only_matters_with_several_gpus():
     assert missing.status == "warn" and "NCCL" in missing.fix and "one GPU still trains" in missing.found
 
 
+def test_the_allocator_check_says_whether_segments_expand_and_who_chose():
+    from myxtts.system import default_allocator_settings
+
+    assert env.check_allocator(CPU_TORCH, {}, False).status == "skip"
+    unset = env.check_allocator(_cuda(H100), {}, False)
+    assert unset.status == "warn" and "expandable_segments:True" in unset.fix
+    ours: dict[str, str] = {}
+    assert default_allocator_settings(ours) and ours == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    said = env.check_allocator(_cuda(H100), ours, True)
+    assert said.status == "ok" and "myxtts set" in said.found
+    theirs = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:128"}
+    assert not default_allocator_settings(theirs) and len(theirs) == 1  # the user's stays
+    mine = env.check_allocator(_cuda(H100), theirs, False)
+    assert mine.status == "warn" and "yours" in mine.found and "expandable" in mine.fix
+    good = env.check_allocator(_cuda(H100), {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,"
+                                             "garbage_collection_threshold:0.6"}, False)
+    assert good.status == "ok" and "yours" in good.found
+
+
 def test_compile_check_branches():
     ok = env.check_compile("cpu", "auto", _fast_compile)
     assert ok.status == "ok" and "0.2 s" in ok.found and "eagerly on CPU" in ok.found
@@ -234,6 +254,7 @@ def test_a_faked_multi_gpu_machine_with_every_problem():
         cfg, None, facts=_cuda(V100, V100, nccl=False, auto="fp16"), python=(3, 11, 7), cpus=4,
         shm_probe=lambda: 64 * MIB, compile_fn=_fast_compile, importer=_importer_without("soxr", "pynvml"))
     status = {c.name: c.status for c in checks}
+    assert status.pop("CUDA allocator") in ("ok", "warn")  # by this shell's environment
     assert status == {"python": "ok", "torch": "ok", "CUDA": "ok", "GPU 0": "ok", "GPU 1": "ok",
                       "bf16/TF32": "warn", "NCCL": "warn", "torch.compile": "ok",
                       "soundfile": "ok", "soxr": "fail", "tensorboard": "ok", "NVML": "warn",

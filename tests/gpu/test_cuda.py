@@ -12,13 +12,14 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.budget import auto_batch_sizes
 from myxtts.train.distributed import DistInfo
-from myxtts.train.graphs import CudaCapture
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import warm_up, worst_case_batch
+from myxtts.train.engine.budget import auto_batch_sizes
+from myxtts.train.engine.graphs import CudaCapture
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import warm_up
 from tests.helpers import micro_config, train_crashing_at
 
 pytestmark = pytest.mark.gpu
@@ -205,8 +206,8 @@ def test_a_default_cuda_run_trains_validates_and_synthesises(micro_store, tmp_pa
     import logging
     from unittest import mock
 
-    from myxtts.train.budget import CACHE_NAME
-    from myxtts.train.compile import compiled_graphs
+    from myxtts.train.engine.budget import CACHE_NAME
+    from myxtts.train.engine.compile import compiled_graphs
     from myxtts.train.loop import train
 
     cfg = micro_config(tmp_path, "train.device=auto", "train.compile=auto",

@@ -148,10 +148,10 @@ def test_averaged_weights_go_in_where_the_checkpoint_keeps_them(run, tmp_path, c
     state["ema"] = {"weights": {name: averaged}, "updates": torch.tensor(4)}
     ck.save(tmp_path / "ema.pt", {k: v for k, v in state.items() if k != ck.FORMAT})
     done = export(tmp_path / "ema.pt", tmp_path / "ema.safetensors")
-    assert done.averaged and torch.equal(read_bundle(done.path).model[name], averaged)
+    assert done.averaged and torch.equal(read_bundle(done.path).weights[name], averaged)
     assert main(["export", str(tmp_path / "ema.pt"), "-o", str(tmp_path / "raw.safetensors"),
                  "--raw-weights"]) == 0
     assert "trained weights" in capsys.readouterr().out
-    raw = read_bundle(tmp_path / "raw.safetensors").model
+    raw = read_bundle(tmp_path / "raw.safetensors").weights
     assert torch.equal(raw[name], state[ck.MODEL][name])
     assert raw.keys() == state[ck.MODEL].keys()

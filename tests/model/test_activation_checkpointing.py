@@ -26,7 +26,7 @@ from myxtts.model.dummy import random_batch, randomize_weights
 from myxtts.model.losses import compute_losses
 from myxtts.model.xtts import XTTS, build_model
 from myxtts.observe.meters import SavedBytes
-from myxtts.train.compile import BLOCK_TYPES, compile_blocks, compiled_graphs
+from myxtts.train.engine.compile import BLOCK_TYPES, compile_blocks, compiled_graphs
 
 N_MELS, N_TOKENS = 16, 40
 NEVER = 1.0  # a stop threshold no probability exceeds
@@ -187,9 +187,10 @@ def test_graphed_step_with_checkpointing_equals_the_plain_eager_step(tmp_path):
     backward included, replays to the same losses and weights as the eager step without
     checkpointing. Dropout off: a replay draws new random numbers, as a CUDA graph does."""
     from myxtts.data.batch import BatchShape
-    from myxtts.train.optim import build_optimizer, build_scheduler
-    from myxtts.train.step import TrainStep
-    from myxtts.train.warmup import warm_up, worst_case_batch
+    from myxtts.model.dummy import worst_case_batch
+    from myxtts.train.engine.optim import build_optimizer, build_scheduler
+    from myxtts.train.engine.step import TrainStep
+    from myxtts.train.engine.warmup import warm_up
     from tests.helpers import micro_config
     from tests.train.graph_recorder import RecordingCapture
 

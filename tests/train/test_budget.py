@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from myxtts.data.batch import BatchShape
-from myxtts.train.budget import CACHE_NAME, auto_batch_sizes, largest_fitting
 from myxtts.train.distributed import DistInfo
+from myxtts.train.engine.budget import CACHE_NAME, auto_batch_sizes, largest_fitting
 from myxtts.train.errors import TrainError
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_MELS, N_TOKENS
@@ -234,7 +234,7 @@ def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(t
 
 
 def _batches_for(shape: BatchShape) -> dict[str, torch.Tensor]:
-    from myxtts.train.warmup import worst_case_batch
+    from myxtts.model.dummy import worst_case_batch
 
     return worst_case_batch(shape, N_TOKENS, 1, "cpu")
 
@@ -328,7 +328,7 @@ class CountingMemory(FakeMemory):
 
 
 def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_thread):
-    from myxtts.train.budget import side_reserve
+    from myxtts.train.engine.budget import side_reserve
 
     step = _step(micro_config(tmp_path, f"audio.n_mels={N_MELS}"))
     step.model.train()
@@ -345,7 +345,7 @@ def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_th
 
 
 def test_graphs_that_leave_no_room_beside_them_shrink_every_bucket():
-    from myxtts.train.budget import shrink_for_graphs
+    from myxtts.train.engine.budget import shrink_for_graphs
 
     assert shrink_for_graphs([8, 16], reserved=10, reserve=5, cap=20) is None
     assert shrink_for_graphs([8, 16], reserved=16, reserve=8, cap=20) == [6, 12]  # by a quarter

@@ -11,9 +11,12 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
-from myxtts.train import checkpoint_state as state_io
+from myxtts.model.xtts import build_model
+from myxtts.train.distributed import DistInfo
+from myxtts.train.engine import TrainEngine, lr_factor
 from myxtts.train.loop import train
 from tests.helpers import micro_config
+from tests.train.test_graphs import N_TOKENS, _batches
 
 
 def test_checkpoint_contents_and_retention(micro_store, tmp_path):
@@ -94,29 +97,49 @@ def test_progress_record_round_trips_and_refuses_other_layouts():
         ck.TrainingProgress.from_state_dict(missing)
 
 
-def test_capture_then_restore_gives_the_same_state(tmp_path):
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    model(torch.ones(4, 3)).sum().backward()
-    opt.step()
-    sched.step()
-    progress = ck.TrainingProgress(step=1, epoch=0, batches_consumed=1)
-    ck.save(tmp_path / "a.pt", state_io.capture(progress, model, opt, sched, scaler, {"extra": 3}))
-    expected_draw = torch.rand(3)  # the RNG state was captured before this draw
+def _engine(tmp_path, *overrides) -> TrainEngine:
+    cfg = micro_config(tmp_path, "audio.n_mels=16", *overrides)
+    torch.manual_seed(0)
+    return TrainEngine(cfg, build_model(cfg, N_TOKENS, 1, None, None), torch.device("cpu"),
+                       DistInfo(), compile_model=False)
+
+
+def test_an_engines_state_saved_and_loaded_is_the_same_state(tmp_path, one_thread):
+    engine = _engine(tmp_path, "train.ema_decay=0.5")
+    engine.step(_batches(0, 1))
+    progress = ck.TrainingProgress(step=1, epoch=0, batches_consumed=1, nonfinite_steps=2,
+                                   nonfinite_in_row=1)
+    ck.save(tmp_path / "a.pt", ck.compose(progress, engine.state_dict(), {"extra": 3}))
+    expected_draw = torch.rand(3)  # the random streams were saved before this draw
 
     state = ck.load(tmp_path / "a.pt")
-    other = torch.nn.Linear(3, 2)
-    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
-    other_sched = torch.optim.lr_scheduler.LambdaLR(other_opt, lambda s: 1.0 / (s + 1))
-    state_io.restore(state, other, other_opt, other_sched, torch.amp.GradScaler("cpu", enabled=False))
+    other = _engine(tmp_path / "o", "train.ema_decay=0.5")
+    other.load_state_dict(state)
+    ck.restore_rng(state)
     assert ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]) == progress and state["extra"] == 3
-    for a, b in zip(model.state_dict().values(), other.state_dict().values()):
-        assert torch.equal(a, b)
-    assert other_sched.last_epoch == sched.last_epoch
-    assert torch.equal(other_opt.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    want, got = engine.state_dict(), other.state_dict()
+    for key in (ck.MODEL, ck.EMA):
+        flat = [(k, v) for k, v in want[key].items() if isinstance(v, torch.Tensor)]
+        assert flat and all(torch.equal(v, got[key][k]) for k, v in flat), key
+    assert got[ck.SCHEDULER]["last_epoch"] == want[ck.SCHEDULER]["last_epoch"] == 1
+    first = next(iter(want[ck.OPTIMIZER]["state"]))
+    assert torch.equal(got[ck.OPTIMIZER]["state"][first]["exp_avg"],
+                       want[ck.OPTIMIZER]["state"][first]["exp_avg"])
+    assert other.nonfinite_counts() == (2, 1)  # the stop on diverging runs continues
     assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_a_resumed_schedule_follows_the_config_not_the_checkpoint(tmp_path, one_thread):
+    engine = _engine(tmp_path, "train.lr=1e-3", "train.warmup_steps=0")
+    for i in range(2):
+        engine.step(_batches(i, 1))
+    state = ck.compose(ck.TrainingProgress(step=2), engine.state_dict(), {})
+    other = _engine(tmp_path / "o", "train.lr=5e-4", "train.warmup_steps=0")
+    other.load_state_dict(state)
+    want = 5e-4 * lr_factor(2, other.cfg.train)
+    assert [g["lr"] for g in other.state_dict()[ck.OPTIMIZER]["param_groups"]] == \
+        pytest.approx([want, want])
+    assert other.state_dict()[ck.SCHEDULER]["base_lrs"] == [5e-4, 5e-4]
 
 
 def test_the_random_streams_of_only_the_training_device_are_saved(monkeypatch):
@@ -139,10 +162,6 @@ def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
     """A DDP checkpoint keeps every rank's streams and each rank takes its own back (a
     single-process resume takes rank 0's); from an older checkpoint without them, ranks
     other than 0 keep their own seeded streams instead of all copying rank 0's."""
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
     streams = []
     for seed in (10, 11):  # what rank 0 and rank 1 held at the save
         torch.manual_seed(seed)
@@ -152,25 +171,24 @@ def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
         ck.set_rng_state(st)
         draws.append(torch.rand(3))
     ck.set_rng_state(streams[0])
-    state = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, streams)
-    ck.save(tmp_path / "ddp.pt", state)
+    ck.save(tmp_path / "ddp.pt", ck.compose(ck.TrainingProgress(step=1), {}, {}, None, streams))
     state = ck.load(tmp_path / "ddp.pt")
     for rank in (0, 1):
         torch.manual_seed(99)
-        state_io.restore(state, model, opt, sched, scaler, None, rank, 2)
+        ck.restore_rng(state, None, rank, 2)
         assert torch.equal(torch.rand(3), draws[rank])
-    state_io.restore(state, model, opt, sched, scaler)  # one process: rank 0's
+    ck.restore_rng(state)  # one process: rank 0's
     assert torch.equal(torch.rand(3), draws[0])
 
     legacy = {k: v for k, v in state.items() if k != ck.RNG_RANKS}
     torch.manual_seed(99)
     expected = torch.rand(3)
     torch.manual_seed(99)
-    state_io.restore(legacy, model, opt, sched, scaler, None, 1, 2)
+    ck.restore_rng(legacy, None, 1, 2)
     assert torch.equal(torch.rand(3), expected)
-    state_io.restore(legacy, model, opt, sched, scaler, None, 0, 2)
+    ck.restore_rng(legacy, None, 0, 2)
     assert torch.equal(torch.rand(3), draws[0])
-    single = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, scaler, {}, None, None)
+    single = ck.compose(ck.TrainingProgress(step=1), {}, {}, None, None)
     assert ck.RNG_RANKS not in single
 
 
@@ -189,15 +207,12 @@ def test_a_gpu_stream_goes_back_to_the_training_gpu():
 def test_a_bf16_or_fp32_checkpoint_resumes_with_loss_scaling(tmp_path):
     """A run without loss scaling saves an empty scaler state; resumed in fp16 (a GPU
     without bf16) its scaler starts fresh instead of refusing the empty state."""
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    off = torch.amp.GradScaler("cpu", enabled=False)
-    state = state_io.capture(ck.TrainingProgress(step=1), model, opt, sched, off, {})
+    state = _engine(tmp_path, "train.precision=fp32").state_dict()
     assert state[ck.SCALER] == {}
-    on = torch.amp.GradScaler("cpu", enabled=True, init_scale=1024.0)
-    state_io.restore(state, model, opt, sched, on)
-    assert on.get_scale() == 1024.0
+    fp16 = _engine(tmp_path / "h", "train.precision=fp16")
+    fresh = fp16.state_dict()[ck.SCALER]
+    fp16.load_state_dict(ck.compose(ck.TrainingProgress(), state, {}))
+    assert fresh and fp16.state_dict()[ck.SCALER] == fresh
 
 
 def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):

@@ -14,11 +14,12 @@ from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.model.xtts import build_model
 from myxtts.observe.loggers import NullLogger
-from myxtts.train.compile import BLOCK_TYPES
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
+from myxtts.train.engine import TrainEngine
+from myxtts.train.engine.compile import BLOCK_TYPES
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_MELS, N_TOKENS, _batches
@@ -42,10 +43,8 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
     data = open_train_data(cfg, micro_store, device, DistInfo(), None)
     data.continue_from(None, TrainingProgress())
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
-    opt, fused = build_optimizer(model, cfg.train)
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, device, fused,
-                     compile_model=True, compile_backend=counting_backend)
-    assert step.compiled and step.mode == "compiled"
+    engine = TrainEngine(cfg, model, device, DistInfo(), compile_backend=counting_backend)
+    assert engine.compiled and engine.mode == "compiled"
     n_types = len({type(m) for m in model.modules() if isinstance(m, BLOCK_TYPES)})
     try:
         train_shapes = set(data.sampler.shapes())
@@ -53,18 +52,18 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
         model.train()
         for epoch in range(2):
             for batch in DevicePrefetcher(data.loader, device, transform=to_model_dtypes):
-                step([batch])
+                engine.step([batch])
             if epoch == 0:
                 after_first_epoch = len(graphs)
         assert after_first_epoch == n_types == 3  # encoder, resampler, decoder layers
         assert len(graphs) == after_first_epoch  # the second epoch compiled nothing
-        validation_loss(model, step, data, device)
+        validation_loss(engine, data, device)
         assert len(graphs) == after_first_epoch  # eval mode: eager blocks
         assert data.synth_batch  # free-running generation and alignment: eager blocks too
-        wavs = synthesize_samples(model, step, data, cfg, NullLogger(), 1, tmp_path / "samples",
+        wavs = synthesize_samples(engine, data, cfg, NullLogger(), 1, tmp_path / "samples",
                                   device, 0)
         assert wavs and len(graphs) == after_first_epoch
-        assert step.compiled  # never fell back to eager
+        assert engine.compiled  # never fell back to eager
     finally:
         torch._dynamo.reset()
 
@@ -113,13 +112,13 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, one_th
     torch._dynamo.reset()
     eager, fallback = _step_pair(tmp_path, backend)
     try:
-        with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+        with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
             for i in range(3):
                 eager(_batches(i, 1))
                 fallback(_batches(i, 1))
     finally:
         torch._dynamo.reset()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "myxtts.train.step"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "myxtts.train.engine.step"]
     assert len(warnings) == 1 and cause in warnings[0], warnings
     assert fallback.mode == "eager"
     assert fallback.read()["loss"] == pytest.approx(eager.read()["loss"], rel=1e-6)

@@ -15,8 +15,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.model.xtts import build_model
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
+from myxtts.train.engine import TrainEngine
 from myxtts.train.validate import validation_loss, validation_sums
 from tests.helpers import MICRO_MODEL, micro_config
 
@@ -36,20 +35,18 @@ def val_store(tmp_path_factory):
     return root / "store"
 
 
-def _step(cfg, data) -> TrainStep:
+def _engine(cfg, data) -> TrainEngine:
     torch.manual_seed(0)
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
-    opt, fused = build_optimizer(model, cfg.train)
-    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
-                     compile_model=False)
+    return TrainEngine(cfg, model, CPU, DistInfo(), compile_model=False)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_rank_shards_add_up_to_the_single_process_loss(val_store, tmp_path, world, one_thread):
     cfg = micro_config(tmp_path, "data.batch_frames=600")
     whole = open_train_data(cfg, val_store, CPU, DistInfo(), None)
-    step = _step(cfg, whole)
-    single = validation_loss(step.model, step, whole, CPU)
+    engine = _engine(cfg, whole)
+    single = validation_loss(engine, whole, CPU)
     n_batches = len(whole.val_sampler)
     assert n_batches >= 3  # enough batches to shard
 
@@ -58,7 +55,8 @@ def test_rank_shards_add_up_to_the_single_process_loss(val_store, tmp_path, worl
     for rank in range(world):
         data = open_train_data(cfg, val_store, CPU, DistInfo(rank=rank, world_size=world), None)
         shards.append(data.val_sampler.real_batches)
-        sums, n = validation_sums(step.model, step, data, CPU)
+        with engine.evaluating():  # what validation_loss runs the sums in
+            sums, n = validation_sums(engine, data, CPU)
         count += float(n)
         for k, v in sums.items():
             totals[k] = totals.get(k, 0.0) + float(v)
@@ -91,8 +89,7 @@ def test_torchrun_validation_logs_the_global_loss(val_store, tmp_path):
     cfg = micro_config(tmp_path / "single", *[s for s in sets if not s.startswith("model.")])
     state = ck.load(run / "checkpoints" / "ckpt_00000002.pt")
     data = open_train_data(cfg, val_store, CPU, DistInfo(), None)
-    step = _step(cfg, data)
-    step.model.load_state_dict(state[ck.MODEL])
-    step.ema.load_state_dict(state[ck.EMA])  # validation evaluates the weight average
-    single = validation_loss(step.model, step, data, CPU)
+    engine = _engine(cfg, data)
+    engine.load_state_dict(state)  # validation evaluates the weight average
+    single = validation_loss(engine, data, CPU)
     assert logged[0] == pytest.approx(single["loss"], rel=1e-5)

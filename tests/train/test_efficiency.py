@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
 from myxtts.model.losses import compute_losses
 from myxtts.model.xtts import build_model
 from myxtts.observe.flops import count_flops
 from myxtts.observe.progress import Progress
 from myxtts.train.efficiency import IntervalEfficiency, meta_step_counter
 from myxtts.train.loop import train
-from myxtts.train.warmup import worst_case_batch
 from tests.helpers import micro_config
 
 

@@ -10,11 +10,12 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.config import ConfigError
 from myxtts.model.xtts import build_model
-from myxtts.train import checkpoint_state as state_io
-from myxtts.train.ema import WeightAverage
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import StateSnapshot
+from myxtts.train.distributed import DistInfo
+from myxtts.train.engine import TrainEngine
+from myxtts.train.engine.ema import WeightAverage
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import StateSnapshot
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_TOKENS, _batches
 
@@ -99,30 +100,38 @@ def test_validation_weights_are_swapped_in_and_back_bit_for_bit(tmp_path, one_th
     assert all(torch.equal(s, a) for s, a in zip(step.ema.shadow, avg))
 
 
+def _engine(tmp_path, *overrides) -> TrainEngine:
+    cfg = micro_config(tmp_path, "audio.n_mels=16", "model.dropout=0", "model.prenet_dropout=0",
+                       *overrides)
+    torch.manual_seed(0)
+    return TrainEngine(cfg, build_model(cfg, N_TOKENS, 1, None, None), CPU, DistInfo(),
+                       compile_model=False)
+
+
 def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_thread):
-    step = _step(tmp_path, "train.ema_decay=0.9")
+    engine = _engine(tmp_path, "train.ema_decay=0.9")
     for i in range(3):
-        step(_batches(i, 1))
-    state = state_io.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
-                       step.scaler, {}, ema=step.ema)
-    ck.save(tmp_path / "c.pt", state)
+        engine.step(_batches(i, 1))
+    saved = engine.state_dict()
+    ck.save(tmp_path / "c.pt", ck.compose(ck.TrainingProgress(step=3), saved, {}))
     loaded = ck.load(tmp_path / "c.pt")  # weights_only=True inside
-    other = _step(tmp_path / "o", "train.ema_decay=0.9")
-    state_io.restore(loaded, other.model, other.opt, other.sched, other.scaler, ema=other.ema)
-    assert float(other.ema.updates) == 3.0
-    assert all(torch.equal(a, b) for a, b in zip(step.ema.shadow, other.ema.shadow))
+    other = _engine(tmp_path / "o", "train.ema_decay=0.9")
+    other.load_state_dict(loaded)
+    average = other.state_dict()[ck.EMA]
+    assert float(average["updates"]) == 3.0
+    assert all(torch.equal(v, saved[ck.EMA]["weights"][k]) for k, v in average["weights"].items())
     # the averaged model state: averaged parameters, the rest as saved
     merged = averaged_state(loaded[ck.MODEL], loaded[ck.EMA])
-    for name, s in zip(step.ema.names, step.ema.shadow):
+    for name, s in saved[ck.EMA]["weights"].items():
         assert torch.equal(merged[name], s)
     assert averaged_state(loaded[ck.MODEL], None) is loaded[ck.MODEL]
     # a checkpoint without an average starts one from the restored weights
-    plain = state_io.capture(ck.TrainingProgress(step=3), step.model, step.opt, step.sched,
-                       step.scaler, {})
-    third = _step(tmp_path / "t", "train.ema_decay=0.9")
-    state_io.restore(plain, third.model, third.opt, third.sched, third.scaler, ema=third.ema)
-    assert float(third.ema.updates) == 0.0
-    assert all(torch.equal(s, p) for s, p in zip(third.ema.shadow, step.model.parameters()))
+    plain = {k: v for k, v in saved.items() if k != ck.EMA}
+    third = _engine(tmp_path / "t", "train.ema_decay=0.9")
+    third.load_state_dict(ck.compose(ck.TrainingProgress(step=3), plain, {}))
+    restarted = third.state_dict()[ck.EMA]
+    assert float(restarted["updates"]) == 0.0
+    assert all(torch.equal(v, saved[ck.MODEL][k]) for k, v in restarted["weights"].items())
 
 
 def test_a_decay_outside_its_range_is_refused(tmp_path):
@@ -132,22 +141,27 @@ def test_a_decay_outside_its_range_is_refused(tmp_path):
 
 def test_validation_evaluates_the_average(micro_store, tmp_path, one_thread):
     from myxtts.train.data import open_train_data
-    from myxtts.train.distributed import DistInfo
     from myxtts.train.validate import validation_loss
 
     cfg = micro_config(tmp_path, "train.ema_decay=0.5")
     data = open_train_data(cfg, micro_store, CPU, DistInfo(), None)
     torch.manual_seed(0)
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
-    opt, fused = build_optimizer(model, cfg.train)
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
-                     compile_model=False)
+    engine = TrainEngine(cfg, model, CPU, DistInfo(), compile_model=False)
     batches = iter(data.loader)
     for _ in range(3):
-        step([next(batches)])
-    averaged = validation_loss(model, step, data, CPU)
-    with step.averaged():  # what validation evaluates ...
-        step.ema = None  # (no second swap inside)
-        by_hand = validation_loss(model, step, data, CPU)
+        engine.step([next(batches)])
+    averaged = validation_loss(engine, data, CPU)
+    raw = engine.state_dict()[ck.MODEL]
+    # what validation evaluates: a model (keeping no average) with the average's weights
+    plain = micro_config(tmp_path, "train.ema_decay=0")
+    twin = TrainEngine(plain, build_model(plain, data.vocab_size, len(data.languages),
+                                          data.mel_mean, data.mel_std), CPU, DistInfo(),
+                       compile_model=False)
+    twin.model.load_state_dict(averaged_state(raw, engine.state_dict()[ck.EMA]))
+    by_hand = validation_loss(twin, data, CPU)
     assert averaged == by_hand
-    assert validation_loss(model, step, data, CPU) != averaged  # ... not the raw weights
+    with engine.evaluating(raw_weights=True):  # ... not the raw weights
+        assert all(torch.equal(p, raw[n]) for n, p in engine.model.named_parameters())
+    twin.model.load_state_dict(raw)
+    assert validation_loss(twin, data, CPU) != averaged

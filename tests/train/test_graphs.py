@@ -4,7 +4,6 @@ equals the eager step; and the step never reads a device value on the host."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import pytest
 import torch
@@ -12,9 +11,9 @@ import torch
 from myxtts.data.batch import BatchShape
 from myxtts.model.dummy import random_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import warm_up, worst_case_batch
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import warm_up
 from tests.helpers import micro_config
 from tests.train.graph_recorder import HostReadError, RecordingCapture, assert_no_host_reads
 
@@ -105,106 +104,6 @@ def test_a_shape_without_a_graph_runs_uncaptured(tmp_path, one_thread):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)
 
 
-def test_a_failed_capture_falls_back_with_one_warning_per_shape(tmp_path, one_thread, caplog):
-    cfg, (_, step) = _pair(tmp_path)
-
-    def broken(fn):
-        raise RuntimeError("operation not permitted when stream is capturing")
-
-    with caplog.at_level(logging.WARNING):
-        report = warm_up(step, SHAPES, N_TOKENS, 1, capture=broken, echo=lambda s: None)
-    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3 and all("not permitted" in w for w in warnings[:2])
-    assert "no CUDA graph was captured" in warnings[2]
-    assert step.graphs is None and step.mode == "eager" and report.shapes_captured == 0
-    step(_batches(0, 1))  # and training goes on
-    assert step.read()["loss"] > 0
-
-
-class FailingFor(RecordingCapture):
-    """A recorder whose capture of a micro-step of batch size ``batch`` raises ``error``."""
-
-    def __init__(self, batch: int, error: Exception, times: int = 99) -> None:
-        super().__init__()
-        self.batch, self.error, self.times, self.sizes = batch, error, times, []
-
-    def __call__(self, fn):
-        size = getattr(fn, "batch_size", None)
-        if size == self.batch and self.times > 0:
-            self.times -= 1
-            raise self.error
-        return super().__call__(fn)
-
-
-@pytest.fixture
-def sized_micro(monkeypatch):
-    """Tag each micro-step function with its batch size, so a fake capture can fail one."""
-    from myxtts.train.graphs import StepGraphs
-
-    real = StepGraphs.capture
-
-    def capture(self, batch):
-        inner = self._capture
-
-        def tagged(fn):
-            if getattr(tagged, "first", True):
-                fn.batch_size = int(batch["mel"].shape[0])
-                tagged.first = False
-            return inner(fn)
-        self._capture = tagged
-        try:
-            real(self, batch)
-        finally:
-            self._capture = inner
-    monkeypatch.setattr(StepGraphs, "capture", capture)
-
-
-def test_a_failed_capture_costs_its_shape_only(tmp_path, one_thread, caplog, sized_micro):
-    """SHAPES[1] (batch 2) fails to capture: SHAPES[0] keeps its graph and replays, the
-    failed shape trains uncaptured, and the warning names shape and cause."""
-    _, (eager, graphed) = _pair(tmp_path)
-    capture = FailingFor(2, RuntimeError("CUDA error: operation failed due to a previous error"))
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.warmup"):
-        report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=capture, echo=lambda s: None)
-    assert report.shapes_captured == 1 and graphed.mode == "graphed"
-    assert list(report.uncaptured) == ["2 x 48 frames, text 16"]
-    said = [r.message for r in caplog.records]
-    assert len(said) == 1 and "2 x 48 frames" in said[0] and "previous error" in said[0]
-    assert graphed.graphs.ready(_batches(0, 1)) and not graphed.graphs.ready(_batches(1, 1))
-    for i in range(4):  # both shapes train, replayed or not, as the eager step does
-        batches = _batches(i, 1)
-        eager(batches)
-        graphed(batches)
-    for a, b in zip(eager.model.parameters(), graphed.model.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)
-
-
-def test_an_out_of_memory_capture_shrinks_its_bucket_and_tries_again(tmp_path, one_thread,
-                                                                     sized_micro):
-    _, (_, graphed) = _pair(tmp_path)
-    capture = FailingFor(3, torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to "
-                                                          "allocate 2.00 GiB"), times=1)
-    report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=capture, echo=lambda s: None)
-    assert report.resized == {SHAPES[0]: 2}  # 3 -> 2 utterances: captured at that size
-    assert report.shapes_captured == 2 and not report.uncaptured
-    smaller = worst_case_batch(replace(SHAPES[0], batch=2), N_TOKENS, 1, "cpu")
-    assert graphed.graphs.ready([smaller])
-
-
-def test_a_device_left_unusable_by_a_capture_stops_the_run_naming_the_switch(
-        tmp_path, one_thread, monkeypatch, sized_micro):
-    import myxtts.train.warmup as warmup
-    from myxtts.train.errors import TrainError
-
-    _, (_, graphed) = _pair(tmp_path)
-    monkeypatch.setattr(warmup, "device_problem",
-                        lambda device: "Offset increment outside graph capture")
-    capture = FailingFor(2, RuntimeError("operation not permitted when stream is capturing"))
-    with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture of a batch "
-                       r"of 2 x 48 frames.*Offset increment.*--set train.cuda_graphs=off"):
-        warm_up(graphed, SHAPES, N_TOKENS, 1, capture=capture, echo=lambda s: None)
-
-
 def test_the_step_reads_nothing_back_on_the_host(tmp_path, one_thread):
     """No .item(), no bool(tensor), no tensor made from host data inside a step (each would
     be a host sync per step on a GPU, and impossible to capture)."""
@@ -224,7 +123,7 @@ def test_a_step_whose_shape_has_no_graph_is_counted_and_said_once(tmp_path, one_
     _, (_, graphed) = _pair(tmp_path)
     warm_up(graphed, SHAPES[:1], N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
     captured, other = _batches(0, 1), _batches(1, 1)  # SHAPES[0], SHAPES[1]
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.step"):
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
         graphed(captured)
         assert graphed.uncaptured_steps == 0
         for _ in range(3):

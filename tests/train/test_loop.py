@@ -122,7 +122,7 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
 
 
 def test_too_many_nonfinite_steps_stop_the_run(micro_store, tmp_path, monkeypatch):
-    import myxtts.train.step as step_module
+    import myxtts.train.engine.step as step_module
 
     real = step_module.compute_losses
 

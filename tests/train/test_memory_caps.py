@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from myxtts.config import ConfigError
-from myxtts.train.budget import auto_batch_sizes
 from myxtts.train.distributed import DistInfo
+from myxtts.train.engine.budget import auto_batch_sizes
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import MemoryCaps, check_feature_memory, resolve_caps
 from tests.helpers import MICRO_MODEL, micro_config

@@ -9,8 +9,8 @@ import torch
 
 from myxtts.model.dummy import random_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
 from tests.helpers import micro_config
 
 
@@ -21,7 +21,7 @@ def _step(cfg, model) -> TrainStep:
 
 
 def test_self_feed_ramps_up_after_teacher_forcing_steps():
-    from myxtts.train.step import TrainStep
+    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(Path("unused"), "train.self_feed=0.6", "train.self_feed_after=100")
     probe = TrainStep.__new__(TrainStep)
@@ -37,8 +37,8 @@ def test_self_feed_is_training_only_validation_stays_teacher_forced(tmp_path):
     pure teacher forcing (deterministic and comparable across a run)."""
     from myxtts.model.dummy import random_batch, randomize_weights
     from myxtts.model.xtts import build_model
-    from myxtts.train.optim import build_optimizer, build_scheduler
-    from myxtts.train.step import TrainStep
+    from myxtts.train.engine.optim import build_optimizer, build_scheduler
+    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(tmp_path, "train.self_feed=1.0", "train.self_feed_after=0",
                        "model.dropout=0.0", "model.prenet_dropout=0.0", "audio.n_mels=16")
@@ -68,8 +68,8 @@ def compute_losses_of(model, batch, cfg):
 def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path):
     from myxtts.data.feed.loader import build_loader
     from myxtts.model.xtts import build_model
-    from myxtts.train.optim import build_optimizer, build_scheduler
-    from myxtts.train.step import TrainStep
+    from myxtts.train.engine.optim import build_optimizer, build_scheduler
+    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(tmp_path, "train.max_steps=10")
     loader, _ = build_loader(micro_store, cfg)
@@ -95,8 +95,8 @@ def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
     from myxtts.data.feed.loader import build_loader
     from myxtts.model.losses import compute_losses
     from myxtts.model.xtts import build_model
-    from myxtts.train.optim import build_optimizer, build_scheduler
-    from myxtts.train.step import TrainStep
+    from myxtts.train.engine.optim import build_optimizer, build_scheduler
+    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(tmp_path, "train.grad_accum_steps=2", "train.grad_clip=0",
                        "model.dropout=0", "model.prenet_dropout=0")
@@ -208,7 +208,7 @@ def test_without_ddp_runs_the_raw_module_and_puts_the_wrapper_back(tmp_path):
 
 def test_the_mode_is_planned_in_one_place(tmp_path):
     from myxtts.config import ConfigError
-    from myxtts.train.mode import StepMode, StepPlan, plan_step
+    from myxtts.train.engine.mode import StepMode, StepPlan, plan_step
 
     cpu = torch.device("cpu")
     assert plan_step(micro_config(tmp_path), cpu, False, True) == StepPlan(False, False)
@@ -227,9 +227,9 @@ def test_checkpointed_blocks_with_dropout_are_captured_only_uncompiled(tmp_path,
     draw recomputed dropout from generators a capture does not record, so with activation
     checkpointing, dropout and graphs the blocks run eagerly; before torch 2.10 a capture
     cannot rewind the generator at all, so the step is not captured."""
-    import myxtts.train.mode as mode
+    import myxtts.train.engine.mode as mode
     from myxtts.config import ConfigError
-    from myxtts.train.mode import StepPlan, plan_step
+    from myxtts.train.engine.mode import StepPlan, plan_step
 
     gpu = torch.device("cuda")
     sets = ["train.precision=bf16", "train.activation_checkpointing=true", "model.dropout=0.1"]

@@ -15,8 +15,8 @@ from myxtts.config import load_config
 from myxtts.data.store import FeatureStore, StoreError
 from myxtts.train.errors import TrainError
 from myxtts.train.vocoder.data import SegmentBatches
+from myxtts.train.vocoder.engine import VocoderEngine
 from myxtts.train.vocoder.loop import train_vocoder
-from myxtts.train.vocoder.step import VocoderStep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,18 +55,18 @@ def test_a_segment_is_the_audio_its_mel_was_computed_from(audio_store):
 def test_training_resumes_exactly(audio_store, tmp_path, monkeypatch):
     full = train_vocoder(vocoder_config(tmp_path / "a", "train.max_steps=6"), audio_store,
                          progress=False)
-    real_step = VocoderStep.__call__
+    real_step = VocoderEngine.step
 
-    def crash_at_step_5(self, batch, step):  # a killed run: the newest checkpoint is step 3
-        if step == 4:
+    def crash_at_step_5(self, batch):  # a killed run: the newest checkpoint is step 3
+        if self.steps == 4:
             raise RuntimeError("killed")
-        real_step(self, batch, step)
+        real_step(self, batch)
 
-    monkeypatch.setattr(VocoderStep, "__call__", crash_at_step_5)
+    monkeypatch.setattr(VocoderEngine, "step", crash_at_step_5)
     with pytest.raises(RuntimeError, match="killed"):
         train_vocoder(vocoder_config(tmp_path / "b", "train.max_steps=6"), audio_store,
                       progress=False)
-    monkeypatch.setattr(VocoderStep, "__call__", real_step)
+    monkeypatch.setattr(VocoderEngine, "step", real_step)
     resumed = train_vocoder(vocoder_config(tmp_path / "b", "train.max_steps=6"), audio_store,
                             progress=False)
     assert full.step == resumed.step == 6
@@ -103,7 +103,7 @@ def test_another_mel_definition_is_refused_naming_the_keys():
 
 def test_fp16_is_refused_for_the_gan():
     from myxtts.config import ConfigError
-    from myxtts.train.vocoder.step import vocoder_precision
+    from myxtts.train.vocoder.engine import vocoder_precision
 
     with pytest.raises(ConfigError, match="bf16 or fp32"):
         vocoder_precision("fp16", torch.device("cpu"))
@@ -163,15 +163,15 @@ def test_fine_tuning_reads_the_tts_models_teacher_forced_mels(audio_store, tmp_p
 
 def test_diverged_vocoder_stops_naming_the_step_and_saves_nothing_non_finite(
         audio_store, tmp_path, monkeypatch):
-    real = VocoderStep.__call__
+    real = VocoderEngine.step
 
-    def overflow_at_step_4(self, batch, step):  # what an update that overflowed leaves behind
-        real(self, batch, step)
-        if step == 3:
+    def overflow_at_step_4(self, batch):  # what an update that overflowed leaves behind
+        real(self, batch)
+        if self.steps == 4:
             with torch.no_grad():
                 next(self.disc.parameters()).fill_(float("nan"))
 
-    monkeypatch.setattr(VocoderStep, "__call__", overflow_at_step_4)
+    monkeypatch.setattr(VocoderEngine, "step", overflow_at_step_4)
     out = tmp_path / "v"
     with pytest.raises(TrainError) as e:  # checkpoints every 3 steps: 3 is saved, 6 is not
         train_vocoder(vocoder_config(out, "train.max_steps=6", "train.log_every=100"),

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from myxtts.data.batch import BatchShape, check_batch
+from myxtts.model.dummy import worst_case_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.optim import build_optimizer, build_scheduler
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import StateSnapshot, warm_up, worst_case_batch
+from myxtts.train.engine.optim import build_optimizer, build_scheduler
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import StateSnapshot, warm_up
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_MELS, N_TOKENS, SHAPES, _batches
 

@@ -56,13 +56,15 @@ BUNDLE_FILE = FileKind("a model bundle", lambda path: file_kind(path) == "bundle
 
 
 @dataclass
-class Bundle:
-    """The contents of a bundle file, as read back."""
+class Trained:
+    """What a trained TTS model needs to speak, as a bundle holds it and as
+    ``artifacts.trained.load_trained`` reads it from any source. ``source``: the file read;
+    ``weights``: the model's state dict (the averaged weights where they were chosen)."""
 
-    path: Path
+    source: Path
     config: dict[str, Any]
     vocab: dict[str, Any]
-    model: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]
     mel_mean: torch.Tensor
     mel_std: torch.Tensor
     vocoder_config: dict[str, Any] | None = None
@@ -109,7 +111,7 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
-                         f"as --vocoder")
+                            f"as --vocoder")
     check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
                 state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
     model, averaged = model_weights(state, raw_weights)
@@ -156,8 +158,8 @@ def _checksum_at(blob: bytes, name: str = "the bundle") -> int:
     at = blob.find(_MARK, 8, 8 + n)
     if at < 0:
         raise ArtifactError(f"{name} is not a myxtts bundle (a safetensors file without a "
-                         f"myxtts checksum, or a damaged bundle); export one with `myxtts "
-                         f"export RUN -o FILE`")
+                            f"myxtts checksum, or a damaged bundle); export one with `myxtts "
+                            f"export RUN -o FILE`")
     return at + len(_MARK)
 
 
@@ -167,33 +169,34 @@ def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
     again = "copy it again or export it again with `myxtts export RUN -o FILE`"
     if not blob:
         raise ArtifactError(f"{path} is empty (0 bytes: a copy or write that never finished); "
-                         f"{again}")
+                            f"{again}")
     n = int.from_bytes(blob[:8], "little") if len(blob) >= 8 else -1
     if n < 2 or blob[8:9] != b"{":
         raise ArtifactError(f"{path} is not a myxtts model bundle, checkpoint or run folder; "
-                         f"pass one written by `myxtts export` or `myxtts train`")
+                            f"pass one written by `myxtts export` or `myxtts train`")
     if len(blob) < 8 + n:
         raise ArtifactError(f"{path} is truncated ({len(blob)} bytes, its header alone needs "
-                         f"{8 + n}); {again}")
+                            f"{8 + n}); {again}")
     try:  # a header nests 3 deep ({name: {"shape": [...]}}); bounded before parsing
         header = loads_json(blob[8:8 + n], max_nesting=4)
         meta, end = header.pop("__metadata__", None), max(
             [0, *(int(t["data_offsets"][1]) for t in header.values())])
     except (TooLarge, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise ArtifactError(f"{path} is not a myxtts bundle or is damaged (its header cannot be "
-                         f"read: {type(e).__name__}); {again}") from None
+                            f"read: {type(e).__name__}); {again}") from None
     if not isinstance(meta, dict) or FORMAT_KEY not in meta:
         raise ArtifactError(f"{path} is a safetensors file but not a myxtts bundle; export one "
-                         f"with `myxtts export RUN -o FILE`")
+                            f"with `myxtts export RUN -o FILE`")
     if not str(meta[FORMAT_KEY]).isdigit() or int(meta[FORMAT_KEY]) > FORMAT:
-        raise ArtifactError(f"{path} is a bundle of format {excerpt(str(meta[FORMAT_KEY]), quote=False)}, newer "
-                            f"than this myxtts reads ({FORMAT}); upgrade myxtts")
+        version = excerpt(str(meta[FORMAT_KEY]), quote=False)
+        raise ArtifactError(f"{path} is a bundle of format {version}, newer than this myxtts "
+                            f"reads ({FORMAT}); upgrade myxtts")
     if len(blob) < 8 + n + end:
         raise ArtifactError(f"{path} is truncated ({len(blob)} of {8 + n + end} bytes); {again}")
     return meta, 8 + n
 
 
-def read_bundle(path: str | Path) -> Bundle:
+def read_bundle(path: str | Path) -> Trained:
     """A bundle file, checked byte for byte against its checksum; never unpickles."""
     path = Path(path)
     try:
@@ -204,8 +207,8 @@ def read_bundle(path: str | Path) -> Bundle:
     at = _checksum_at(blob, str(path))
     if blob[at:at + 64] != _digest(blob, at):
         raise ArtifactError(f"{path} has changed since it was exported (its checksum does not "
-                         f"match its contents); copy it again or export it again with "
-                         f"`myxtts export RUN -o FILE`")
+                            f"match its contents); copy it again or export it again with "
+                            f"`myxtts export RUN -o FILE`")
     try:
         tensors = load(blob)
     except Exception as e:  # safetensors' own checks: dtypes, offsets, overlaps
@@ -219,7 +222,8 @@ def read_bundle(path: str | Path) -> Bundle:
     if stray:
         raise ArtifactError(f"{where}: tensor {excerpt(stray[0])} is no field of a bundle "
                             f"(model.*, vocoder.*, mel_mean, mel_std); not written by myxtts")
-    config, vocab = json_field(where, CONFIG, meta.get(CONFIG)), json_field(where, VOCAB, meta.get(VOCAB))
+    config = json_field(where, CONFIG, meta.get(CONFIG))
+    vocab = json_field(where, VOCAB, meta.get(VOCAB))
     check_model(where, config, vocab, split[MODEL_PREFIX], tensors.get("mel_mean"),
                 tensors.get("mel_std"))
     voc_cfg = meta.get(VOCODER_CONFIG)
@@ -229,5 +233,6 @@ def read_bundle(path: str | Path) -> Bundle:
     if voc_cfg is not None:
         voc_cfg = json_field(where, VOCODER_CONFIG, voc_cfg)
         check_vocoder(where, voc_cfg, split[VOCODER_PREFIX], VOCODER_PREFIX)
-    return Bundle(path, config, vocab, split[MODEL_PREFIX], tensors["mel_mean"],
-                  tensors["mel_std"], voc_cfg, split[VOCODER_PREFIX] if voc_cfg is not None else None)
+    return Trained(path, config, vocab, split[MODEL_PREFIX], tensors["mel_mean"],
+                   tensors["mel_std"], voc_cfg,
+                   split[VOCODER_PREFIX] if voc_cfg is not None else None)

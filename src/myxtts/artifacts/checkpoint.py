@@ -87,17 +87,17 @@ class TrainingProgress:
         half-read."""
         if not isinstance(state, dict):
             raise ArtifactError(f"training progress in the checkpoint is a {type(state).__name__}, "
-                             f"not a record; the checkpoint was not written by myxtts")
+                                f"not a record; the checkpoint was not written by myxtts")
         left = dict(state)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name not in left:
-                raise ArtifactError(f"training progress in the checkpoint misses {f.name!r}; it was "
-                                 f"written by another myxtts version")
+                raise ArtifactError(f"training progress in the checkpoint misses {f.name!r}; it "
+                                    f"was written by another myxtts version")
             values[f.name] = left.pop(f.name)
         if left:
             raise ArtifactError(f"training progress in the checkpoint has unknown keys "
-                             f"{sorted(left)}; it was written by another myxtts version")
+                                f"{sorted(left)}; it was written by another myxtts version")
         return cls(**values)
 
 
@@ -109,6 +109,31 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
     if device is not None and device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
+
+
+def compose(progress: TrainingProgress, parts: dict[str, Any], extra: dict[str, Any],
+            device: torch.device | None = None,
+            rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A checkpoint dict: ``parts`` (an engine's ``state_dict``: weights, optimizers, ...),
+    the random streams (:func:`rng_state`, the training ``device``'s too), ``progress`` and
+    ``extra`` (what readers need: config, vocabulary, mel statistics, a kind). ``rng_ranks``:
+    under DDP, every rank's streams (gathered by the caller), so each rank resumes its own."""
+    state = {**parts, RNG: rng_state(device), PROGRESS: progress.state_dict(), **extra}
+    if rng_ranks is not None and len(rng_ranks) > 1:
+        state[RNG_RANKS] = rng_ranks
+    return state
+
+
+def restore_rng(state: dict[str, Any], device: torch.device | None = None, rank: int = 0,
+                world_size: int = 1) -> None:
+    """Put back the random streams :func:`compose` saved. Under DDP each rank takes its own;
+    from a checkpoint without them (written before they were saved) the other ranks keep the
+    streams they were seeded with, which at least differ from rank 0's."""
+    per_rank = state.get(RNG_RANKS)
+    if isinstance(per_rank, list) and len(per_rank) == world_size:
+        set_rng_state(per_rank[rank], device)
+    elif rank == 0:
+        set_rng_state(state[RNG], device)
 
 
 def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
@@ -161,9 +186,9 @@ def _check_contents(path: Path, blob: bytes) -> None:
     with z:
         declared = sum(i.file_size for i in z.infolist())
         if declared > _SIZE_FACTOR * len(blob) + _SIZE_SLACK:
-            raise ArtifactError(f"checkpoint {path} declares {declared / 2**20:.0f} MiB of contents "
-                             f"in a file of {len(blob) / 2**20:.1f} MiB; refused unread (not "
-                             f"written by myxtts)")
+            raise ArtifactError(f"checkpoint {path} declares {declared / 2**20:.0f} MiB of "
+                                f"contents in a file of {len(blob) / 2**20:.1f} MiB; refused "
+                                f"unread (not written by myxtts)")
         saved = [i for i in z.infolist() if i.filename.endswith("/" + DIGEST_ENTRY)]
         if not saved:
             return
@@ -173,7 +198,7 @@ def _check_contents(path: Path, blob: bytes) -> None:
             ok = False
         if not ok:
             raise ArtifactError(f"checkpoint {path} is damaged (its contents do not match their "
-                             f"checksum); delete it to resume from an older one")
+                                f"checksum); delete it to resume from an older one")
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -182,7 +207,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise ArtifactError(f"checkpoint {path} does not exist")
     if path.stat().st_size == 0:
         raise ArtifactError(f"checkpoint {path} is empty (0 bytes: a write that never finished); "
-                         f"delete it to resume from an older one")
+                            f"delete it to resume from an older one")
     try:
         blob = path.read_bytes()
     except OSError as e:
@@ -203,8 +228,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     except Exception as e:  # corrupt, truncated, or not a checkpoint
         why = (str(e).strip().splitlines() or [""])[0].rstrip(".")
         raise ArtifactError(f"checkpoint {path} cannot be read ({type(e).__name__}"
-                         f"{': ' + excerpt(why, 200, quote=False) if why else ''}); delete it to "
-                         f"resume from an older one") from e
+                            f"{': ' + excerpt(why, 200, quote=False) if why else ''}); "
+                            f"delete it to resume from an older one") from e
     if isinstance(state, dict) and state.get(FORMAT) == 1:
         return _upgrade_v1(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:

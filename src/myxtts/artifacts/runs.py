@@ -50,7 +50,7 @@ class CheckpointManager:
         name = words[0] if words else ""
         if not name or Path(name).name != name or name in (".", ".."):
             raise ArtifactError(f"{pointer} names {name!r}, not a checkpoint file in {self.dir}; "
-                             f"fix or delete the pointer")
+                                f"fix or delete the pointer")
         return self.dir / name
 
     def resumable(self) -> Path | None:
@@ -70,10 +70,14 @@ class CheckpointManager:
             return path
         return None
 
+    def path_of(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is written."""
+        return self.dir / f"ckpt_{step:08d}.pt"
+
     def save(self, state: dict[str, Any], step: int, val_loss: float | None = None,
              is_best: bool = False) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"ckpt_{step:08d}.pt"
+        path = self.path_of(step)
         previous = self.latest()
         try:
             save(path, state)
@@ -86,7 +90,7 @@ class CheckpointManager:
             kept = (f"the previous checkpoint {previous} survives" if previous is not None
                     else "no earlier checkpoint exists")
             raise ArtifactError(f"cannot write checkpoint {path} at step {step} ({why}); "
-                             f"{kept}") from e
+                                f"{kept}") from e
         for old in self.step_paths()[: -self.keep_last] if self.keep_last > 0 else []:
             if old != path:
                 old.unlink(missing_ok=True)
@@ -106,5 +110,5 @@ def resolve_checkpoint(path: str | Path) -> Path:
             if latest is not None:
                 return latest
     raise ArtifactError(f"no checkpoint at {p}: pass a .pt file or a run folder containing "
-                     f"checkpoints/ (train one with `myxtts train`, `myxtts train-vocoder` or "
-                     f"`myxtts demo`)")
+                        f"checkpoints/ (train one with `myxtts train`, `myxtts train-vocoder` or "
+                        f"`myxtts demo`)")

@@ -1,41 +1,24 @@
 """A trained TTS model as its readers need it, from a run folder, a checkpoint or a bundle.
 
 :func:`load_trained` reads any of the three (a bundle without pickle, a checkpoint with
-``weights_only``) into one :class:`Trained`: config, vocabulary, the weights to speak with
-(their moving average unless ``raw_weights``), mel statistics and, where a bundle carries
-one, a vocoder's config and generator weights. Building the model from it is the reader's
+``weights_only``) into one ``Trained`` (defined beside the bundle, which holds just that):
+config, vocabulary, the weights to speak with (their moving average unless
+``raw_weights``), mel statistics and, where a bundle carries one, a vocoder's config and
+generator weights. Building the model from it is the reader's
 business (``inference``, ``evaluate``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
-from myxtts.artifacts.bundle import is_bundle, read_bundle
+from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.artifacts.validate import check_model, file_kind
-
-
-@dataclass
-class Trained:
-    """What a trained TTS model needs to speak. ``source``: the file read."""
-
-    source: Path
-    config: dict[str, Any]
-    vocab: dict[str, Any]
-    weights: dict[str, torch.Tensor]
-    mel_mean: torch.Tensor
-    mel_std: torch.Tensor
-    vocoder_config: dict[str, Any] | None = None
-    vocoder: dict[str, torch.Tensor] | None = None
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
@@ -44,9 +27,7 @@ def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
     (``artifacts.validate``)."""
     file = path if is_bundle(path) else resolve_checkpoint(path)
     if file_kind(file) == "bundle" or is_bundle(file):
-        b = read_bundle(file)
-        return Trained(b.path, b.config, b.vocab, b.model, b.mel_mean, b.mel_std,
-                       b.vocoder_config, b.vocoder)
+        return read_bundle(file)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "

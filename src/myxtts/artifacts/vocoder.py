@@ -54,9 +54,10 @@ def check_mel_definition(saved_audio: AudioConfig | dict[str, Any], audio: Audio
     mine, theirs = mel_definition(audio), mel_definition(saved_audio)
     diffs = [f"audio.{k}: vocoder {theirs[k]!r}, model {mine[k]!r}" for k in MEL_KEYS
              if theirs[k] != mine[k]]
-    raise ArtifactError(f"vocoder {where} was trained on another mel definition ({'; '.join(diffs)}); "
-                     f"train a vocoder on features of this model's config (`myxtts train-vocoder` "
-                     f"with the same audio section) or synthesize without --vocoder")
+    raise ArtifactError(f"vocoder {where} was trained on another mel definition "
+                        f"({'; '.join(diffs)}); train a vocoder on features of this model's "
+                        f"config (`myxtts train-vocoder` with the same audio section) or "
+                        f"synthesize without --vocoder")
 
 
 def load_vocoder_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -66,7 +67,7 @@ def load_vocoder_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
     state = ck.load(file)
     if state.get(KIND) != VOCODER:
         raise ArtifactError(f"{file} is a TTS checkpoint, not a vocoder; pass a run folder of "
-                         f"`myxtts train-vocoder` (or leave --vocoder out for Griffin-Lim)")
+                            f"`myxtts train-vocoder` (or leave --vocoder out for Griffin-Lim)")
     return file, state
 
 

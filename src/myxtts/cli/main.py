@@ -31,6 +31,7 @@ if os.path.basename(sys.argv[0]).removesuffix(".exe") == "myxtts":  # pragma: no
     signal.signal(signal.SIGINT, _quiet_exit)
 
 from myxtts.cli.signals import Terminated, handled_signals, one_line  # noqa: E402
+from myxtts.system import default_allocator_settings  # noqa: E402
 
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
 SUBCOMMANDS = [
@@ -84,6 +85,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    default_allocator_settings()  # before torch allocates anything on a GPU
     code = _run(argv)
     if "TORCHELASTIC_RUN_ID" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _exit_torchrun_worker(code)

@@ -1,9 +1,10 @@
 """Text + a few seconds of reference audio -> waveform, from a training checkpoint or bundle.
 
 The checkpoint carries everything inference needs (config, vocabulary, mel statistics), so a
-run folder, one ``.pt`` file or a bundle from ``myxtts export`` (``artifacts.bundle``, read by ``artifacts.trained``) is
-enough; the reference goes through the training ``MelSpectrogram``. Audio comes from a trained neural vocoder (checked to speak this model's
-mel definition) or Griffin-Lim. Long text is split into sentences decoded in windows of batches
+run folder, one ``.pt`` file or a bundle from ``myxtts export`` is enough (read through
+``artifacts.trained``); the reference goes through the training ``MelSpectrogram``. Audio
+comes from a trained neural vocoder (checked to speak this model's mel definition) or
+Griffin-Lim. Long text is split into sentences decoded in windows of batches
 (``inference.longform``); ``stream`` yields audio as its sentences are decoded
 (``inference.streaming``). Several reference clips make one voice: each is conditioned on
 its own and the latents are averaged (a clip's crop is what the encoder was trained on).
@@ -77,8 +78,8 @@ class Synthesizer:
         seconds = len(wav) / self.cfg.audio.sample_rate
         if seconds < MIN_REFERENCE_S:
             raise SynthesisError(f"reference {path} has {seconds:.2f} s of speech after trimming "
-                             f"silence; give at least {MIN_REFERENCE_S} s of the voice (3-10 s "
-                             f"clone best)")
+                                 f"silence; give at least {MIN_REFERENCE_S} s of the voice (3-10 s "
+                                 f"clone best)")
         mel, n = self.mel(torch.from_numpy(wav).to(self.device))
         n_frames, r = int(n), self.cfg.data.ref_frames
         if n_frames < r // 2:  # usable, but far shorter than what the conditioning trained on
@@ -131,8 +132,8 @@ class Synthesizer:
                 lang for lang in known if held[lang] == best)
         scripts = sorted({script_of(ch) for ch in letters})
         raise SynthesisError(f"the text {text[:40]!r} is written in {'/'.join(scripts)} letters, "
-                         f"which no language of this model uses (it knows "
-                         f"{', '.join(known)}); pass --language to force one")
+                             f"which no language of this model uses (it knows "
+                             f"{', '.join(known)}); pass --language to force one")
 
     def encode(self, texts: Sequence[str], language: str, check: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +142,7 @@ class Synthesizer:
         as "..." is then simply a short pause)."""
         if language not in self.tokenizer.languages:
             raise SynthesisError(f"language {language!r} is not known to this model "
-                             f"(it knows {', '.join(self.tokenizer.languages)})")
+                                 f"(it knows {', '.join(self.tokenizer.languages)})")
         cleaned = [clean_text(t, language, self.cfg.text) for t in texts]
         if check:
             self._check_speakable(texts, cleaned, language)
@@ -161,8 +162,9 @@ class Synthesizer:
             missing = [ch for ch in c if not ch.isspace() and not self.tokenizer.knows(ch)]
             if not any(ch.isalnum() and self.tokenizer.knows(ch) for ch in c):
                 what = (f"; it does not know {describe(sorted(set(missing)))}" if missing else "")
-                raise SynthesisError(f"text {text!r} has nothing this model can speak (no letter or "
-                                 f"digit of its {language!r} vocabulary{what}); give words to say")
+                raise SynthesisError(f"text {text!r} has nothing this model can speak (no letter "
+                                     f"or digit of its {language!r} vocabulary{what}); give "
+                                     f"words to say")
             for ch in missing:
                 if ch not in self._reported:
                     new[ch] = new.get(ch, 0) + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from myxtts.data.batch import Batch, stop_targets
+from myxtts.data.batch import Batch, BatchShape, stop_targets
 
 
 def random_batch(n_mels: int, n_tokens: int, token_lengths: list[int], mel_lengths: list[int],
@@ -45,6 +45,19 @@ def random_batch(n_mels: int, n_tokens: int, token_lengths: list[int], mel_lengt
         "indices": torch.arange(b),
     }
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def worst_case_batch(shape: BatchShape, n_tokens: int, n_languages: int,
+                     device: torch.device | str) -> Batch:
+    """A batch of ``shape`` whose every utterance fills it: text ``L`` tokens, ``T`` mel
+    frames, ``R`` reference frames. Memory and compute depend on the padded shape alone, so
+    no real batch of this bucket needs more (what the warm-up, the auto batch sizes and the
+    FLOP count run). Random content from a fixed private generator (the global random
+    streams are not touched)."""
+    b = shape.batch
+    return random_batch(shape.n_mels, max(n_tokens, 5), [shape.text] * b, [shape.frames] * b,
+                        [shape.ref_frames] * b, n_text=shape.text, n_frames=shape.frames,
+                        n_ref=shape.ref_frames, n_languages=n_languages, seed=0, device=device)
 
 
 @torch.no_grad()

@@ -195,7 +195,7 @@ class CheckpointedBlock(nn.Module):
     guard of that graph (changing it compiles the block again, once). Inside CUDA graphs of
     the step, checkpointed blocks with dropout run uncompiled: eager blocks rewind the
     default CUDA generator, which a capture records (torch >= 2.10), while compiled ones
-    draw from private generators it does not (``train.mode.plan_step`` decides).
+    draw from private generators it does not (``train.engine.mode.plan_step`` decides).
     """
 
     activation_checkpointing: bool = False  # per instance, set by set_activation_checkpointing

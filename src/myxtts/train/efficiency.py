@@ -23,8 +23,8 @@ from myxtts.observe.gpu import GpuUtilSampler
 def meta_step_counter(cfg: Config, n_tokens: int, n_languages: int) -> Callable[[tuple], float]:
     """``count((B, L_text, T_mel))``: forward + backward FLOPs of one training micro-batch of
     that padded shape (with the self-fed second decoder pass when ``train.self_feed`` > 0)."""
+    from myxtts.model.dummy import worst_case_batch
     from myxtts.model.xtts import build_model
-    from myxtts.train.warmup import worst_case_batch
 
     with torch.device("meta"):
         model = build_model(cfg, n_tokens, n_languages, None, None)

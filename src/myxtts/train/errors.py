@@ -15,22 +15,27 @@ class TrainError(RuntimeError):
     """A training run cannot start or continue; the message names the cause and the fix."""
 
 
-def _causes(e: BaseException) -> list[BaseException]:
+def _causes(e: BaseException, context: bool = False) -> list[BaseException]:
     """``e`` and what it explicitly wraps: ``raise ... from``, and the compiler's
-    ``BackendCompilerFailed.inner_exception`` (raised ``from None``)."""
+    ``BackendCompilerFailed.inner_exception`` (raised ``from None``). With ``context``,
+    also the error being handled when it was raised (``__context__``): a CUDA graph capture
+    that ran out of memory inside its ``with`` raises the capture's own error from
+    ``__exit__``, with the out-of-memory error only as its context."""
     chain: list[BaseException] = []
     cur: BaseException | None = e
     while cur is not None and len(chain) < 8 and cur not in chain:
         chain.append(cur)
-        cur = cur.__cause__ or getattr(cur, "inner_exception", None)
+        implicit = cur.__context__ if context and not cur.__suppress_context__ else None
+        cur = cur.__cause__ or getattr(cur, "inner_exception", None) or implicit
     return chain
 
 
 def is_out_of_memory(e: BaseException) -> bool:
     """The device ran out of memory: torch's ``OutOfMemoryError``, or cuBLAS/cuDNN failing to
     allocate (a plain RuntimeError), also when the compiler wrapped it. The auto budget
-    lowers the batch on these; a compiled step must not fall back to eager for them."""
-    for err in _causes(e):
+    lowers the batch on these; a compiled step must not fall back to eager for them. The
+    errors ``e`` was raised while handling count too (a failed capture's)."""
+    for err in _causes(e, context=True):
         if isinstance(err, torch.cuda.OutOfMemoryError):
             return True
         if isinstance(err, RuntimeError) and any(m in str(err) for m in OOM_MARKERS):

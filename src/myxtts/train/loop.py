@@ -11,13 +11,15 @@ and the host reads device-side accumulators only every ``log_every`` steps.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
@@ -25,15 +27,14 @@ from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import MetricLogger, build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
-from myxtts.train import checkpoint_state as state_io
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
+from myxtts.train.engine import TrainEngine
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.finetune import check_new_run
-from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.setup import build_setup
-from myxtts.train.step import TrainStep
 from myxtts.train.validate import synthesize_samples, validation_loss
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
     manager = CheckpointManager(out / "checkpoints", cfg.train.keep_last)
     resume_path = Path(resume) if resume else manager.resumable()
     run = build_setup(cfg, data_path, resume_path, init_from)
-    cfg, data, model, step_fn, dist, record = (run.cfg, run.data, run.model, run.step_fn,
-                                               run.dist, run.record)
+    cfg, data, engine, dist, record = run.cfg, run.data, run.engine, run.dist, run.record
     if cfg.train.grad_accum_steps > len(data.sampler):
         raise TrainError(f"train.grad_accum_steps={cfg.train.grad_accum_steps} is more than the "
                          f"{len(data.sampler)} batches of an epoch: one optimizer step would hold "
@@ -71,13 +71,12 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
             save_config(cfg, out / "config.yaml")  # what this run trains with, in effect
         data.tokenizer.save(out / "vocab.json")
     logger = build_logger(out, dist.rank, cfg.train.tensorboard)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in engine.model.parameters())
     if dist.rank == 0:
         log.info("model %s: %.2f M parameters on %s, precision %s, %s step, %d train batches/epoch",
-                 cfg.model.preset, n_params / 1e6, run.device, str(step_fn.dtype).replace("torch.", ""),
-                 step_fn.mode, len(data.sampler))
-    ctx = _LoopContext(cfg, data, model, step_fn, manager, logger, dist, run.device, out,
-                       record)
+                 cfg.model.preset, n_params / 1e6, run.device, str(engine.dtype).replace("torch.", ""),
+                 engine.mode, len(data.sampler))
+    ctx = _LoopContext(cfg, data, engine, manager, logger, dist, run.device, out, record)
     finished = False
     try:
         with StopFlag() as stop:
@@ -123,35 +122,36 @@ class BatchStream:
 
 
 class _LoopContext:
-    def __init__(self, cfg: Config, data: TrainData, model: torch.nn.Module, step_fn: TrainStep,
+    def __init__(self, cfg: Config, data: TrainData, engine: TrainEngine,
                  manager: CheckpointManager, logger: MetricLogger, dist: DistInfo,
                  device: torch.device, out: Path, record: ck.TrainingProgress):
-        self.cfg, self.data, self.model, self.step_fn = cfg, data, model, step_fn
+        self.cfg, self.data, self.engine = cfg, data, engine
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
         self.record = record
         self.stream = BatchStream(cfg, data, device, record)
         self.fps = cfg.audio.frames_per_second
         self.saved_step = record.step if record.step else -1  # step of the newest checkpoint
+        self.saver = BackgroundSaver(manager, device)  # a save costs the step a copy only
         self.eff: IntervalEfficiency | None = None  # set by run()
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path | None:
-        """Checkpoint the current step (rank 0 writes; every rank keeps the record)."""
+        """Checkpoint the current step (rank 0 writes, in the background: ``artifacts.saver``;
+        every rank keeps the record)."""
         r = self.record
         self._check_weights(r.step)  # every rank: DDP keeps the weights alike, all stop alike
         self.saved_step = r.step
         rng_ranks = gather(self.dist, ck.rng_state(self.device)) if self.dist.enabled else None
         if self.dist.rank != 0:
             return None
-        r.nonfinite_steps, r.nonfinite_in_row = self.step_fn.nonfinite_counts()
+        r.nonfinite_steps, r.nonfinite_in_row = self.engine.nonfinite_counts()
         extra = {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
-        state = state_io.capture(r, self.model, self.step_fn.opt, self.step_fn.sched,
-                           self.step_fn.scaler, extra, self.device, rng_ranks, self.step_fn.ema)
-        return self.manager.save(state, r.step, val_loss, is_best)
+        state = ck.compose(r, self.engine.state_dict(), extra, self.device, rng_ranks)
+        return self.saver.save(state, r.step, val_loss, is_best)
 
     def _check_weights(self, step: int) -> None:
-        check_finite_weights([self.model], step, (
+        check_finite_weights(self.engine.modules, step, (
             f"lower train.lr (now {self.cfg.train.lr}), keep train.grad_clip > 0, or try "
             f"--set train.precision=fp32 to rule out overflow"))
 
@@ -161,7 +161,7 @@ class _LoopContext:
         if self.dist.rank != 0:
             return None
         try:
-            eff = IntervalEfficiency(self.cfg, self.device, self.step_fn.dtype,
+            eff = IntervalEfficiency(self.cfg, self.device, self.engine.dtype,
                                      self.data.vocab_size, len(self.data.languages))
             if self.device.type == "cuda":  # count every bucket shape now, not at log steps
                 eff.prepare([(s.batch, s.text, s.frames)
@@ -185,9 +185,10 @@ class _LoopContext:
         bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
         stream = iter(self.stream)
         last: Path | None = None
-        self.model.train()
+        self.engine.model.train()
         try:
             while r.step < t.max_steps:
+                self.saver.check()  # a save that failed stops the run here, in one line
                 position = (r.epoch, r.batches_consumed)
                 got = next_micro(stream, timer, t.grad_accum_steps,
                                  None if self.dist.enabled else lambda: stop.signum is not None)
@@ -200,7 +201,7 @@ class _LoopContext:
                     break
                 micro, frames = got
                 try:
-                    self.step_fn(micro)
+                    self.engine.step(micro)
                 except Exception as e:
                     if is_out_of_memory(e):
                         raise TrainError(oom_message(micro, self.cfg)) from e
@@ -213,19 +214,16 @@ class _LoopContext:
                 if step % t.log_every == 0 or step == t.max_steps:
                     self._log(step, timer, bar)
                 if step % t.val_every == 0 or step == t.max_steps:
-                    val = validation_loss(self.model, self.step_fn, self.data, self.device,
-                                          self.dist)
+                    val = validation_loss(self.engine, self.data, self.device, self.dist)
                     if val is not None:
                         self.logger.scalars(step, val, prefix="val/")
                         bar.note(f"step {step}: val loss {val['loss']:.4f}")
                         is_best = val["loss"] < r.best_val_loss
                         r.best_val_loss = min(r.best_val_loss, val["loss"])
                         last = self.save(val["loss"], is_best)
-                    self.model.train()
                 if t.synth_every and (step % t.synth_every == 0 or step == t.max_steps):
-                    synthesize_samples(self.model, self.step_fn, self.data, self.cfg, self.logger,
-                                       step, self.out / "samples", self.device, self.dist.rank)
-                    self.model.train()
+                    synthesize_samples(self.engine, self.data, self.cfg, self.logger, step,
+                                       self.out / "samples", self.device, self.dist.rank)
                 if (step % t.ckpt_every == 0 or step == t.max_steps) and self.saved_step != step:
                     last = self.save()
                 if self._should_stop(stop, step):
@@ -235,6 +233,9 @@ class _LoopContext:
                     break
         finally:
             stream.close()  # closes the feed: stops an on-the-fly data role's producer now
+            # the save in flight is written before the run returns (a signal's stop too);
+            # its failure is raised unless the run is already failing for another reason
+            self.saver.wait(report=sys.exc_info()[0] is None)
         bar.close()
         return last
 
@@ -251,7 +252,7 @@ class _LoopContext:
         return bool(flag.item())
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
-        values = self.step_fn.read()
+        values = self.engine.read()
         iv = timer.collect()
         peak = values.get("nonfinite_run_peak", 0.0)
         if peak >= self.cfg.train.max_nonfinite_in_row:
@@ -264,8 +265,8 @@ class _LoopContext:
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
         if self.eff is not None:
             values.update(self.eff.collect(iv.seconds))
-        if self.step_fn.graphs is not None:
-            values["uncaptured_steps"] = float(self.step_fn.uncaptured_steps)
+        if self.engine.uncaptured_steps is not None:
+            values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
         ready = self.stream.occupancy()
         if ready is not None:
             values["data_ready_slots"] = ready
@@ -273,23 +274,6 @@ class _LoopContext:
             values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.logger.scalars(step, values, prefix="train/")
         bar.update_to(step, values)
-
-
-def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer, accum: int,
-               stopped: Callable[[], bool] | None = None) -> tuple[list[Batch], int] | None:
-    """The micro-batches of one optimizer step (``train.grad_accum_steps``) from ``stream``
-    and their real frames, each fetch timed as data wait. None when ``stopped()`` says so
-    between two micro-batches: a long accumulation cycle is not waited out after a signal."""
-    micro, frames = [], 0
-    for k in range(accum):
-        if k and stopped is not None and stopped():
-            return None
-        timer.wait_begin()
-        batch, n_frames = next(stream)
-        timer.wait_end()
-        micro.append(batch)
-        frames += n_frames
-    return micro, frames
 
 
 def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:

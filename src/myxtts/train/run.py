@@ -3,8 +3,9 @@
 ``myxtts train`` (``train.loop``) and ``myxtts train-vocoder`` (``train.vocoder.loop``)
 both run through ``locked_run`` (one writer per run folder), stop at a step boundary on
 SIGINT/SIGTERM (``StopFlag``), seed Python, NumPy and torch the same way
-(``seed_everything``), check the weights before every save (``check_finite_weights``) and
-return a ``TrainResult``.
+(``seed_everything``), check the weights before every save (``check_finite_weights``),
+take each step's batches from their feed, timed as data wait (``next_micro``), and return a
+``TrainResult``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import random
 import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from myxtts.data.batch import Batch
+from myxtts.observe.meters import StepTimer
 from myxtts.system import FolderError, folder_lock
 from myxtts.train.errors import TrainError
 
@@ -91,3 +95,20 @@ def check_finite_weights(modules: list[torch.nn.Module], step: int, fix: str) ->
         total = sum(p.numel() for p in params)
         raise TrainError(f"{bad} of {total} weights are non-finite at step {step}; not saved "
                          f"(the last checkpoint stays the newest). The updates diverged: {fix}")
+
+
+def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer, accum: int,
+               stopped: Callable[[], bool] | None = None) -> tuple[list[Batch], int] | None:
+    """The micro-batches of one optimizer step (``train.grad_accum_steps``) from ``stream``
+    and their real frames, each fetch timed as data wait. None when ``stopped()`` says so
+    between two micro-batches: a long accumulation cycle is not waited out after a signal."""
+    micro, frames = [], 0
+    for k in range(accum):
+        if k and stopped is not None and stopped():
+            return None
+        timer.wait_begin()
+        batch, n_frames = next(stream)
+        timer.wait_end()
+        micro.append(batch)
+        frames += n_frames
+    return micro, frames

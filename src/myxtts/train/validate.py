@@ -18,12 +18,13 @@ from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import MetricLogger
+from myxtts.train.engine import TrainEngine
 
 log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: torch.device,
+def validation_loss(engine: TrainEngine, data: Any, device: torch.device,
                     dist: Any = None) -> dict[str, float] | None:
     """Mean teacher-forced losses over the val split (same batches and crops each time).
 
@@ -31,11 +32,11 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     loader is built per rank) and the sums are all-reduced, so every rank returns the mean
     over all batches: what one process computes on the whole split (batches weighted
     equally; the sampler's padding repeats are left out, see ``real_batches``). With
-    ``train.ema_decay`` the averaged weights are validated (``TrainStep.averaged``)."""
+    ``train.ema_decay`` the averaged weights are validated (``TrainEngine.evaluating``)."""
     if data.val_loader is None:
         return None
-    with step_fn.averaged():  # the weights' moving average, when the run keeps one
-        sums, count = validation_sums(model, step_fn, data, device)
+    with engine.evaluating():  # eval mode, the weights' moving average, eager blocks
+        sums, count = validation_sums(engine, data, device)
     if not sums:
         return None
     keys = sorted(sums)
@@ -47,7 +48,7 @@ def validation_loss(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     return {k: v / values[-1] for k, v in zip(keys, values[:-1])}
 
 
-def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: torch.device
+def validation_sums(engine: TrainEngine, data: Any, device: torch.device
                     ) -> tuple[dict[str, torch.Tensor], int]:
     """This rank's summed per-batch losses over its real val batches, and how many there
     were. The sampler's padding repeats (DDP: at the end of a rank's list) are not run; a
@@ -55,10 +56,9 @@ def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     rank takes part in the all-reduce with the same tensor."""
     data.val_sampler.set_epoch(0)
     real = data.val_sampler.real_batches
-    model.eval()
     sums: dict[str, torch.Tensor] = {}
     for k, batch in enumerate(DevicePrefetcher(data.val_loader, device, 2, to_model_dtypes)):
-        losses = {name: v.detach().float() for name, v in step_fn.loss(batch).items()}
+        losses = {name: v.detach().float() for name, v in engine.loss(batch).items()}
         if k >= real:  # only reached when this rank has no real batch at all
             return {name: torch.zeros_like(v) for name, v in losses.items()}, 0
         for name, v in losses.items():
@@ -68,20 +68,20 @@ def validation_sums(model: torch.nn.Module, step_fn: Any, data: Any, device: tor
     return sums, real if sums else 0
 
 
-def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Config,
-                       logger: MetricLogger, step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
+def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: MetricLogger,
+                       step: int, out_dir: Path, device: torch.device, rank: int) -> list[Path]:
     """Free-running synthesis of fixed validation sentences with their own reference speakers,
-    by the weights' moving average when the run keeps one (``TrainStep.averaged``).
-    Compiled blocks run eagerly here (``step_fn.eager()``): generation's one-frame steps would
-    otherwise compile graphs of their own in the middle of the run."""
+    by the weights' moving average when the run keeps one, compiled blocks eager
+    (``TrainEngine.evaluating``: generation's one-frame steps would otherwise compile graphs
+    of their own in the middle of the run)."""
     if rank != 0 or not data.synth_batch:
         return []
     from myxtts.audio.griffin_lim import GriffinLim
     from myxtts.audio.io import save_wav
     from myxtts.observe.quality import dtw_l1
 
+    model = engine.model
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
-    model.eval()
     # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
     # and one resumed from a checkpoint see the same random stream afterwards.
     # Samples run in fp32 whatever train.precision says: generation is hundreds of one-frame
@@ -89,7 +89,7 @@ def synthesize_samples(model: torch.nn.Module, step_fn: Any, data: Any, cfg: Con
     # than the training step; fp32 also keeps samples comparable across precisions.
     devices = [device] if device.type == "cuda" else []
     fp32 = torch.autocast(device.type, enabled=False)
-    with step_fn.averaged(), step_fn.eager():
+    with engine.evaluating():
         with torch.random.fork_rng(devices=devices), fp32:
             torch.manual_seed(step)
             mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],

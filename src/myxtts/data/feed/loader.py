@@ -47,7 +47,7 @@ def default_num_workers(cpus: int | None = None) -> int:
 
 # data.batch_frames=auto: the frame budget bucket edges are planned with, and on a CPU (where
 # memory is not the limit, step time is) the budget itself. On a GPU the trainer then
-# probes each bucket's batch size (myxtts.train.budget) and rebuilds with those.
+# probes each bucket's batch size (myxtts.train.engine.budget) and rebuilds with those.
 AUTO_PLAN_FRAMES = 12000
 
 

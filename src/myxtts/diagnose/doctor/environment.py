@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from myxtts.diagnose.doctor.check import Check
+from myxtts.system import ALLOC_CONF_KEYS, EXPANDABLE_SEGMENTS
 
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 4)
@@ -43,7 +44,7 @@ class TorchFacts:
     """What the GPU checks need to know about torch and the machine (:func:`probe_torch`).
 
     ``auto_dtype``: what ``train.precision=auto`` picks on GPU 0 (bf16 where it is native,
-    else fp16: ``train.mode.resolve_precision``), None without a GPU."""
+    else fp16: ``train.engine.mode.resolve_precision``), None without a GPU."""
 
     version: str
     cuda: str | None  # torch.version.cuda; None = CPU-only build
@@ -72,7 +73,7 @@ def probe_torch() -> TorchFacts:
         driver = driver_version(nvml) if nvml is not None else None
     auto = None
     if n:
-        from myxtts.train.mode import resolve_precision
+        from myxtts.train.engine import resolve_precision
 
         auto = "bf16" if resolve_precision("auto", torch.device("cuda", 0)) == torch.bfloat16 else "fp16"
     return TorchFacts(torch.__version__, torch.version.cuda, tuple(gpus), nccl, driver, note, auto)
@@ -184,6 +185,28 @@ def check_nccl(facts: TorchFacts) -> Check:
     return Check("NCCL", "warn", f"{len(facts.gpus)} GPUs but this torch has no NCCL: multi-GPU "
                                  f"training (torchrun) cannot start; one GPU still trains",
                  f"install {TORCH_INSTALL}; Linux CUDA wheels include NCCL")
+
+
+def check_allocator(facts: TorchFacts, env: dict[str, str], defaulted: bool) -> Check:
+    """How torch's CUDA caching allocator is configured: expandable segments resist the
+    fragmentation that hours of mixed bucket shapes, prefetched batches and validation cause
+    (``defaulted``: the myxtts command set them, the user had set nothing)."""
+    if not facts.gpus:
+        return Check("CUDA allocator", "skip", "no GPU")
+    key, value = next(((k, env[k]) for k in ALLOC_CONF_KEYS if env.get(k)), (None, None))
+    if key is None:
+        return Check("CUDA allocator", "warn", "torch's default segments: long runs of mixed "
+                     "bucket shapes can fragment GPU memory",
+                     f"run through the myxtts command (it sets PYTORCH_CUDA_ALLOC_CONF="
+                     f"{EXPANDABLE_SEGMENTS} when unset) or set it yourself")
+    if defaulted:
+        return Check("CUDA allocator", "ok", f"expandable segments: myxtts set {key}="
+                     f"{value} (it was unset; set it yourself to choose otherwise)")
+    if EXPANDABLE_SEGMENTS in value.replace(" ", ""):
+        return Check("CUDA allocator", "ok", f"{key}={value} (yours)")
+    return Check("CUDA allocator", "warn", f"{key}={value} (yours, without expandable segments): "
+                 f"long runs of mixed bucket shapes can fragment GPU memory",
+                 f"add {EXPANDABLE_SEGMENTS} to {key}")
 
 
 def compile_probe(device: str) -> float:

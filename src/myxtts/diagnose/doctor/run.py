@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from myxtts import system
 from myxtts.config import Config
 from myxtts.diagnose.doctor import data as dd
 from myxtts.diagnose.doctor import environment as env
@@ -50,6 +51,7 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
     out = [env.check_python(python or tuple(sys.version_info[:3])), env.check_torch(facts)]
     out += env.check_gpus(facts, cfg.train.device, dict(os.environ))
     out += [env.check_precision(facts, cfg.train.precision), env.check_nccl(facts),
+            env.check_allocator(facts, dict(os.environ), system.allocator_defaulted),
             env.check_compile(device, cfg.train.compile, compile_fn or env.compile_probe)]
     out += env.check_packages(len(facts.gpus), cfg.train.tensorboard,
                               importer or importlib.import_module, facts.nvml_note)

@@ -24,12 +24,12 @@ import torch
 TIMELINE = ("data wait", "forward", "backward", "forward+backward", "optimizer", "other")
 COPY = "host->device copy"
 _START, _FETCHED = "<start>", "<fetched>"
-_STEP_MARKS = ("forward", "backward", "forward+backward", "optimizer")  # TrainStep.mark names
+_STEP_MARKS = ("forward", "backward", "forward+backward", "optimizer")  # the engine's phase names
 
 
 class PhaseClock:
     """``start()`` before a step's fetch, ``fetched()`` after it, the step's own marks via
-    ``mark`` (hand it to ``TrainStep.marker``), ``finish()`` after the window's last step;
+    ``mark`` (hand it to ``TrainEngine.timed``), ``finish()`` after the window's last step;
     then ``steps()`` gives each step's phase durations in seconds."""
 
     def __init__(self, device: torch.device) -> None:

@@ -28,12 +28,11 @@ from myxtts.diagnose.profile.verdict import Figures, decide
 from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
 from myxtts.observe.gpu import GpuUtilSampler
 from myxtts.system import available_cpus
-from myxtts.train.compile import compiled_graphs
 from myxtts.train.data import bucket_shapes, is_store
 from myxtts.train.efficiency import meta_step_counter, resolve_peak
+from myxtts.train.engine import compiled_graphs, native_bf16
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.loop import BatchStream, oom_message
-from myxtts.train.mode import native_bf16, resolve_graphs
 from myxtts.train.setup import TrainSetup, build_setup
 
 WARMUP_STEPS = 5
@@ -56,7 +55,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     started = time.perf_counter()
     run = build_setup(cfg, data_path, resume)
     setup_s = time.perf_counter() - started
-    cfg, device, step_fn = run.cfg, run.device, run.step_fn
+    cfg, device, engine = run.cfg, run.device, run.engine
     cuda = device.type == "cuda"
     copy_log: list | None = [] if cuda else None
     stream = iter(BatchStream(cfg, run.data, device, run.record, copy_log))
@@ -67,7 +66,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
 
     def step(micro: list[tuple[dict, int]]) -> None:
         try:
-            step_fn([b for b, _ in micro])
+            engine.step([b for b, _ in micro])
         except Exception as e:
             if is_out_of_memory(e):
                 raise TrainError(oom_message([b for b, _ in micro], cfg)) from e
@@ -91,9 +90,8 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     utterances = real_frames = padded_frames = 0
     gpu.start()
     wall0 = time.perf_counter()
-    step_fn.marker = clock.mark
     done = 0
-    try:
+    with engine.timed(clock.mark):
         while done < steps or (cuda and time.perf_counter() - wall0 < MIN_GPU_WINDOW_S):
             clock.start()
             micro = fetch()
@@ -109,12 +107,10 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
                 real_frames += frames
                 padded_frames += key[0] * key[2]
         clock.finish()
-    finally:
-        step_fn.marker = None
     wall = time.perf_counter() - wall0
     util = gpu.stop()
     recompiles = compiled_graphs() - graphs0
-    step_fn.read()  # the loop's log-step read-back: the sums start clean for what follows
+    engine.read()  # the loop's log-step read-back: the sums start clean for what follows
     copies = copy_seconds(copy_log) if copy_log is not None else []
     retries = torch.cuda.memory_stats(device).get("num_alloc_retries", 0) - retries0 if cuda else 0
 
@@ -122,7 +118,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     fps = cfg.audio.frames_per_second
     flops = StepFlops(meta_step_counter(cfg, run.data.vocab_size, len(run.data.languages)))
     tflops = achieved_tflops(flops.total(keys), wall)
-    peak = resolve_peak(cfg, device, step_fn.dtype)
+    peak = resolve_peak(cfg, device, engine.dtype)
     memory = _memory(device)
     out: dict[str, Any] = {
         "device": _device_info(device),
@@ -162,11 +158,11 @@ def _device_info(device: torch.device) -> dict[str, Any]:
 
 
 def _setup_info(run: TrainSetup, data_path: str | Path, seconds: float) -> dict[str, Any]:
-    cfg, step_fn = run.cfg, run.step_fn
+    cfg, engine = run.cfg, run.engine
     shapes = sorted(set(bucket_shapes(run.data.sampler, cfg)), key=lambda s: s.frames)
     return {"seconds": seconds, "data": str(data_path), "on_the_fly": not is_store(Path(data_path)),
-            "preset": cfg.model.preset, "step_mode": step_fn.mode,
-            "precision": _PRECISION.get(step_fn.dtype, str(step_fn.dtype)),
+            "preset": cfg.model.preset, "step_mode": engine.mode,
+            "precision": _PRECISION.get(engine.dtype, str(engine.dtype)),
             "compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs,
             "batch_frames": cfg.data.batch_frames, "grad_accum_steps": cfg.train.grad_accum_steps,
             "batch_sizes": [{"frames": s.frames, "batch": s.batch} for s in shapes],
@@ -191,14 +187,6 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "reserved_gib": rss_kib / 2**20, "total_gib": total / 2**30}
 
 
-def _graphs_blocker(run: TrainSetup) -> str | None:
-    try:
-        resolve_graphs("on", run.device, run.step_fn.dtype, run.dist.enabled, run.step_fn.fused)
-    except ConfigError as e:
-        return str(e)
-    return None
-
-
 def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: list[tuple],
              stats: dict) -> Figures:
     cfg, setup, mem = run.cfg, out["setup"], out["memory"]
@@ -212,7 +200,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         mem_peak_gib=mem["reserved_gib"], mem_total_gib=mem["total_gib"], mfu=out["mfu"],
         padding_efficiency=out["padding_efficiency"], step_mode=setup["step_mode"],
         compile_setting=cfg.train.compile, graphs_setting=cfg.train.cuda_graphs,
-        graphs_blocker=_graphs_blocker(run), precision=setup["precision"],
+        graphs_blocker=run.engine.graphs_blocker(), precision=setup["precision"],
         bf16_supported=cuda and native_bf16(),
         batch_frames=str(cfg.data.batch_frames),
         largest_batch_frames=max(b * t for b, _, t in keys),
@@ -241,7 +229,7 @@ def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:
             step(fetch())
         if run.device.type == "cuda":
             torch.cuda.synchronize(run.device)
-    run.step_fn.read()
+    run.engine.read()
     # the file name TensorBoard's profiler plugin looks for: WORKER.TIMESTAMP.pt.trace.json
     path = trace_dir / f"{socket.gethostname()}_{os.getpid()}.{int(time.time() * 1e3)}.pt.trace.json"
     tmp = path.with_name(path.name + ".tmp")

@@ -1,12 +1,15 @@
-"""``myxtts train-vocoder``: GAN training of the neural vocoder (``model.vocoder``).
+"""``myxtts train-vocoder``: GAN training of the neural vocoder (``model.vocoder``), with the
+same roles and names as the TTS trainer.
 
 Map::
 
-    setup.py       build_vocoder_setup: store, generator, discriminators, step, resume
+    setup.py       build_vocoder_setup: store, engine, resume
     loop.py        train_vocoder: step / log / validate / samples / checkpoint
-    step.py        VocoderStep: discriminators, then generator, no host sync
-    data.py        SegmentBatches: fixed-length (mel, waveform) segments, batch k from (seed, k)
+    engine.py      VocoderEngine: generator, discriminators, optimizers; one GAN step, no sync
+    data.py        SegmentBatches and their DeviceFeed: fixed-length (mel, waveform)
+                   segments, batch k from (seed, k)
     eval.py        re-synthesis quality of whole utterances (against Griffin-Lim's)
-    checkpoint.py  vocoder checkpoints and loading a generator for synthesis
     finetune.py    teacher-forced mels of a TTS model to fine-tune on
+
+Vocoder checkpoints and loading a generator for synthesis are ``artifacts.vocoder``'s.
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,14 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import Config, save_config
-from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run
+from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
 from myxtts.train.vocoder.setup import VocoderSetup, build_vocoder_setup
@@ -55,10 +56,10 @@ def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = No
     run = build_vocoder_setup(cfg, data, resume_path, progress)
     out.mkdir(parents=True, exist_ok=True)
     save_config(run.cfg, out / "config.yaml")
-    n_params = sum(p.numel() for p in run.gen.parameters())
+    n_params = sum(p.numel() for p in run.engine.model.parameters())
     log.info("vocoder %s: generator %.2f M parameters on %s, precision %s, %s", run.cfg.vocoder.preset,
-             n_params / 1e6, run.device, str(run.step_fn.dtype).replace("torch.", ""),
-             "compiled" if run.step_fn.compiled else "eager")
+             n_params / 1e6, run.device, str(run.engine.dtype).replace("torch.", ""),
+             run.engine.mode)
     logger = build_logger(out, 0, run.cfg.train.tensorboard)
     ctx = _LoopContext(run, manager, logger, out)
     try:
@@ -77,15 +78,12 @@ class _LoopContext:
         self.val_ids = pick_utterances(run.val, VAL_UTTERANCES)
         self.griffin_lim: dict[str, float] | None = None
         self.saved_step = run.record.step if run.record.step else -1
+        self.saver = BackgroundSaver(manager, run.device)  # a save costs the step a copy only
 
     def vocode(self, mel: torch.Tensor) -> torch.Tensor:
-        gen = self.setup.gen
-        gen.eval()
-        try:
-            with torch.no_grad():
-                return gen(mel)
-        finally:
-            gen.train()
+        engine = self.setup.engine
+        with engine.evaluating():
+            return engine.model(mel)
 
     def validate(self, step: int) -> dict[str, float]:
         r = self.setup
@@ -110,14 +108,13 @@ class _LoopContext:
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path:
         r = self.setup
-        check_finite_weights([r.gen, r.disc], r.record.step, (
+        check_finite_weights(r.engine.modules, r.record.step, (
             f"lower vocoder.lr (now {self.cfg.vocoder.lr}) or use --precision fp32"))
         self.saved_step = r.record.step
-        state = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
-                 vck.GENERATOR: r.gen.state_dict(), vck.DISCRIMINATORS: r.disc.state_dict(),
-                 vck.OPTIMIZERS: r.step_fn.state_dict(), ck.RNG: ck.rng_state(r.device),
-                 ck.PROGRESS: r.record.state_dict(), ck.CONFIG: self.cfg.to_dict()}
-        return self.manager.save(state, r.record.step, val_loss, is_best)
+        extra = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
+                 ck.CONFIG: self.cfg.to_dict()}
+        state = ck.compose(r.record, r.engine.state_dict(), extra, r.device)
+        return self.saver.save(state, r.record.step, val_loss, is_best)
 
     def run(self, stop: StopFlag, show: bool) -> Path | None:
         r, t = self.setup, self.cfg.train
@@ -130,20 +127,28 @@ class _LoopContext:
                                              r.device)
         batches = SegmentBatches(r.train, v.segment_frames, v.batch_size, self.cfg.audio.hop_length,
                                  self.cfg.audio.log_floor, t.seed, mel_source)
-        stream = iter(DevicePrefetcher(batches.stream(r.record.step), r.device,
-                                       self.cfg.data.prefetch_batches))
+        feed = batches.device_feed(r.device, r.record.step, self.cfg.data.prefetch_batches)
+        stream = iter(feed)
         timer = StepTimer(r.device)
         bar = Progress(total=t.max_steps, initial=r.record.step, enabled=show, unit="seg")
+        for module in r.engine.modules:
+            module.train()
+        try:
+            last = self._loop(stop, stream, timer, bar)
+        finally:  # the save in flight is written before the run returns (see train.loop)
+            self.saver.wait(report=sys.exc_info()[0] is None)
+        bar.close()
+        return last
+
+    def _loop(self, stop: StopFlag, stream: Any, timer: StepTimer, bar: Progress) -> Path | None:
+        r, t, v = self.setup, self.cfg.train, self.cfg.vocoder
         seg_s = v.segment_frames / self.cfg.audio.frames_per_second
         last: Path | None = None
-        r.gen.train()
-        r.disc.train()
         while r.record.step < t.max_steps:
-            timer.wait_begin()
-            batch = next(stream)
-            timer.wait_end()
+            self.saver.check()  # a save that failed stops the run here, in one line
+            (batch,), _ = next_micro(stream, timer, 1)
             try:
-                r.step_fn(batch, r.record.step)
+                r.engine.step(batch)
             except Exception as e:
                 if not is_out_of_memory(e):
                     raise
@@ -172,11 +177,10 @@ class _LoopContext:
                     last = self.save()
                 bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                 break
-        bar.close()
         return last
 
     def _log(self, step: int, timer: StepTimer, bar: Progress) -> None:
-        values = self.setup.step_fn.read()
+        values = self.setup.engine.read()
         if not all(math.isfinite(x) for x in values.values()):
             self.save()  # where the weights are still finite: a diverged one is refused there
             raise TrainError(f"non-finite vocoder loss at step {step}; lower vocoder.lr (now "

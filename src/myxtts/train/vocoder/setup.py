@@ -24,7 +24,7 @@ from myxtts.model.vocoder.discriminators import Discriminators
 from myxtts.model.vocoder.generator import VocosGenerator
 from myxtts.train.errors import TrainError
 from myxtts.train.run import seed_everything
-from myxtts.train.vocoder.step import VocoderStep
+from myxtts.train.vocoder.engine import VocoderEngine
 
 log = logging.getLogger(__name__)
 ARCHITECTURE_KEYS = ("preset", "dim", "ff_mult", "layers", "kernel", "disc_channels", "periods")
@@ -54,9 +54,7 @@ class VocoderSetup:
 
     cfg: Config
     device: torch.device
-    gen: VocosGenerator
-    disc: Discriminators
-    step_fn: VocoderStep
+    engine: VocoderEngine
     train: FeatureStore
     val: FeatureStore
     record: ck.TrainingProgress
@@ -64,8 +62,8 @@ class VocoderSetup:
 
 def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
                         progress: bool) -> VocoderSetup:
-    """Store, generator, discriminators and step from ``cfg`` (and the checkpoint at
-    ``resume``), on one device in one process."""
+    """Store and engine (generator, discriminators, optimizers) from ``cfg`` (and the
+    checkpoint at ``resume``), on one device in one process."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TrainError("train-vocoder runs in one process on one device; start it without "
                          "torchrun (a small GAN vocoder does not need several GPUs)")
@@ -95,16 +93,14 @@ def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
     std = torch.as_tensor(train_store.mel_std)
     gen = VocosGenerator(cfg.audio, cfg.vocoder, mean, std).to(device)
     disc = Discriminators(cfg.audio, cfg.vocoder).to(device)
-    step_fn = VocoderStep(gen, disc, cfg, device)
+    engine = VocoderEngine(gen, disc, cfg, device)
     record = ck.TrainingProgress()
     if saved is not None:
         if saved.get(vck.KIND) != vck.VOCODER:
             raise TrainError(f"{resume} is a TTS checkpoint; a vocoder run resumes from its own "
                              f"checkpoints (choose another --output-dir)")
-        gen.load_state_dict(saved[vck.GENERATOR])
-        disc.load_state_dict(saved[vck.DISCRIMINATORS])
-        step_fn.load_state_dict(saved[vck.OPTIMIZERS])
-        ck.set_rng_state(saved[ck.RNG], device)
+        engine.load_state_dict(saved)
+        ck.restore_rng(saved, device)
         record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
         log.info("resumed from %s at step %d", resume, record.step)
-    return VocoderSetup(cfg, device, gen, disc, step_fn, train_store, val_store, record)
+    return VocoderSetup(cfg, device, engine, train_store, val_store, record)

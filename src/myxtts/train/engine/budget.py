@@ -26,13 +26,14 @@ from typing import Any
 import torch
 
 from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
 from myxtts.system import atomic_write
 from myxtts.train.distributed import agree
+from myxtts.train.engine.mode import StepMode
+from myxtts.train.engine.snapshot import StateSnapshot
+from myxtts.train.engine.step import TrainStep
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.memory import MemoryCaps
-from myxtts.train.mode import StepMode
-from myxtts.train.step import TrainStep
-from myxtts.train.warmup import StateSnapshot, drop_half_made_state, worst_case_batch
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,7 @@ class Probe:
             failed = True  # handled outside the except block: its traceback holds tensors
         batch = None
         if failed:
-            self.step.opt.zero_grad(set_to_none=False)
-            drop_half_made_state(self.step.opt)
+            self.step.clear_partial_state()
             self.memory.release()
             return False
         return self.peaks[shape] <= self.limit

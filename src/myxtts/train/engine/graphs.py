@@ -15,12 +15,13 @@ compares it with the eager step.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from myxtts.train.step import TrainStep
+from myxtts.train.engine.step import TrainStep
 
 Replay = Callable[[], None]
 Capture = Callable[[Callable[[], None]], Replay]  # runs/records fn once, returns its replay
@@ -40,6 +41,12 @@ class CudaCapture:
     the warm-up's first pass, and an uncaptured run beside the pool the earlier captures hold
     would need twice the memory. The run changes the training state like any step; the
     warm-up restores it afterwards.
+
+    A capture that fails leaves nothing behind (:func:`end_failed_capture`): torch's
+    ``graph.__exit__`` raises from ``capture_end()`` before it puts the thread's stream
+    back, and may raise before the caching allocator hears that the capture ended (it
+    would then keep routing this stream's allocations to the pool: freed blocks never
+    reused, prefetched batches leaking until out of memory).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -53,13 +60,37 @@ class CudaCapture:
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
         if not self._stream_ready:
-            with torch.cuda.stream(self.stream):
+            with torch.cuda.stream(self.stream), warnings.catch_warnings():
+                # this run is uncaptured on purpose: torch's one-time "capturable=True but
+                # not capturing" performance warning does not apply
+                warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 fn()
             self._stream_ready = True
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            fn()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                fn()
+        except BaseException:
+            end_failed_capture(self.device, current, self.pool)
+            raise
         current.wait_stream(self.stream)
         return graph.replay
+
+
+def end_failed_capture(device: torch.device, stream: torch.cuda.Stream, pool: Any) -> None:
+    """After a capture raised: ``stream`` is the thread's current stream again, and the
+    caching allocator's capture into ``pool`` is over (torch's private call: no public one
+    ends it; where it already ended, the allocator refuses the call, which is fine)."""
+    torch.cuda.set_stream(stream)
+    for name in ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool"):
+        end = getattr(torch._C, name, None)
+        if end is None:
+            continue
+        try:
+            end(device.index if device.index is not None else torch.cuda.current_device(),
+                pool)
+        except RuntimeError:  # "not currently recording to" the pool: it had ended
+            pass
+        break
 
 
 class StepGraphs:
@@ -80,11 +111,9 @@ class StepGraphs:
         self.n_micro = step.cfg.train.grad_accum_steps
         self.micro: dict[tuple, tuple[Replay, dict[str, torch.Tensor]]] = {}
         self._update: Replay | None = None
+        # each parameter group's learning rate, read by the captured update from the device
         self.lr = [torch.zeros((), dtype=torch.float32, device=step.device)
                    for _ in step.opt.param_groups]
-        # CudaCapture runs a function once uncaptured before its first capture, on purpose:
-        # silence torch's one-time "capturable=True but not capturing" performance warning
-        step.opt._warned_capturable_if_run_uncaptured = True
 
     def __len__(self) -> int:
         """Bucket shapes captured."""
@@ -101,23 +130,6 @@ class StepGraphs:
         """True when every batch's shape has a graph (``replay`` would run them)."""
         return self._graphs_for(batches) is not None
 
-    @contextlib.contextmanager
-    def _device_lr(self) -> Iterator[None]:
-        """While capturing, AdamW reads its learning rate from ``self.lr`` (device tensors),
-        so a replay uses the value filled in before it, not the one of capture time. The
-        parameter groups get their float back afterwards: the schedule, the checkpoint and
-        uncaptured steps see what they always see."""
-        groups = self.step.opt.param_groups
-        saved = [(g["lr"], g.get("capturable", False)) for g in groups]
-        for g, lr in zip(groups, self.lr):
-            lr.fill_(float(g["lr"]))
-            g["lr"], g["capturable"] = lr, True
-        try:
-            yield
-        finally:
-            for g, (lr, capturable) in zip(groups, saved):
-                g["lr"], g["capturable"] = lr, capturable
-
     def capture(self, batch: dict[str, torch.Tensor]) -> None:
         """Capture the micro-step for ``batch``'s shape (and the update, the first time).
 
@@ -125,7 +137,7 @@ class StepGraphs:
         exist and stay where they are), and the caller restores the training state
         afterwards: capturing may run the step (``CudaCapture``'s first run, a recorder's)."""
         static = {k: v.detach().clone() for k, v in batch.items()}
-        with self._device_lr():
+        with self.step.capturable_lr(self.lr):
             replay = self._capture(lambda: self.step.micro(static, self.n_micro))
             if self._update is None:
                 self._update = self._capture(self.step.update)
@@ -138,8 +150,7 @@ class StepGraphs:
         graphs = self._graphs_for(batches)
         if graphs is None:
             return False
-        for lr, group in zip(self.lr, self.step.opt.param_groups):
-            lr.fill_(float(group["lr"]))
+        self.step.load_lr(self.lr)
         for batch, (run, static) in zip(batches, graphs):
             for k, v in batch.items():
                 static[k].copy_(v)

@@ -1,4 +1,8 @@
-"""One GAN vocoder training step: discriminators, then generator, no host sync.
+"""The vocoder's training engine: generator, discriminators, their two AdamW optimizers and
+compile, behind the same surface as the TTS engine (``train.engine.TrainEngine``): ``step``,
+``read``, ``state_dict`` / ``load_state_dict``, ``evaluating``.
+
+One GAN step: discriminators, then generator, no host sync.
 
 Why this order (HiFi-GAN, Vocos): the discriminators learn from the generator's current
 output (detached), then the generator is updated against them with mel L1 (+ multi-resolution
@@ -12,11 +16,15 @@ mel and the STFT losses always run in float32.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts import vocoder as vck
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, ConfigError
 from myxtts.model.vocoder.losses import (
@@ -26,8 +34,7 @@ from myxtts.model.vocoder.losses import (
     generator_adv_loss,
     mel_l1,
 )
-from myxtts.train.mode import native_bf16, resolve_compile
-from myxtts.train.optim import lr_factor
+from myxtts.train.engine import StepMode, lr_factor, native_bf16, resolve_compile
 
 LOSS_KEYS = ("loss", "mel_l1", "stft", "adv", "fm", "disc")
 
@@ -54,13 +61,16 @@ def _adamw(params: Any, cfg: Config, device: torch.device) -> torch.optim.Optimi
     return torch.optim.AdamW(params, **kw)
 
 
-class VocoderStep:
-    """``step(batch, step_number)`` trains on one batch {"mel" [B, N, n_mels], "wav" [B, N*hop]}
-    already on ``device``; ``read()`` returns the mean loss terms since the last read."""
+class VocoderEngine:
+    """``step(batch)`` trains on one batch {"mel" [B, N, n_mels], "wav" [B, N*hop]} already on
+    ``device``; ``read()`` returns the mean loss terms since the last read. ``steps`` counts
+    the steps taken (a checkpoint's progress step on resume): the schedule and
+    ``vocoder.disc_start`` are functions of it."""
 
     def __init__(self, generator: torch.nn.Module, discriminators: torch.nn.Module, cfg: Config,
                  device: torch.device) -> None:
         self.cfg, self.device = cfg, device
+        self.steps = 0
         self.gen, self.disc = generator, discriminators
         self.dtype = vocoder_precision(cfg.train.precision, device)
         self.opt_g = _adamw(generator.parameters(), cfg, device)
@@ -74,6 +84,20 @@ class VocoderStep:
         self.sums = {k: torch.zeros((), device=device) for k in LOSS_KEYS}
         self.count = 0
 
+    @property
+    def model(self) -> torch.nn.Module:
+        """The generator: what synthesis uses."""
+        return self.gen
+
+    @property
+    def modules(self) -> list[torch.nn.Module]:
+        """Every module whose weights a checkpoint saves (generator and discriminators)."""
+        return [self.gen, self.disc]
+
+    @property
+    def mode(self) -> StepMode:
+        return StepMode.of(self.compiled, graphed=False)
+
     def _autocast(self) -> Any:
         if self.dtype == torch.float32:
             return nullcontext()
@@ -84,8 +108,9 @@ class VocoderStep:
             torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.train.grad_clip,
                                            foreach=True)
 
-    def __call__(self, batch: dict[str, torch.Tensor], step: int) -> None:
-        v = self.cfg.vocoder
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        """One GAN step on ``batch`` (module docstring); no host sync."""
+        step, v = self.steps, self.cfg.vocoder
         mel, real = batch["mel"], batch["wav"]
         gan = step >= v.disc_start  # a host int: no sync
         # The schedule is a function of the step (train.warmup_steps, cosine to
@@ -126,6 +151,7 @@ class VocoderStep:
             for k, value in zip(LOSS_KEYS, (total, mel_loss, stft, adv, fm, d_loss)):
                 self.sums[k] += value.detach().float()
         self.count += 1
+        self.steps += 1
 
     def read(self) -> dict[str, float]:
         """Mean of each loss term since the last read (the interval's one host sync)."""
@@ -139,9 +165,28 @@ class VocoderStep:
         out["lr"] = self.opt_g.param_groups[0]["lr"]
         return out
 
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Inside the ``with``: the generator in eval mode without gradients (validation,
+        samples); train mode again on leaving."""
+        training = self.gen.training
+        self.gen.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.gen.train(training)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict()}
+        """The checkpoint entries the engine owns (``artifacts.vocoder`` keys)."""
+        return {vck.GENERATOR: self.gen.state_dict(), vck.DISCRIMINATORS: self.disc.state_dict(),
+                vck.OPTIMIZERS: {"opt_g": self.opt_g.state_dict(),
+                                 "opt_d": self.opt_d.state_dict()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt_g.load_state_dict(state["opt_g"])
-        self.opt_d.load_state_dict(state["opt_d"])
+        """Continue from a vocoder checkpoint: weights, both optimizers, the step count."""
+        self.gen.load_state_dict(state[vck.GENERATOR])
+        self.disc.load_state_dict(state[vck.DISCRIMINATORS])
+        self.opt_g.load_state_dict(state[vck.OPTIMIZERS]["opt_g"])
+        self.opt_d.load_state_dict(state[vck.OPTIMIZERS]["opt_d"])
+        self.steps = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]).step

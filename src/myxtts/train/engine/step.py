@@ -3,10 +3,10 @@
 Losses, grad norm and non-finite counts accumulate in device tensors that ``read()`` fetches
 at log intervals only; a non-finite step is skipped on the device (fused AdamW's
 ``found_inf``), so the host never looks at the loss. The same step runs eager, with compiled
-blocks (``train.compile``) or replayed as CUDA graphs (``train.graphs``); for the graphs it
+blocks (``train.compile``) or replayed as CUDA graphs (``train.engine.graphs``); for the graphs it
 updates every tensor it writes IN PLACE (a replay writes fixed addresses: a tensor rebound in
 Python would silently stop updating) and reads no device value on the host
-(``tests/train/test_graphs.py`` checks both). ``train.mode.plan_step`` decides the mode a
+(``tests/train/test_graphs.py`` checks both). ``train.engine.mode.plan_step`` decides the mode a
 run asks for; :attr:`TrainStep.mode` is the one running.
 """
 
@@ -23,16 +23,16 @@ import torch
 
 from myxtts.config import Config
 from myxtts.model.losses import compute_losses
-from myxtts.train.compile import compile_blocks, eager_blocks, uncompile_blocks
-from myxtts.train.ema import WeightAverage
+from myxtts.train.engine.compile import compile_blocks, eager_blocks, uncompile_blocks
+from myxtts.train.engine.ema import WeightAverage
+from myxtts.train.engine.mode import StepMode, resolve_precision
 from myxtts.train.errors import error_summary, is_out_of_memory
-from myxtts.train.mode import StepMode, resolve_precision
 
 log = logging.getLogger(__name__)
 
 
 class GraphReplay(Protocol):
-    """Captured graphs as the step uses them (``train.graphs.StepGraphs``)."""
+    """Captured graphs as the step uses them (``train.engine.graphs.StepGraphs``)."""
 
     def replay(self, batches: list[dict[str, torch.Tensor]]) -> bool: ...
     def __len__(self) -> int: ...
@@ -56,8 +56,9 @@ class TrainStep:
     ``model``: the raw module (for saving); ``ddp_model`` wraps it when distributed.
     ``compile_model``: compile the transformer blocks (``train.compile``); ``compile_backend``
     is torch.compile's backend (tests count graphs with their own). ``graphs``: a
-    ``train.graphs.StepGraphs`` replays captured shapes (set by the warm-up).
-    ``runner``: the module a step calls (``ddp_model`` or ``model``; see :meth:`without_ddp`).
+    ``train.engine.graphs.StepGraphs`` replays captured shapes (:meth:`use_graphs`, by the
+    warm-up). ``runner``: the module a step calls (``ddp_model`` or ``model``; see
+    :meth:`without_ddp`). The engine (``train.engine.TrainEngine``) owns it; nothing else does.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -102,6 +103,45 @@ class TrainStep:
     def mode(self) -> StepMode:
         """How the step runs now: ``graphed``, ``compiled`` or ``eager``."""
         return StepMode.of(self.compiled, self.graphs is not None)
+
+    def use_graphs(self, graphs: GraphReplay | None) -> None:
+        """Replay ``graphs`` for the shapes they captured from now on (None: no graphs)."""
+        self.graphs = graphs
+
+    @contextlib.contextmanager
+    def capturable_lr(self, lr: list[torch.Tensor]) -> Iterator[None]:
+        """Inside the ``with`` (a CUDA graph capture), AdamW reads each group's learning rate
+        from the device tensors ``lr`` (filled with the current values), so a replay uses
+        what :meth:`load_lr` wrote before it, not the value of capture time. The groups get
+        their floats back afterwards: the schedule, the checkpoint and uncaptured steps see
+        what they always see."""
+        groups = self.opt.param_groups
+        saved = [(g["lr"], g.get("capturable", False)) for g in groups]
+        self.load_lr(lr)
+        for g, t in zip(groups, lr):
+            g["lr"], g["capturable"] = t, True
+        try:
+            yield
+        finally:
+            for g, (value, capturable) in zip(groups, saved):
+                g["lr"], g["capturable"] = value, capturable
+
+    def load_lr(self, lr: list[torch.Tensor]) -> None:
+        """This step's learning rates into the device tensors a captured update reads."""
+        for t, group in zip(lr, self.opt.param_groups):
+            t.fill_(float(group["lr"]))
+
+    @torch.no_grad()
+    def clear_partial_state(self) -> None:
+        """After a step that stopped half-way (out of memory) or before a snapshot is put
+        back: gradients zeroed, and the AdamW state of parameters that got only part of it
+        (the error struck inside AdamW's first step) cleared, so the next step makes it
+        whole again instead of failing with a KeyError."""
+        self.opt.zero_grad(set_to_none=False)
+        full = set().union(*(st.keys() for st in self.opt.state.values()))
+        for st in self.opt.state.values():
+            if set(st) != full:
+                st.clear()
 
     @contextlib.contextmanager
     def without_ddp(self) -> Iterator[None]:
@@ -351,7 +391,7 @@ class TrainStep:
         out["grad_norm"] = grad_norm / self._n
         out["nonfinite_steps"] = float(total)
         out["nonfinite_run_peak"] = float(peak)
-        out["lr"] = self.sched.get_last_lr()[0]
+        out["lr"] = float(self.opt.param_groups[0]["lr"])  # the schedule's current value
         if self.scaler.is_enabled():
             out["loss_scale"] = float(self.scaler.get_scale())
         self.clear_sums()

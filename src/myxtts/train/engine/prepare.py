@@ -1,0 +1,162 @@
+"""Everything the engine does before step 1 for a set of bucket shapes, in one sequence.
+
+:func:`prepare_step` runs, on a GPU or with compiled blocks:
+
+1. the room a graphed run keeps beside its graphs (:func:`graphs_reserve`: the largest
+   validation forward and a data role on the training GPU, ``budget.side_reserve``);
+2. ``data.batch_frames=auto`` on a GPU: each bucket's largest batch that fits, less that
+   room (``budget.auto_batch_sizes``, cached in the run folder);
+3. the warm-up of every shape (``warmup.warm_up``: compile, capture the CUDA graphs; an
+   out-of-memory capture shrinks its bucket);
+4. after a graphed warm-up, the graphs' pool plus the room beside it plus the warm-up's
+   measured fragmentation (reserved beyond allocated while shapes interleave) must fit the
+   GPU's share; else every bucket shrinks and the warm-up captures again (three tries, then
+   a one-line stop naming the fix).
+
+It returns each bucket's final batch size; the caller rebuilds its loader with them. On a
+CPU with eager blocks nothing runs and the planned sizes come back unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.train.distributed import DistInfo, agree
+from myxtts.train.engine.budget import (
+    GIB,
+    CudaMemory,
+    auto_batch_sizes,
+    shrink_for_graphs,
+    side_reserve,
+)
+from myxtts.train.engine.graphs import CudaCapture
+from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.warmup import WarmupReport, warm_up
+from myxtts.train.errors import TrainError
+from myxtts.train.memory import MemoryCaps
+
+log = logging.getLogger(__name__)
+
+CAPTURE_TRIES = 3  # warm-ups whose graphs may be shrunk and captured again before stopping
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the engine is prepared for. ``shapes``: each train bucket's padded shape, in bucket
+    order, its ``batch`` the planned size; ``n_tokens`` / ``n_languages``: the vocabulary the
+    worst-case batches draw from; ``val_shape``: the largest validation batch (None: no
+    validation); ``data_role``: makes the data role's largest feature batch when it runs on
+    the training GPU (None otherwise); ``run_dir``: where measured batch sizes are cached."""
+
+    shapes: list[BatchShape]
+    n_tokens: int
+    n_languages: int
+    val_shape: BatchShape | None = None
+    data_role: Callable[[], object] | None = None
+    run_dir: Path | None = None
+
+
+@dataclass
+class Prepared:
+    """What :func:`prepare_step` did: each bucket's batch size (in ``Workload.shapes``'
+    order), the last warm-up's report (None: none ran), the room kept beside the graphs and
+    the seconds the batch sizes took (measured or read from the run folder)."""
+
+    sizes: list[int]
+    report: WarmupReport | None = None
+    reserve_bytes: int = 0
+    sizing_s: float = 0.0
+
+
+def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) -> Prepared:
+    """Steps 1-4 of the module docstring for ``step`` (``graphs``: the plan captures them)."""
+    cfg, cuda = step.cfg, step.device.type == "cuda"
+    sizes = [s.batch for s in work.shapes]
+    if not (step.compiled or cuda):
+        return Prepared(sizes)
+    echo = log.info if dist.rank == 0 else (lambda _: None)
+    started = time.perf_counter()
+    reserve = graphs_reserve(step, work) if graphs and cuda else 0
+    if cfg.data.batch_frames == "auto" and cuda:
+        sizes = auto_batch_sizes(step, work.shapes, sizes, cfg, work.run_dir or Path("."),
+                                 work.n_tokens, work.n_languages, dist, echo=echo,
+                                 reserve=reserve)
+    sizing_s = time.perf_counter() - started
+    report = None
+    for attempt in range(CAPTURE_TRIES):
+        shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
+        report = warm_up_buckets(step, shapes, work, dist, graphs)
+        sizes = [report.resized.get(s, s.batch) for s in shapes]
+        smaller = _shrink_beside_graphs(step, sizes, reserve + report.fragmentation)
+        if smaller is None:
+            break
+        sizes = smaller
+        if attempt == CAPTURE_TRIES - 1:
+            raise TrainError(f"the CUDA graphs and what runs beside them (validation, samples, "
+                             f"the data role: {reserve / GIB:.1f} GiB) do not fit this GPU; "
+                             f"lower data.auto_batch_memory_share or use --set "
+                             f"train.cuda_graphs=off")
+    return Prepared(sizes, report, reserve, sizing_s)
+
+
+def graphs_reserve(step: TrainStep, work: Workload) -> int:
+    """Bytes a graphed run needs beside the graphs' pool (``budget.side_reserve``): the
+    largest validation batch's forward and, on the fly with features on the training GPU,
+    the data role's largest batch. Measured with the random streams put back after."""
+    with torch.random.fork_rng(devices=[step.device]):
+        return side_reserve(step, work.val_shape, work.n_tokens, work.n_languages,
+                            CudaMemory(step.device), work.data_role)
+
+
+def _shrink_beside_graphs(step: TrainStep, sizes: list[int], reserve: int) -> list[int] | None:
+    """After a graphed warm-up: None if the graphs' pool plus ``reserve`` (the room beside
+    them and the fragmentation margin) fit the training GPU's share; else smaller batch
+    sizes (said in one warning), the graphs dropped for the warm-up to capture again."""
+    if step.graphs is None or step.device.type != "cuda":
+        return None
+    memory = CudaMemory(step.device)
+    share = MemoryCaps(step.device, None, step.cfg.train.device_memory_cap, 0.0).training_share()
+    cap = int(min(share * memory.total, memory.available))
+    pool = int(torch.cuda.memory_reserved(step.device))
+    smaller = shrink_for_graphs(sizes, pool, reserve, cap)
+    if smaller is not None:
+        log.warning("after the warm-up the CUDA graphs hold %.1f GiB and validation, samples, "
+                    "the data role and a fragmentation margin need %.1f GiB beside them: more "
+                    "than the %.1f GiB this run may use; batch sizes %s -> %s, capturing again",
+                    pool / GIB, reserve / GIB, cap / GIB, sizes, smaller)
+        step.use_graphs(None)
+        memory.release()
+    return smaller
+
+
+def warm_up_buckets(step: TrainStep, shapes: list[BatchShape], work: Workload, dist: DistInfo,
+                    graphs: bool) -> WarmupReport:
+    """Every bucket shape before step 1: compile and capture now, with a progress line per
+    shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
+    fits (``warmup.warm_up``). Under DDP the ranks warm up without DDP's gradient hooks, like
+    the auto budget's probe: a rank that runs out of memory must not leave the others
+    waiting in an all-reduce; every rank then stops with its error (``agree``)."""
+    unique = sorted(set(shapes), key=lambda s: s.frames)
+    echo = log.info if dist.rank == 0 else (lambda _: None)
+    report, failure = None, None
+    try:
+        with step.without_ddp():
+            report = warm_up(step, unique, work.n_tokens, work.n_languages,
+                             capture=CudaCapture(step.device) if graphs else None, echo=echo)
+    except TrainError as e:
+        failure = e
+    agree(dist, failure)
+    assert report is not None
+    frag = (f"; {report.fragmentation / GIB:.2f} GiB reserved beyond allocated at the peaks"
+            if step.device.type == "cuda" else "")
+    echo(f"warm-up: {len(unique)} bucket shapes in {report.seconds:.1f} s "
+         f"({report.graphs_compiled} graphs compiled, {report.shapes_captured} shapes captured "
+         f"as CUDA graphs{frag}); {step.mode} step")
+    return report

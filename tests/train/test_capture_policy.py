@@ -1,0 +1,211 @@
+"""What a failed CUDA graph capture does, modelled on the CPU with a recording capture
+(tests/train/graph_recorder.py) that fails on demand: out of memory retries the same size,
+then 3/4 of the batch (never less); any other failure, or a shape that fits at neither,
+drops every graph and the run trains uncaptured after one warning; a device left unusable
+stops the run naming train.cuda_graphs=off. Shapes are captured largest measured peak
+first. And the CUDA capture's own clean-up after a failure (stream, allocator), with torch's
+CUDA calls stood in."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import replace
+
+import pytest
+import torch
+
+from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
+from myxtts.train.engine import warmup
+from myxtts.train.engine.graphs import StepGraphs
+from myxtts.train.engine.warmup import warm_up
+from myxtts.train.errors import TrainError, is_out_of_memory
+from tests.train.graph_recorder import RecordingCapture
+from tests.train.test_graphs import N_MELS, N_TOKENS, _batches, _pair
+
+# batch 4 can shrink to 3 (3/4); SHAPES[1] of test_graphs is batch 2
+BIG, SMALL = BatchShape(4, 16, 24, 12, N_MELS), BatchShape(2, 16, 48, 12, N_MELS)
+OOM = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+class FailingCapture(RecordingCapture):
+    """Records like ``RecordingCapture``; the micro-step capture of a batch of one of
+    ``batches`` utterances raises ``error`` the first ``times`` times. ``order``: the batch
+    size of every micro-step capture attempted, in order."""
+
+    def __init__(self, batches: tuple[int, ...] = (), error: Exception = OOM,
+                 times: int = 0) -> None:
+        super().__init__()
+        self.batches, self.error, self.times, self.order = batches, error, times, []
+
+    def __call__(self, fn):
+        size = getattr(fn, "batch_size", None)
+        if size is not None:
+            self.order.append(size)
+            if size in self.batches and self.times > 0:
+                self.times -= 1
+                raise self.error
+        return super().__call__(fn)
+
+
+@pytest.fixture(autouse=True)
+def sized_micro(monkeypatch):
+    """Tag each micro-step function with its batch size, so the capture can fail one."""
+    real = StepGraphs.capture
+
+    def capture(self, batch):
+        inner, first = self._capture, [True]
+
+        def tagged(fn):
+            if first[0]:
+                fn.batch_size = int(batch["mel"].shape[0])
+                first[0] = False
+            return inner(fn)
+        self._capture = tagged
+        try:
+            real(self, batch)
+        finally:
+            self._capture = inner
+    monkeypatch.setattr(StepGraphs, "capture", capture)
+
+
+def _ready(step, shape) -> bool:
+    return step.graphs is not None and step.graphs.ready(
+        [worst_case_batch(shape, N_TOKENS, 1, "cpu")])
+
+
+def test_out_of_memory_once_is_retried_at_the_planned_size(tmp_path, one_thread):
+    _, (_, step) = _pair(tmp_path)
+    capture = FailingCapture((4,), OOM, times=1)
+    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    assert capture.order == [2, 4, 4] and report.resized == {}  # longer first (equal peaks)
+    assert report.shapes_captured == 2 and _ready(step, BIG) and _ready(step, SMALL)
+
+
+def test_out_of_memory_twice_captures_three_quarters_of_the_batch_never_less(tmp_path,
+                                                                             one_thread):
+    _, (_, step) = _pair(tmp_path)
+    capture = FailingCapture((4,), OOM, times=2)
+    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    assert capture.order == [2, 4, 4, 3]
+    assert report.resized == {BIG: 3} and report.shapes_captured == 2
+    assert _ready(step, replace(BIG, batch=3)) and not _ready(step, BIG)
+
+
+@pytest.mark.parametrize("failure", ["oom", "other"])
+def test_a_shape_that_cannot_be_captured_drops_every_graph_with_one_warning(
+        tmp_path, one_thread, caplog, failure):
+    """BIG fails after SMALL was captured: SMALL's graph goes too (a shape left uncaptured
+    would run beside the pool with memory nothing budgeted), one warning says so, and the
+    run trains uncaptured exactly as the eager step does."""
+    _, (eager, step) = _pair(tmp_path)
+    error = OOM if failure == "oom" else RuntimeError(
+        "CUDA error: operation not permitted when stream is capturing")
+    capture = FailingCapture((4, 3), error, times=99)
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.warmup"):
+        report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    said = [r.getMessage() for r in caplog.records]
+    assert capture.order == ([2, 4, 4, 3] if failure == "oom" else [2, 4])
+    assert len(said) == 1 and "training without CUDA graphs" in said[0]
+    assert ("even at 3/4" in said[0]) == (failure == "oom") and "4 x 24 frames" in said[0]
+    assert step.graphs is None and step.mode == "eager" and report.shapes_captured == 0
+    assert report.capture_error and not report.resized
+    for i in range(3):  # training goes on, uncaptured, equal to the eager step
+        batches = _batches(i, 1)
+        eager(batches)
+        step(batches)
+    assert step.uncaptured_steps == 0
+    for a, b in zip(eager.model.parameters(), step.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)
+
+
+def test_shapes_are_captured_largest_measured_peak_first(tmp_path, one_thread, monkeypatch):
+    _, (_, step) = _pair(tmp_path)
+    real = warmup._run_worst_case
+    peaks = {BIG: 100, SMALL: 500}  # the longer, thinner bucket needs more
+
+    def measured(step_, shape, n_tokens, n_languages):
+        real(step_, shape, n_tokens, n_languages)
+        return peaks[shape], peaks[shape] // 10  # (and what the allocator reserved beyond)
+
+    monkeypatch.setattr(warmup, "_run_worst_case", measured)
+    capture = FailingCapture()
+    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    assert capture.order == [2, 4] and report.peaks == peaks and report.fragmentation == 50
+
+
+def test_a_device_left_unusable_stops_the_run_naming_the_switch(tmp_path, one_thread,
+                                                                 monkeypatch):
+    _, (_, step) = _pair(tmp_path)
+    monkeypatch.setattr(warmup, "device_problem", lambda device: "the stream is still capturing")
+    capture = FailingCapture((2,), RuntimeError("operation not permitted when stream is "
+                                                "capturing"), times=1)
+    with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture of a batch "
+                       r"of 2 x 48 frames.*still capturing.*--set train.cuda_graphs=off"):
+        warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+
+
+def test_out_of_memory_is_seen_as_the_context_of_a_capture_error():
+    """torch's graph.__exit__ raises its own error from capture_end() while the OOM of the
+    captured code is being handled: the OOM is only the new error's __context__."""
+    try:
+        try:
+            raise OOM
+        except torch.cuda.OutOfMemoryError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error") from None
+    except RuntimeError as e:
+        assert not is_out_of_memory(e)  # "from None": the context is suppressed on purpose
+    try:
+        try:
+            raise OOM
+        except torch.cuda.OutOfMemoryError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error")  # noqa: B904
+    except RuntimeError as e:
+        assert is_out_of_memory(e)
+
+
+def test_a_failed_cuda_capture_puts_the_stream_back_and_ends_the_pool(monkeypatch):
+    """CudaCapture after torch.cuda.graph's __exit__ raised (before it restored the stream
+    and, possibly, before the allocator heard the capture end): the thread's stream is the
+    one current before the capture, and the allocator's capture into the pool is ended.
+    torch's CUDA calls are stood in; the logic is the real one."""
+    from myxtts.train.engine import graphs
+
+    calls = []
+
+    class Stream:
+        def __init__(self, name="capture", *a, **k):
+            self.name = name
+
+        def wait_stream(self, other):
+            pass
+
+    before = Stream("default")
+
+    class BrokenGraph:
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            calls.append(("set_stream", "capture"))  # what torch.cuda.graph does on entry
+
+        def __exit__(self, *exc):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", 7))
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: before)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "graph", BrokenGraph)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: calls.append(("set_stream", s.name)))
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool",
+                        lambda device, pool: calls.append(("end_pool", device, pool)),
+                        raising=False)
+    capture = graphs.CudaCapture(torch.device("cuda", 0))
+    capture._stream_ready = True  # (the first capture's uncaptured run is not the point)
+    with pytest.raises(RuntimeError, match="not permitted"):
+        capture(lambda: None)
+    assert calls == [("set_stream", "capture"), ("set_stream", "default"),
+                     ("end_pool", 0, ("pool", 7))]
