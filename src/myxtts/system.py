@@ -1,22 +1,30 @@
-"""What myxtts needs from the machine: files written atomically, one writer per folder, the
-CPUs it may use.
+"""What myxtts needs from the machine: files written atomically, one writer per folder,
+outputs that are what they say, the CPUs it may use.
 
 Why atomic writes everywhere: a run killed at any instant (SIGKILL, OOM killer, power
 loss) must leave either the old file or the new one, never half of one. One helper does
-it for every file myxtts writes -- checkpoints, configs, store files, prepare's chunks --
-and ``fsync`` says how much safety the file needs (see :func:`atomic_open`).
+it for every file myxtts writes -- checkpoints, configs, store files, prepare's chunks,
+wavs, bundles -- and ``fsync`` says how much safety the file needs (see :func:`atomic_open`).
+A write that fails (full disk, read-only folder, ``ulimit -f``) is one :class:`WriteFailed`
+line naming the file, and the old file stays. The paths a user names for a command's output
+pass :func:`output_file` / :func:`output_folder` before any work: ``-`` means standard output
+where the command says so, a folder is no file, and an output is never one of the
+command's inputs (also through a link) nor a file of another kind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 LOCK_FILE = ".lock"
+STDOUT = "-"  # the output name that means standard output, where a command allows it
 
 
 def _umask_at_import() -> int:
@@ -51,6 +59,43 @@ class FolderBusy(FolderError):
     """Another live process holds the folder's lock; the message names it."""
 
 
+class OutputError(FolderError):
+    """An output path the user named cannot be used as given (``-`` where standard output
+    makes no sense, a folder for a file, one of the command's own inputs, a file of another
+    kind); the message names the flag, the path and the fix."""
+
+
+class WriteFailed(OSError):
+    """Writing a file failed (full disk, read-only file system, no permission, past the
+    shell's file size limit): its ``str`` is one line naming the file, the reason and that
+    the old file is kept. An ``OSError``, so callers that handle write errors still do."""
+
+    kept = False  # the target existed before, and is left as it was
+    fix = ""
+
+    def __str__(self) -> str:
+        kept = (f"the old {Path(self.filename).name} is kept unchanged" if self.kept
+                else "nothing was written")
+        return f"cannot write {self.filename}: {self.strerror} ({kept}); {self.fix}"
+
+
+_ELSEWHERE = "choose a folder you can write"
+_FREE = "free some space or choose another place"
+# errno of a failed write -> (the reason in words, the fix)
+_WHY = {
+    errno.ENOSPC: ("the disk is full", _FREE),
+    errno.EDQUOT: ("the disk quota is used up", _FREE),
+    errno.EROFS: ("the file system is read-only", _ELSEWHERE),
+    errno.EACCES: ("no permission", _ELSEWHERE),
+    errno.EPERM: ("not permitted", _ELSEWHERE),
+    errno.EFBIG: ("the file would pass this shell's file size limit, `ulimit -f`",
+                  "raise the limit or write somewhere else"),
+}
+
+# temp file -> target of every atomic write in progress (see remove_unfinished)
+_UNFINISHED: dict[str, Path] = {}
+
+
 @contextmanager
 def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
     """Write ``path`` through a temp file in the same folder, renamed over ``path`` at the
@@ -63,23 +108,74 @@ def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
     survives an OS crash or power loss (without it, a crash can leave the renamed file
     empty). ``fsync=False`` suits caches that are checked before reuse (prepare's chunks):
     the rename alone is atomic against a killed process, because the page cache outlives it.
-    On any error the temp file is removed and ``path`` is untouched.
+    On any error the temp file is removed and ``path`` is untouched; a failed write of the
+    file system (full, read-only, too large) raises :class:`WriteFailed`, an interrupt
+    (Ctrl-C, SIGTERM) carries a note saying that ``path`` was not written.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    existed = path.is_file()
+    tmp = None
     try:
-        if hasattr(os, "fchmod"):  # not on Windows, whose files have no such modes
-            os.fchmod(fd, 0o666 & ~current_umask())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _UNFINISHED[tmp] = path
         with os.fdopen(fd, "wb") as fh:
+            if hasattr(os, "fchmod"):  # not on Windows, whose files have no such modes
+                os.fchmod(fh.fileno(), 0o666 & ~current_umask())
             yield fh
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except OSError as e:
+        _discard(tmp)
+        if not _about(e, path):
+            raise
+        raise write_failed(e, path, existed) from None
+    except BaseException as e:
+        _discard(tmp)
+        if isinstance(e, KeyboardInterrupt):
+            e.add_note(f"{path} not written" + (" (the old file is kept)" if existed else ""))
         raise
+    finally:
+        _UNFINISHED.pop(tmp or "", None)
+
+
+def write_failed(e: OSError, path: str | Path, kept: bool) -> OSError:
+    """``e``, a failed write of ``path``, as a one-line :class:`WriteFailed` where its reason
+    is a known one (full disk, read-only, no permission, file size limit); ``kept``: the
+    old contents of ``path`` are still there. Other errors come back as they are."""
+    if isinstance(e, WriteFailed) or e.errno not in _WHY:
+        return e
+    failed = WriteFailed(e.errno, _WHY[e.errno][0], str(path))
+    failed.kept, failed.fix = kept, _WHY[e.errno][1]
+    return failed
+
+
+def _about(e: OSError, path: Path) -> bool:
+    """``e`` is a failure of writing ``path``: of a write (no file name), or of making its
+    temp file or folder -- not some other file the caller's code opened meanwhile."""
+    if e.filename is None:
+        return True
+    failed = Path(os.fsdecode(e.filename))
+    return failed.parent == path.parent or failed == path.parent or failed in path.parents
+
+
+def _discard(tmp: str | None) -> None:
+    if tmp is not None:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def remove_unfinished() -> list[Path]:
+    """Remove the temp file of every atomic write in progress; the targets they were for.
+    For a process that must end at once (``os._exit``: no ``finally`` runs) without leaving
+    half a file beside the user's."""
+    targets = []
+    for tmp, target in list(_UNFINISHED.items()):
+        _discard(tmp)
+        _UNFINISHED.pop(tmp, None)
+        targets.append(target)
+    return targets
 
 
 def atomic_write(path: str | Path, data: bytes | str, fsync: bool = True) -> None:
@@ -198,3 +294,109 @@ def path_kind(path: str | Path) -> str:
         if test(mode):
             return words
     return "not a regular file"
+
+
+# ---------------------------------------------------------------- outputs the user names
+
+@dataclass(frozen=True)
+class FileKind:
+    """What a command writes, for :func:`output_file`: an existing file is replaced only
+    when ``test(path)`` says it is one (a file of another kind is the user's, never
+    overwritten by something else). ``name`` in words: ``"a WAV file"``."""
+
+    name: str
+    test: Callable[[Path], bool]
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """``a`` and ``b`` are one file or folder: the same (device, inode) -- a symbolic or hard
+    link to it counts -- or, for paths that do not exist, the same resolved path."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def is_inside(path: str | Path, folder: str | Path) -> bool:
+    """``path`` (resolved through links, existing or not) is ``folder`` or lies under it."""
+    p, f = Path(path).expanduser().resolve(), Path(folder).expanduser().resolve()
+    return p == f or f in p.parents or same_file(p, f)
+
+
+Inputs = Iterable[tuple[str, str | Path | None]]  # (what it is, in words; its path)
+
+
+def _refuse_stdout(value: str, flag: str, what: str) -> None:
+    if value == STDOUT:
+        raise OutputError(f"{flag} -: {what}, not standard output; give a name")
+    if not value.strip():
+        raise OutputError(f"{flag} is empty; give a name")
+
+
+def output_file(value: str | Path, flag: str, kind: FileKind, inputs: Inputs = (),
+                stdout: bool = False) -> Path | None:
+    """The file a command will write for ``flag``, checked before any work: ``-`` is
+    standard output where ``stdout`` allows it (then None), else refused; a folder, a
+    device or FIFO, one of ``inputs`` (also through a symbolic or hard link) and an existing
+    file that is not ``kind`` are refused (:class:`OutputError` naming what is there); the
+    folder must take new files (:class:`FolderError`)."""
+    if str(value) == STDOUT and stdout:
+        return None
+    _refuse_stdout(str(value), flag, f"this command writes {kind.name}")
+    path = Path(value)
+    there = path_kind(path)
+    if there == "a folder":
+        raise OutputError(f"{flag} {path} is a folder; give the name of {kind.name} to write")
+    if there not in ("nothing", "a file", "a broken symbolic link"):
+        hint = " (use - for standard output)" if stdout else ""
+        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a file; give the "
+                          f"name of {kind.name} to write{hint}")
+    for what, source in inputs:
+        if source is not None and path_kind(source) == "a file" and same_file(path, source):
+            raise OutputError(f"{flag} {path} is {what} ({source}), which this command reads; "
+                              f"writing it would replace its own input: choose another name")
+    if there == "a file" and path.stat().st_size and not kind.test(path):
+        raise OutputError(f"{flag} {path} exists and is not {kind.name}; it is left alone: "
+                          f"choose another name (or move that file away first)")
+    writable_folder(path.parent, flag)
+    return path
+
+
+def output_folder(value: str | Path, flag: str, inputs: Inputs = (), create: bool = True) -> Path:
+    """The folder a command will write for ``flag``, checked before any work: ``-`` and a
+    file are refused, so is a folder that is one of ``inputs`` or lies inside one (a run or
+    store written into the data it reads); made if need be and checked to take files
+    (unless not ``create``: for commands that make it themselves and remove it again
+    when they fail)."""
+    _refuse_stdout(str(value), flag, "this command writes a folder")
+    path = Path(value)
+    there = path_kind(path)
+    if there not in ("nothing", "a folder"):
+        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a folder; give a "
+                          f"folder to write")
+    for what, source in inputs:
+        if source is not None and path_kind(source) != "nothing" and is_inside(path, source):
+            where = "is" if same_file(path, source) else "lies inside"
+            raise OutputError(f"{flag} {path} {where} {what} ({source}), which this command "
+                              f"reads; writing there would mix its output into its input: "
+                              f"choose a folder outside it")
+    return writable_folder(path, flag) if create else path
+
+
+@contextmanager
+def no_empty_folder_left(folder: str | Path) -> Iterator[None]:
+    """A command that fails (or is stopped) before it wrote anything into ``folder`` leaves
+    no folder of its own behind: created by the block and holding nothing but its lock
+    file, it is removed again. A folder that existed before is never touched."""
+    folder = Path(folder)
+    existed = os.path.lexists(folder)
+    try:
+        yield
+    except BaseException:
+        if not existed and folder.is_dir() and \
+                {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            with suppress(OSError):
+                folder.rmdir()
+        raise

@@ -70,10 +70,11 @@ def test_cli_json_and_bad_input(micro_store, tmp_path, capsys):
     data = json.loads(out)
     assert data["steps"] == 2 and data["setup"]["precision"] == "fp32"
     assert "2 measured" in err
+    (tmp_path / "a_file").write_text("a file where the trace folder's parent should be")
     for argv, words in [
         (["--steps", "0"], "--steps must be at least 1"),
-        (["--steps", "1", "--trace", str(micro_store / "manifest.json" / "trace")],
-         "cannot create the folder"),
+        (["--steps", "1", "--trace", str(tmp_path / "a_file" / "trace")], "cannot write"),
+        (["--steps", "1", "--trace", str(micro_store / "trace")], "lies inside the data"),
         ([str(tmp_path / "missing"), "--steps", "1"], "does not exist"),
     ]:
         target = [] if argv[0].startswith("/") else [str(micro_store)]

@@ -10,7 +10,10 @@ fraction of a training checkpoint; no pickle, so reading one runs no code.
 
 Integrity: the metadata key ``myxtts.sha256`` holds a SHA-256 over every byte of the file,
 computed with its own 64 digits written as zeros. A copy that lost or changed a byte is
-refused in one line naming the file.
+refused in one line naming the file. A checksum proves the file is what was written, not
+that myxtts wrote it, so every field read back is checked as well (``artifacts.validate``:
+JSON nesting bounded, config, vocabulary, every weight's shape and kind against the
+config's model, mel statistics, finite numbers), and so is the checkpoint being exported.
 """
 
 from __future__ import annotations
@@ -30,16 +33,28 @@ from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.artifacts.validate import (
+    BUNDLE_FORMAT_KEY,
+    check_model,
+    check_vocoder,
+    file_kind,
+    json_field,
+)
 from myxtts.config import config_from_dict
-from myxtts.system import atomic_write
+from myxtts.config.bounds import TooLarge, excerpt, loads_json
+from myxtts.system import FileKind, atomic_write
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
-FORMAT_KEY, CHECKSUM_KEY = "myxtts.bundle", "myxtts.sha256"
+FORMAT_KEY, CHECKSUM_KEY = BUNDLE_FORMAT_KEY, "myxtts.sha256"
 CONFIG, VOCAB, VOCODER_CONFIG, EVALUATION = "config", "vocab", "vocoder_config", "evaluation"
 MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
 _ZERO = b"0" * 64
 _MARK = b'"' + CHECKSUM_KEY.encode() + b'":"'
 _ZIP = b"PK\x03\x04"  # how every torch.save file starts
+
+
+# what `myxtts export -o FILE` may replace: a bundle (anything else there is the user's)
+BUNDLE_FILE = FileKind("a model bundle", lambda path: file_kind(path) == "bundle")
 
 
 @dataclass
@@ -101,6 +116,8 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
                             f"as --vocoder")
+    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
+                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
     model, averaged = model_weights(state, raw_weights)
     tensors = {MODEL_PREFIX + k: v for k, v in model.items()}
     tensors.update(mel_mean=state[ck.MEL_MEAN], mel_std=state[ck.MEL_STD])
@@ -109,8 +126,9 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
     voc_file = None
     if vocoder is not None:
         voc_file, voc = vck.load_vocoder_state(vocoder)
-        vck.check_mel_definition(voc[ck.CONFIG]["audio"],
-                                 config_from_dict(state[ck.CONFIG]).audio, str(voc_file))
+        voc_cfg = check_vocoder(str(voc_file), voc.get(ck.CONFIG), voc.get(vck.GENERATOR))
+        vck.check_mel_definition(voc_cfg.audio, config_from_dict(state[ck.CONFIG]).audio,
+                                 str(voc_file))
         tensors.update({VOCODER_PREFIX + k: v for k, v in voc[vck.GENERATOR].items()})
         meta[VOCODER_CONFIG] = json.dumps(voc[ck.CONFIG])
     evaluation = read_evaluation(file)
@@ -166,19 +184,20 @@ def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
     if len(blob) < 8 + n:
         raise ArtifactError(f"{path} is truncated ({len(blob)} bytes, its header alone needs "
                             f"{8 + n}); {again}")
-    try:
-        header = json.loads(blob[8:8 + n])
+    try:  # a header nests 3 deep ({name: {"shape": [...]}}); bounded before parsing
+        header = loads_json(blob[8:8 + n], max_nesting=4)
         meta, end = header.pop("__metadata__", None), max(
             [0, *(int(t["data_offsets"][1]) for t in header.values())])
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+    except (TooLarge, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise ArtifactError(f"{path} is not a myxtts bundle or is damaged (its header cannot be "
                             f"read: {type(e).__name__}); {again}") from None
     if not isinstance(meta, dict) or FORMAT_KEY not in meta:
         raise ArtifactError(f"{path} is a safetensors file but not a myxtts bundle; export one "
                             f"with `myxtts export RUN -o FILE`")
     if not str(meta[FORMAT_KEY]).isdigit() or int(meta[FORMAT_KEY]) > FORMAT:
-        raise ArtifactError(f"{path} is a bundle of format {meta[FORMAT_KEY]}, newer than this "
-                            f"myxtts reads ({FORMAT}); upgrade myxtts")
+        version = excerpt(str(meta[FORMAT_KEY]), quote=False)
+        raise ArtifactError(f"{path} is a bundle of format {version}, newer than this myxtts "
+                            f"reads ({FORMAT}); upgrade myxtts")
     if len(blob) < 8 + n + end:
         raise ArtifactError(f"{path} is truncated ({len(blob)} of {8 + n + end} bytes); {again}")
     return meta, 8 + n
@@ -197,12 +216,33 @@ def read_bundle(path: str | Path) -> Trained:
         raise ArtifactError(f"{path} has changed since it was exported (its checksum does not "
                             f"match its contents); copy it again or export it again with "
                             f"`myxtts export RUN -o FILE`")
-    tensors = load(blob)
+    try:
+        tensors = load(blob)
+    except Exception as e:  # safetensors' own checks: dtypes, offsets, overlaps
+        raise ArtifactError(f"{path}: its tensors cannot be read ({type(e).__name__}: "
+                            f"{excerpt(str(e), quote=False)}); not written by myxtts") from None
+    where = str(path)
     split = {p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}
              for p in (MODEL_PREFIX, VOCODER_PREFIX)}
-    voc_cfg, evaluation = meta.get(VOCODER_CONFIG), meta.get(EVALUATION)
-    return Trained(path, json.loads(meta[CONFIG]), json.loads(meta[VOCAB]), split[MODEL_PREFIX],
-                   tensors["mel_mean"], tensors["mel_std"],
-                   json.loads(voc_cfg) if voc_cfg is not None else None,
-                   split[VOCODER_PREFIX] if voc_cfg is not None else None,
-                   json.loads(evaluation) if evaluation is not None else None)
+    stray = [k for k in tensors if not k.startswith((MODEL_PREFIX, VOCODER_PREFIX))
+             and k not in ("mel_mean", "mel_std")]
+    if stray:
+        raise ArtifactError(f"{where}: tensor {excerpt(stray[0])} is no field of a bundle "
+                            f"(model.*, vocoder.*, mel_mean, mel_std); not written by myxtts")
+    config = json_field(where, CONFIG, meta.get(CONFIG))
+    vocab = json_field(where, VOCAB, meta.get(VOCAB))
+    check_model(where, config, vocab, split[MODEL_PREFIX], tensors.get("mel_mean"),
+                tensors.get("mel_std"))
+    voc_cfg = meta.get(VOCODER_CONFIG)
+    if voc_cfg is None and split[VOCODER_PREFIX]:
+        raise ArtifactError(f"{where}: vocoder weights without a field {VOCODER_CONFIG!r}; not "
+                            f"written by myxtts")
+    if voc_cfg is not None:
+        voc_cfg = json_field(where, VOCODER_CONFIG, voc_cfg)
+        check_vocoder(where, voc_cfg, split[VOCODER_PREFIX], VOCODER_PREFIX)
+    evaluation = meta.get(EVALUATION)
+    if evaluation is not None:
+        evaluation = json_field(where, EVALUATION, evaluation)
+    return Trained(path, config, vocab, split[MODEL_PREFIX], tensors["mel_mean"],
+                   tensors["mel_std"], voc_cfg,
+                   split[VOCODER_PREFIX] if voc_cfg is not None else None, evaluation)

@@ -20,6 +20,7 @@ import hashlib
 import io
 import logging
 import math
+import pickle
 import random
 import zipfile
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from typing import Any
 import torch
 
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.validate import ZIP_MAGIC, bundle_instead, file_kind
+from myxtts.config.bounds import excerpt
 from myxtts.system import atomic_write
 
 log = logging.getLogger(__name__)
@@ -209,14 +212,24 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         blob = path.read_bytes()
     except OSError as e:
         raise ArtifactError(f"checkpoint {path} cannot be read ({e.strerror or e})") from e
+    if not blob.startswith(ZIP_MAGIC):  # torch.save writes a zip: this is something else
+        if file_kind(path) == "bundle":
+            raise bundle_instead(path)
+        raise ArtifactError(f"checkpoint {path} cannot be read: it is no file torch.save wrote "
+                            f"(it starts with {excerpt(blob[:8])}); pass a checkpoint of "
+                            f"`myxtts train` or its run folder")
     _check_contents(path, blob)
     try:
         state = torch.load(io.BytesIO(blob), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:  # weights_only refused a pickled object
+        raise ArtifactError(f"checkpoint {path} holds Python objects besides tensors and plain "
+                            f"values, so it was not written by myxtts; refused unread (loading "
+                            f"it could run code)") from e
     except Exception as e:  # corrupt, truncated, or not a checkpoint
         why = (str(e).strip().splitlines() or [""])[0].rstrip(".")
         raise ArtifactError(f"checkpoint {path} cannot be read ({type(e).__name__}"
-                            f"{': ' + why if why else ''}); delete it to resume from an older "
-                            f"one") from e
+                            f"{': ' + excerpt(why, 200, quote=False) if why else ''}); "
+                            f"delete it to resume from an older one") from e
     if isinstance(state, dict) and state.get(FORMAT) == 1:
         return _upgrade_v1(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:

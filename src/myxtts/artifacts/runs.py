@@ -12,6 +12,7 @@ from typing import Any
 
 from myxtts.artifacts.checkpoint import load, save
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.validate import file_kind
 from myxtts.system import atomic_write
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class CheckpointManager:
             try:
                 load(path)
             except ArtifactError as e:
-                log.warning("skipping a damaged checkpoint: %s", e)
+                damaged = "" if file_kind(path) == "bundle" else "a damaged checkpoint: "
+                log.warning("skipping %s%s", damaged, e)
                 continue
             return path
         return None

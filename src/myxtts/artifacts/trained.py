@@ -20,17 +20,23 @@ from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
+from myxtts.artifacts.validate import check_model, file_kind
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
-    """The model a run folder, a checkpoint file or a bundle of ``myxtts export`` holds."""
-    if is_bundle(path):
-        return read_bundle(path)
-    file = resolve_checkpoint(path)
+    """The model a run folder, a checkpoint file or a bundle of ``myxtts export`` holds (a
+    run folder whose ``best.pt`` is a bundle too), every field checked before use
+    (``artifacts.validate``)."""
+    file = path if is_bundle(path) else resolve_checkpoint(path)
+    if file_kind(file) == "bundle" or is_bundle(file):
+        return read_bundle(file)
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "
                             f"as --checkpoint")
+    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
+                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
     ema = None if raw_weights else state.get(ck.EMA)
-    return Trained(file, state[ck.CONFIG], state[ck.VOCAB], averaged_state(state[ck.MODEL], ema),
-                   state[ck.MEL_MEAN], state[ck.MEL_STD], evaluation=read_evaluation(file))
+    return Trained(Path(file), state[ck.CONFIG], state[ck.VOCAB],
+                   averaged_state(state[ck.MODEL], ema), state[ck.MEL_MEAN], state[ck.MEL_STD],
+                   evaluation=read_evaluation(file))

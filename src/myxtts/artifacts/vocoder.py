@@ -21,7 +21,8 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.config import AudioConfig, config_from_dict
+from myxtts.artifacts.validate import check_vocoder
+from myxtts.config import AudioConfig
 from myxtts.model.vocoder.generator import VocosGenerator
 
 KIND = "kind"
@@ -45,7 +46,8 @@ def mel_hash(audio: AudioConfig | dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def check_mel_definition(saved_audio: dict[str, Any], audio: AudioConfig, where: str) -> None:
+def check_mel_definition(saved_audio: AudioConfig | dict[str, Any], audio: AudioConfig,
+                         where: str) -> None:
     """ArtifactError naming every differing mel key unless ``saved_audio`` defines the same mel."""
     if mel_hash(saved_audio) == mel_hash(audio):
         return
@@ -80,10 +82,8 @@ def build_vocoder(config: dict[str, Any], weights: dict[str, torch.Tensor], audi
                   where: str) -> VocosGenerator:
     """A generator in eval mode from a vocoder run's config dict and generator weights,
     checked to speak ``audio``'s mel definition (``where`` names the source in errors)."""
-    cfg = config_from_dict(config)
-    if "projections" not in config.get("vocoder", {}):
-        cfg.vocoder.projections = 0  # saved before the key existed: trained without them
-    check_mel_definition(config["audio"], audio, where)
+    cfg = check_vocoder(where, config, weights)  # every field, before use
+    check_mel_definition(cfg.audio, audio, where)
     gen = VocosGenerator(cfg.audio, cfg.vocoder)
     gen.load_state_dict(weights)
     return gen.eval()

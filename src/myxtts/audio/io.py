@@ -129,10 +129,32 @@ def _check_exists(path: Path) -> None:
                          f"audio file")
 
 
-def _reason(err: Exception) -> str:
-    # libsndfile's own words ("Format not recognised") without its repeat of the path.
-    text = getattr(err, "error_string", None) or str(err)
-    return " ".join(str(text).split())
+def _reason(err: Exception, path: Path) -> str:
+    """Why libsndfile could not open ``path``: its own words ("Format not recognised")
+    without its repeat of the path -- except where they mislead about a regular file: an
+    empty one, or one it says "does not exist or is not a regular file (possibly a pipe?)"
+    (its words for a file whose format it cannot even guess, such as a damaged MP3)."""
+    text = " ".join(str(getattr(err, "error_string", None) or err).split())
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return text
+    if size == 0:
+        return "the file is empty: 0 bytes, a copy or download that never finished"
+    if "possibly a pipe" in text:
+        return f"the format of its {size} bytes is not recognised"
+    return text
+
+
+def is_wav_file(path: str | Path) -> bool:
+    """``path`` starts as a WAV file does (RIFF/RF64 ... WAVE): what ``synthesize`` may
+    replace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return False
+    return head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE"
 
 
 def _wav_shortfall(path: Path) -> tuple[int, int] | None:
@@ -194,7 +216,7 @@ def audio_info(path: str | Path) -> AudioInfo:
     try:
         info = sf.info(str(path))
     except (sf.SoundFileError, RuntimeError, OSError, ValueError, TypeError) as e:
-        raise AudioError(f"{path}: cannot read audio header ({_reason(e)}); {_FIX_BROKEN}") from e
+        raise AudioError(f"{path}: cannot read audio header ({_reason(e, path)}); {_FIX_BROKEN}") from e
     sample_rate, n_samples = int(info.samplerate), int(info.frames)
     if sample_rate <= 0:
         raise AudioError(f"{path}: header gives sample rate {sample_rate}; {_FIX_BROKEN}")
@@ -242,7 +264,7 @@ def _read(path: Path, notes: Notes | None) -> tuple[np.ndarray, int, int]:
             sample_rate = f.samplerate
             data, is_pcm16 = _decode(f)  # [T, C]
     except _DECODE_ERRORS as e:
-        raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
+        raise AudioError(f"{path}: cannot decode audio ({_reason(e, path)}); {_FIX_BROKEN}") from e
     if data.shape[0] == 0 or data.shape[1] == 0:
         raise AudioError(f"{path}: clip has zero samples; {_FIX_BROKEN}")
     _check_complete(path, int(sample_rate))
@@ -270,7 +292,7 @@ def read_span(path: str | Path, start: int, stop: int) -> np.ndarray:
             f.seek(start)
             data, _ = _decode(f, stop - start)
     except _DECODE_ERRORS as e:
-        raise AudioError(f"{path}: cannot decode audio ({_reason(e)}); {_FIX_BROKEN}") from e
+        raise AudioError(f"{path}: cannot decode audio ({_reason(e, path)}); {_FIX_BROKEN}") from e
     if data.shape != (stop - start, 1):
         raise AudioError(f"{path}: has changed while in use (samples {start}-{stop} of one "
                          f"channel expected, {data.shape[0]} x {data.shape[1]} read); "

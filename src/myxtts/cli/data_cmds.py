@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
+from myxtts.system import STDOUT, FileKind, atomic_write, output_file, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("path", metavar="PATH", help="dataset folder or manifest file")
     q.add_argument("--max-problems", type=int, default=5, metavar="N",
                    help="problems listed per reason (default 5; all are counted)")
-    q.add_argument("--json", metavar="FILE", help="also write every problem to FILE as JSON")
+    q.add_argument("--json", metavar="FILE", help="also write every problem to FILE as JSON "
+                   "('-': to stdout, and the summary to stderr); an existing FILE is replaced "
+                   "only if it is JSON and none of the inputs")
     add_config_args(q, training=False)
 
 
@@ -40,7 +44,7 @@ def _make_demo(args: argparse.Namespace) -> int:
     pitch and timbre. Same arguments -> identical files."""
     from myxtts.synthetic import DEMO_LANGUAGES, make_demo_data
 
-    out = Path(args.out)
+    out = output_folder(args.out, "OUT", create=False)
     languages = tuple(x.strip() for x in args.languages.split(",") if x.strip())
     if not languages or len(set(languages)) != len(languages) or not set(languages) <= set(DEMO_LANGUAGES):
         raise CLIError(f"--languages must be one or two distinct demo languages of "
@@ -70,20 +74,35 @@ def _inspect(args: argparse.Namespace) -> int:
     fix). Exit code 0 even when problems are found."""
     from myxtts.data.prepare.inspect import format_inspection, inspect_dataset
     from myxtts.data.prepare.records import DatasetError
-    from myxtts.system import atomic_write, writable_folder
 
     cfg = config_from_args(args, data=args.path)
-    if args.json:
-        writable_folder(Path(args.json).parent, "--json file")
+    to_stdout = args.json == STDOUT
+    report = output_file(args.json, "--json", JSON_REPORT, [
+        ("the dataset", args.path), ("the --config", args.config)], stdout=True) \
+        if args.json else None
+    summary = sys.stderr if to_stdout else sys.stdout  # stdout carries the JSON alone
+
+    def write(json_text: str) -> None:
+        if to_stdout:
+            sys.stdout.write(json_text)
+        elif report is not None:
+            atomic_write(report, json_text)
+
     try:
         ins = inspect_dataset(args.path, cfg)
     except DatasetError as e:
         if e.report is not None and len(e.report):  # show what made it unusable, then fail
-            print(e.report.format(args.max_problems))
-            if args.json:
-                atomic_write(args.json, e.report.to_json())
+            print(e.report.format(args.max_problems), file=summary)
+            write(e.report.to_json())
         raise
-    print(format_inspection(ins, cfg, args.max_problems))
-    if args.json:
-        atomic_write(args.json, ins.report.to_json())
+    print(format_inspection(ins, cfg, args.max_problems), file=summary)
+    write(ins.report.to_json())
     return 0
+
+
+def _starts_as_json(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(64).lstrip()[:1] in (b"{", b"[")
+
+
+JSON_REPORT = FileKind("a JSON report", _starts_as_json)

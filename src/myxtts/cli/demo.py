@@ -43,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
     from myxtts.data.prepare.build import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
-    from myxtts.system import writable_folder
+    from myxtts.system import output_folder
     from myxtts.train.loop import train
 
     if args.speakers < 2:
         raise CLIError("--speakers must be >= 2 (the demo speaks in two voices)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = writable_folder(args.out, "--out")  # before minutes of work, not after
+    out = output_folder(args.out, "--out")  # before minutes of work, not after
     extra = [f"train.output_dir={out / 'run'}", f"train.device={args.device}"]
     if args.config is None:
         args.config = str(demo_config_path())

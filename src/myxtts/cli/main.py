@@ -10,9 +10,28 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
-from myxtts.system import default_allocator_settings
+
+def _command_name(argv: list[str]) -> str:
+    """The command's name as typed, before the parser (whose imports take a while) reads it."""
+    words = [a for a in argv if not a.startswith("-")]
+    return f"myxtts {words[0]}" if words and words[0].replace("-", "").isalpha() else "myxtts"
+
+
+def _quiet_exit(signum: int, frame: object) -> None:
+    os.write(2, f"{_command_name(sys.argv[1:])}: interrupted\n".encode(errors="replace"))
+    os._exit(128 + signum)
+
+
+# Run as the `myxtts` program, Ctrl-C before main() starts (the imports below) exits quietly;
+# main() then installs the full handling (cli.signals). Not when imported by other code.
+if os.path.basename(sys.argv[0]).removesuffix(".exe") == "myxtts":  # pragma: no cover
+    signal.signal(signal.SIGINT, _quiet_exit)
+
+from myxtts.cli.signals import Terminated, handled_signals, one_line  # noqa: E402
+from myxtts.system import default_allocator_settings  # noqa: E402
 
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
 SUBCOMMANDS = [
@@ -45,22 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from myxtts.cli.common import CLIError
-    from myxtts.config import ConfigError
-    from myxtts.system import FolderError
+_USER_ERRORS = [("myxtts.cli.common", "CLIError"), ("myxtts.config.sections", "ConfigError"),
+                ("myxtts.system", "FolderError"), ("myxtts.system", "WriteFailed"),
+                ("myxtts.audio.io", "AudioError"), ("myxtts.data.prepare.records", "DatasetError"),
+                ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
+                ("myxtts.artifacts.errors", "ArtifactError"),
+                ("myxtts.inference.errors", "SynthesisError"),
+                ("myxtts.evaluate", "EvaluationError"), ("myxtts.text.tokenizer", "TokenizerError")]
 
-    errs: list[type[BaseException]] = [CLIError, ConfigError, FileNotFoundError, FolderError]
-    for mod, name in [("myxtts.audio.io", "AudioError"), ("myxtts.data.prepare.records", "DatasetError"),
-                      ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
-                      ("myxtts.artifacts.errors", "ArtifactError"),
-                      ("myxtts.inference.errors", "SynthesisError"),
-                      ("myxtts.evaluate", "EvaluationError"),
-                      ("myxtts.text.tokenizer", "TokenizerError")]:
-        try:
-            errs.append(getattr(importlib.import_module(mod), name))
-        except (ImportError, AttributeError):
-            pass
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The error types printed as one line. Only modules already imported are asked: an
+    error cannot come from a module that never loaded, and importing one here (torch with
+    it) while handling an interrupt that stopped torch's import half-way would fail again."""
+    errs: list[type[BaseException]] = [FileNotFoundError]
+    for mod, name in _USER_ERRORS:
+        module = sys.modules.get(mod)
+        if module is not None and isinstance(getattr(module, name, None), type):
+            errs.append(getattr(module, name))
     return tuple(errs)
 
 
@@ -88,19 +109,26 @@ def _exit_torchrun_worker(code: int) -> None:
 
 
 def _run(argv: list[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+    """The command of ``argv`` (None: the process's own arguments, run as the real CLI)."""
+    command = _command_name(sys.argv[1:] if argv is None else argv)
     try:
-        return int(args.func(args) or 0)
-    except _user_errors() as e:
-        print(f"myxtts {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"myxtts {args.command}: interrupted", file=sys.stderr)
-        return 130
+        with handled_signals(lambda: command, restore=argv is not None):
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 0
+            command = f"myxtts {args.command}"
+            try:
+                return int(args.func(args) or 0)
+            except _user_errors() as e:
+                print(f"{command}: error: {one_line(str(e))}", file=sys.stderr)
+                return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (Terminated): quiet, one line
+        notes = "".join(f"; {n}" for n in getattr(e, "__notes__", ()))
+        stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"{command}: {stopped}{notes}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from myxtts.cli.common import CLIError
+from myxtts.system import is_inside, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=int, default=0, metavar="N",
                    help="refresh N times, then exit (default 0: until Ctrl-C)")
     p.add_argument("--log", metavar="FILE", help="also append every refresh to FILE: .jsonl (one "
-                   "object per refresh) or .csv (one row per GPU per refresh)")
+                   "object per refresh) or .csv (one row per GPU per refresh); a file outside "
+                   "RUN_DIR, new or written by the monitor before (not '-': the table is on "
+                   "stdout)")
     p.set_defaults(func=run)
 
 
@@ -34,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if args.count < 0:
         raise CLIError(f"--count must be >= 0 (0: until Ctrl-C), got {args.count}")
     if args.log and Path(args.log).suffix.lower() not in (".csv", ".jsonl"):
-        raise CLIError(f"--log {args.log}: the file must end in .csv or .jsonl")
+        what = " is standard output, the table's place" if args.log == "-" else ""
+        raise CLIError(f"--log {args.log}{what}: the file must end in .csv or .jsonl")
     if args.run_dir is not None:
         run_dir = Path(args.run_dir)
         if not run_dir.exists():
@@ -43,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
         if not run_dir.is_dir():
             raise CLIError(f"{run_dir} is not a folder; pass a training run folder "
                            "(the one holding metrics.jsonl)")
-        if args.log and _inside(Path(args.log), run_dir):
+        if args.log and is_inside(args.log, run_dir):
             raise CLIError(f"--log {args.log} is inside the run folder {run_dir}; the monitor "
                            "never writes into a run's files: give a path outside it")
     try:
-        from myxtts.diagnose.monitor import MonitorError, run_monitor  # imports torch
+        from myxtts.diagnose.monitor import MONITOR_LOG, MonitorError, run_monitor  # imports torch
 
+        if args.log:
+            output_file(args.log, "--log", MONITOR_LOG)
         try:
             run_monitor(args.run_dir, interval=args.interval, count=args.count, log_path=args.log)
         except MonitorError as e:
@@ -57,8 +63,3 @@ def run(args: argparse.Namespace) -> int:
         pass
     return 0
 
-
-def _inside(path: Path, folder: Path) -> bool:
-    """``path`` (resolved through links, existing or not) is ``folder`` or under it."""
-    p, f = path.expanduser().resolve(), folder.expanduser().resolve()
-    return p == f or f in p.parents

@@ -12,7 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "prepare", _run,
                     "extract features from a dataset into a packed store (resumable)")
     p.add_argument("data", nargs="?", help="dataset folder or manifest file")
-    p.add_argument("--out", "-o", metavar="STORE", help="store folder to write")
+    p.add_argument("--out", "-o", metavar="STORE", help="store folder to write (outside the "
+                   "dataset)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="extraction processes (default: every available CPU)")
     p.add_argument("--audio", action="store_true",
@@ -51,7 +52,9 @@ def _run(args: argparse.Namespace) -> int:
         raise CLIError(f"--workers {args.workers}: extraction needs at least one process; use "
                        f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
     from myxtts.data.prepare.build import prepare_store
+    from myxtts.system import output_folder
 
+    output_folder(args.out, "--out", [("the dataset", args.data)], create=False)
     if args.audio:  # last override, so it wins over --config and --set
         args.overrides = [*args.overrides, "data.store_audio=true"]
     cfg = config_from_args(args, data=args.data)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_config_args, config_with_size
 from myxtts.cli.train import add_run_args, run_overrides
+from myxtts.system import output_folder
 
 MAX_STEPS = 1000  # a profile's figures settle within tens of steps; more is a run, not a profile
 
@@ -47,13 +47,7 @@ def run(args: argparse.Namespace) -> int:
                        f"of tens of steps (default 30); time a long run with `myxtts train` and "
                        f"its metrics instead")
     if args.trace is not None:  # fail now, not after the whole window
-        try:
-            args.trace.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CLIError(f"--trace {args.trace}: cannot create the folder ({e.strerror}); "
-                           f"pass a writable folder") from e
-        if not os.access(args.trace, os.W_OK):
-            raise CLIError(f"--trace {args.trace}: the folder is not writable; pass another")
+        output_folder(args.trace, "--trace", [("the data", args.data), ("the --run", args.run)])
     resume = None
     if args.run is not None:
         from myxtts.artifacts.errors import ArtifactError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -10,6 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from myxtts.cli.common import CLIError
+from myxtts.system import (
+    STDOUT,
+    FileKind,
+    Inputs,
+    atomic_open,
+    output_file,
+    output_folder,
+    path_kind,
+)
 
 if TYPE_CHECKING:
     from myxtts.inference.synthesizer import Synthesizer
@@ -33,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="reference audio of the voice to clone (repeatable: the clips' voices "
                         "are averaged)")
     p.add_argument("--out", "-o", required=True,
-                   help="output .wav (one text) or folder (several); with --stream also '-' for "
-                        "raw 16-bit PCM on stdout (pipe it into a player)")
+                   help="a name ending in .wav: that file (one text); any other name, or an "
+                        "existing folder: a folder of 000.wav, 001.wav, ... one per text; '-' "
+                        "(with --stream only): raw 16-bit PCM on stdout, to pipe into a player. "
+                        "An existing file is replaced only if it is a WAV and none of the inputs")
     p.add_argument("--vocoder", metavar="RUN", help="neural vocoder run from `myxtts "
                    "train-vocoder` (default: the bundle's vocoder where it carries one, else "
                    "Griffin-Lim)")
@@ -66,20 +78,37 @@ def read_text_file(name: str) -> str:
     return text
 
 
-def _check_writable(path: Path) -> None:
-    """The output's folder exists (or can be made) and takes files; ``-`` is stdout."""
-    if str(path) == "-":
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CLIError(f"cannot write {path}: {path.parent} cannot be made ({e.strerror or e}); "
-                       f"choose another --out") from None
-    if path.is_dir():
-        raise CLIError(f"--out {path} is a folder; give a .wav file name (or a folder for several "
-                       f"texts)")
-    if not os.access(path.parent, os.W_OK):
-        raise CLIError(f"cannot write {path}: no permission in {path.parent}; choose another --out")
+def _is_wav(path: Path) -> bool:
+    from myxtts.audio.io import is_wav_file  # soundfile and soxr: not for `myxtts --help`
+
+    return is_wav_file(path)
+
+
+WAV_FILE = FileKind("a WAV file", _is_wav)
+
+
+def output_paths(out: str, n_texts: int, stream: bool, inputs: Inputs) -> list[Path | None]:
+    """Where each text goes, checked before minutes of decoding: ``-`` is standard output
+    (raw PCM, with --stream only: None); a name ending in .wav is that file (one text); any
+    other name is a folder that gets ``000.wav``, ``001.wav``, ... one per text. A target
+    that is one of ``inputs`` or a file other than a WAV is refused (``system.output_file``)."""
+    if out == STDOUT:
+        if not stream:
+            raise CLIError("-o - (standard output) is raw 16-bit PCM while it is generated: it "
+                           "needs --stream; add --stream, or give a .wav file name or a folder")
+        return [None]
+    path = Path(out)
+    there = path_kind(path)
+    if path.suffix.lower() == ".wav" and there != "a folder":
+        if n_texts != 1:
+            raise CLIError(f"{n_texts} texts need an output folder, not the file {path}")
+        return [output_file(path, "--out", WAV_FILE, inputs)]
+    if there != "a folder" and (path.suffix or there != "nothing"):
+        what = "" if there == "nothing" else f" is {there}"
+        raise CLIError(f"--out {path}{what}: give a .wav file name, a folder (one NNN.wav per "
+                       f"text) or - with --stream")
+    output_folder(path, "--out")
+    return [output_file(path / f"{i:03d}.wav", "--out", WAV_FILE, inputs) for i in range(n_texts)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,27 +124,20 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"reference audio {r} does not exist")
     if args.vocoder and not Path(args.vocoder).exists():
         raise CLIError(f"--vocoder {args.vocoder} does not exist; pass a `myxtts train-vocoder` run folder")
-    out = Path(args.out)
-    if args.stream:
-        if len(texts) != 1:
-            raise CLIError("--stream speaks one text; give one --text or a --text-file")
-        outputs = [out]
-    elif len(texts) == 1 and out.suffix.lower() == ".wav":
-        outputs = [out]
-    else:
-        if out.suffix:
-            raise CLIError(f"{len(texts)} texts need an output folder, not the file {out}")
-        outputs = [out / f"{i:03d}.wav" for i in range(len(texts))]
-    for target in outputs:  # before minutes of decoding, not after
-        _check_writable(target)
+    if args.stream and len(texts) != 1:
+        raise CLIError("--stream speaks one text; give one --text or a --text-file")
+    inputs = [*(("the --reference clip", r) for r in args.reference),
+              ("the --text-file", args.text_file), ("the --checkpoint", args.checkpoint),
+              ("the --vocoder", args.vocoder)]
+    outputs = output_paths(args.out, len(texts), args.stream, inputs)
     from myxtts.inference.synthesizer import Synthesizer
 
     synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
                                         raw_weights=args.raw_weights)
     if args.stream:
-        return _stream(synth, texts[0], args, out)
-    if len(outputs) == 1:
-        return _write_as_it_goes(synth, texts[0], args, out)
+        return _stream(synth, texts[0], args, outputs[0])
+    if len(outputs) == 1 and outputs[0] is not None:
+        return _write_as_it_goes(synth, texts[0], args, outputs[0])
     for p in synth.synthesize_to_files(texts, args.reference, outputs, args.language, args.seed):
         print(p)
     return 0
@@ -136,55 +158,55 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
             print(f"synthesised {done}/{total} sentences ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
 
-    partial = Path(str(out) + ".partial")
-    with sf.SoundFile(str(partial), "w", synth.cfg.audio.sample_rate, 1, "PCM_16",
-                      format="WAV") as sink:
+    # a temp file renamed over ``out`` at the end: a failed, interrupted or terminated
+    # synthesis leaves no half-written wav (and says so); an old ``out`` stays as it was
+    with atomic_open(out) as fh, sf.SoundFile(fh, "w", synth.cfg.audio.sample_rate, 1,
+                                              "PCM_16", format="WAV") as sink:
         for _, audio in synth.speak([text], voice, args.language, args.seed, progress):
             sink.write(to_pcm16(audio))
-    partial.replace(out)
     print(out)
     return 0
 
 
-def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
+def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path | None) -> int:
+    """``text`` spoken while it is generated: into the wav ``out`` (through a temp file, as
+    ``_write_as_it_goes``), or with ``out`` None as raw 16-bit PCM on standard output."""
     import soundfile as sf
 
     from myxtts.audio.io import to_pcm16
 
     sr = synth.cfg.audio.sample_rate
-    raw = str(out) == "-"
+    raw = out is None
     if raw and sys.stdout is None:  # started with stdout closed (`>&-`)
         raise CLIError("-o -: standard output is closed; redirect it to a file or a pipe, or "
                        "give -o FILE.wav")
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
     first, n_samples = None, 0
-    sink = None if raw else sf.SoundFile(str(out) + ".partial", "w", sr, 1, "PCM_16", format="WAV")
-    try:
-        for chunk in synth.stream(text, voice, args.language, args.seed):
-            if first is None:
-                first = time.perf_counter() - t0
-            n_samples += chunk.size
-            if raw:
-                sys.stdout.buffer.write(to_pcm16(chunk).astype("<i2").tobytes())
-                sys.stdout.buffer.flush()
-            else:
-                sink.write(to_pcm16(chunk))
-    except BrokenPipeError:  # the reader stopped (`| head -c 100`): what it took, it has
-        _quiet_stdout()
-        return 0
-    except OSError as e:
-        if not raw:
-            raise
-        _quiet_stdout()
-        raise CLIError(f"-o -: cannot write to standard output ({e.strerror or e}); "
-                       f"stopped after {n_samples / sr:.2f} s of audio") from None
-    finally:
-        if sink is not None:
-            sink.close()
+    with contextlib.ExitStack() as stack:  # the wav: closed, then renamed into place
+        sink = None if raw else stack.enter_context(sf.SoundFile(
+            stack.enter_context(atomic_open(out)), "w", sr, 1, "PCM_16", format="WAV"))
+        try:
+            for chunk in synth.stream(text, voice, args.language, args.seed):
+                if first is None:
+                    first = time.perf_counter() - t0
+                n_samples += chunk.size
+                if raw:
+                    sys.stdout.buffer.write(to_pcm16(chunk).astype("<i2").tobytes())
+                    sys.stdout.buffer.flush()
+                else:
+                    sink.write(to_pcm16(chunk))
+        except BrokenPipeError:  # the reader stopped (`| head -c 100`): what it took, it has
+            _quiet_stdout()
+            return 0
+        except OSError as e:
+            if not raw:
+                raise
+            _quiet_stdout()
+            raise CLIError(f"-o -: cannot write to standard output ({e.strerror or e}); "
+                           f"stopped after {n_samples / sr:.2f} s of audio") from None
     total = time.perf_counter() - t0
     if not raw:
-        Path(str(out) + ".partial").replace(out)
         print(out)
     seconds = n_samples / sr
     print(f"streamed {seconds:.2f} s of audio: first audio after {1000 * (first or 0):.0f} ms, "

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
+from myxtts.system import no_empty_folder_left, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,12 +66,16 @@ def run(args: argparse.Namespace) -> int:
         size_line = f"model: the one of {args.init_from} (fine-tuning it)"
     else:
         cfg, size_line = config_with_size(args, run_overrides(args), args.data)
+    output_folder(cfg.train.output_dir, "--output-dir", [
+        ("the data", args.data), ("the --init-from run", args.init_from),
+        ("the train.vocoder run", cfg.train.vocoder or None)], create=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(size_line, flush=True)
     from myxtts.train.loop import train
 
-    result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
-                   init_from=args.init_from)
+    with no_empty_folder_left(cfg.train.output_dir):
+        result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
+                       init_from=args.init_from)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
     return 130 if result.stopped_by_signal else 0

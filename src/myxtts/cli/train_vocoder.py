@@ -7,6 +7,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import add_config_args, config_from_args
+from myxtts.system import no_empty_folder_left, output_folder
 
 DEFAULT_OUTPUT = "runs/vocoder"
 
@@ -54,10 +55,14 @@ def run(args: argparse.Namespace) -> int:
     # Not the TTS run's default folder; --config, --set and --output-dir still win.
     cfg = config_from_args(args, base_overrides=[f"train.output_dir={DEFAULT_OUTPUT}"],
                            data=args.data)
+    output_folder(cfg.train.output_dir, "--output-dir", [
+        ("the data", args.data), ("the --tts-checkpoint run", cfg.vocoder.tts_checkpoint or None)],
+        create=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from myxtts.train.vocoder.loop import train_vocoder
 
-    result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
+    with no_empty_folder_left(cfg.train.output_dir):
+        result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
     print(f"trained the vocoder to step {result.step}; run folder {result.output_dir}; use it "
           f"with `myxtts synthesize --vocoder {result.output_dir} ...`")
     return 130 if result.stopped_by_signal else 0

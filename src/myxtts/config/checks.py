@@ -8,6 +8,7 @@ import math
 import typing
 from typing import Any
 
+from myxtts.config.bounds import excerpt
 from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError, FreezePart
 
 MAX_LR = 1.0  # Adam/AdamW learning rates above this move weights by more than their scale
@@ -37,7 +38,7 @@ def validate(cfg: Config) -> None:
     if not cfg.text.languages:
         raise ConfigError("text.languages must name at least one language, e.g. [en]")
     if cfg.text.default_language not in cfg.text.languages:
-        raise ConfigError(f"text.default_language {cfg.text.default_language!r} is not in "
+        raise ConfigError(f"text.default_language {excerpt(cfg.text.default_language)} is not in "
                           f"text.languages {cfg.text.languages}")
     if not 0.0 <= dt.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), got {dt.val_fraction}")
@@ -56,7 +57,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.min_duration_s ({dt.min_duration_s}) must be < data.max_duration_s "
                           f"({dt.max_duration_s})")
     if not (dt.data_device == "cpu" or dt.data_device.startswith("cuda")):
-        raise ConfigError(f"data.data_device must be 'cpu' or 'cuda:N', got {dt.data_device!r}")
+        raise ConfigError(f"data.data_device must be 'cpu' or 'cuda:N', got {excerpt(dt.data_device)}")
     if dt.ring_slots < 2:
         raise ConfigError(f"data.ring_slots must be >= 2 (one slot filled while one is trained "
                           f"on; 3 also overlaps the transfer), got {dt.ring_slots}")
@@ -140,13 +141,13 @@ def resolve_device(name: str, key: str) -> Any:
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError) as e:
-        raise ConfigError(f"{key}={name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+        raise ConfigError(f"{key}={excerpt(name)} is not a device; use auto, cpu, cuda or cuda:N") from e
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"{key}={name!r} but no CUDA GPU is visible here; use {use_cpu} "
+            raise ConfigError(f"{key}={excerpt(name)} but no CUDA GPU is visible here; use {use_cpu} "
                               f"(auto picks a GPU when there is one)")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"{key}={name!r} but only {torch.cuda.device_count()} CUDA GPU(s) "
+            raise ConfigError(f"{key}={excerpt(name)} but only {torch.cuda.device_count()} CUDA GPU(s) "
                               f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())

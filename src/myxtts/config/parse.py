@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from myxtts.config.bounds import MAX_CONFIG_BYTES, BoundedLoader, TooLarge, excerpt
 from myxtts.config.checks import validate
 from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
 from myxtts.system import atomic_write, path_kind
@@ -55,7 +56,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         if value not in choices:
             close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{key}: {value!r} is not {_type_name(tp)}{hint}")
+            raise ConfigError(f"{key}: {excerpt(value)} is not {_type_name(tp)}{hint}")
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -68,19 +69,22 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except ConfigError:
                 pass
         expected = " or ".join(_type_name(a) for a in options)
-        raise ConfigError(f"{key}: expected {expected}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{key}: expected {expected}, got {type(value).__name__} "
+                          f"{excerpt(value)}")
     if origin is list:
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} "
+                              f"{excerpt(value)}")
         (inner,) = typing.get_args(tp)
         return [_coerce(f"{key}[{i}]", v, inner) for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+            raise ConfigError(f"{key}: expected true/false, got {excerpt(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} "
+                              f"{excerpt(value)}")
         return value
     if tp is float:
         if isinstance(value, str):  # PyYAML reads "3e-4" (no dot) as a string
@@ -89,11 +93,13 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{key}: expected a number, got {type(value).__name__} "
+                              f"{excerpt(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {type(value).__name__} "
+                              f"{excerpt(value)}")
         return value
     raise ConfigError(f"{key}: unsupported type {tp}")  # pragma: no cover - schema bug
 
@@ -103,9 +109,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    key = str(key)
+    close = difflib.get_close_matches(key[:200], valid, n=1, cutoff=0.5)
     hint = f"; did you mean '{where}{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
-    return ConfigError(f"unknown config key '{where}{key}'{hint}")
+    return ConfigError(f"unknown config key {excerpt(where + key)}{hint}")
 
 
 def _renamed(dotted: str, where: str = "") -> ConfigError:
@@ -170,8 +177,13 @@ class DuplicateKeyError(yaml.YAMLError):
     """A mapping names one key twice (YAML keeps only the last: the first would be lost)."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping, naming it and its line."""
+class TooLargeYAML(yaml.YAMLError):
+    """A document that would grow past ``config.bounds``' limits once read (aliases)."""
+
+
+class _UniqueKeyLoader(BoundedLoader):
+    """``yaml.SafeLoader``, bounded (``config.bounds.BoundedLoader``), that refuses a key
+    repeated in one mapping, naming it and its line."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -185,14 +197,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # an unhashable key: the base class reports it
             if first != line:
-                raise DuplicateKeyError(f"key {key!r} on line {line} repeats the key of line "
+                raise DuplicateKeyError(f"key {excerpt(key)} on line {line} repeats the key of line "
                                         f"{first} (YAML would keep only the last); remove one")
         return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`) and a
+    document past ``config.bounds``' limits (:class:`TooLargeYAML`), before building it."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except TooLarge as e:
+        raise TooLargeYAML(str(e)) from None
 
 
 def load_config(path: str | Path | None = None, preset: str | None = None,
@@ -212,6 +228,10 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
         if kind != "a file":  # a FIFO would block the read; a folder is a wrong argument
             raise ConfigError(f"config file {p} is {kind}, not a file; give a YAML file "
                               f"(`myxtts config show` prints one)")
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {p} is {p.stat().st_size / 2**20:.1f} MiB; a config "
+                              f"is a few KB (at most {MAX_CONFIG_BYTES // 2**20} MiB): give the "
+                              f"YAML file `myxtts config show` prints")
         try:
             d = load_yaml(p.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as e:
@@ -219,7 +239,7 @@ def load_config(path: str | Path | None = None, preset: str | None = None,
                               f"as UTF-8") from None
         except OSError as e:
             raise ConfigError(f"{p}: cannot be read ({e.strerror or e})") from None
-        except DuplicateKeyError as e:
+        except (DuplicateKeyError, TooLargeYAML) as e:
             raise ConfigError(f"{p}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}".replace("\n", " ")) from e
@@ -246,27 +266,29 @@ def _inherit(d: dict[str, Any], where: str, sections: dict[str, dict[str, Any]])
         mine = d.setdefault(name, {})
         theirs = _present_names(name, values)
         if name == "model" and "preset" in mine and mine.get("preset") != theirs.get("preset"):
-            raise ConfigError(f"model.preset: {where} has {theirs.get('preset')!r}, this "
-                              f"command asks for {mine['preset']!r}; leave --model-size out to "
+            raise ConfigError(f"model.preset: {where} has {excerpt(theirs.get('preset'))}, this "
+                              f"command asks for {excerpt(mine['preset'])}; leave --model-size out to "
                               f"use {where}'s model")
         for key, value in theirs.items():
             if key in mine:
                 a = getattr(_build_section(name, {key: mine[key]}), key)
                 b = getattr(_build_section(name, {key: value}), key)
                 if a != b:
-                    raise ConfigError(f"{name}.{key}: {where} has {b!r}, this command sets "
-                                      f"{a!r}; drop the setting to use {where}'s value")
+                    raise ConfigError(f"{name}.{key}: {where} has {excerpt(b)}, this command sets "
+                                      f"{excerpt(a)}; drop the setting to use {where}'s value")
             mine[key] = value
 
 
 def apply_override(d: dict[str, Any], item: str) -> None:
     """Apply ``section.key=value`` (value parsed as YAML) to the raw dict ``d``."""
     if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like section.key=value, e.g. train.max_steps=100")
+        raise ConfigError(f"override {excerpt(item)} must look like section.key=value, e.g. "
+                          f"train.max_steps=100")
     dotted, raw = item.split("=", 1)
     parts = dotted.strip().split(".")
     if len(parts) != 2:
-        raise ConfigError(f"override {item!r}: key must be section.key, e.g. data.batch_frames")
+        raise ConfigError(f"override {excerpt(item)}: key must be section.key, e.g. "
+                          f"data.batch_frames")
     section, key = parts
     if f"{section}.{key}" in RENAMED_KEYS:
         raise _renamed(f"{section}.{key}")
@@ -276,11 +298,14 @@ def apply_override(d: dict[str, Any], item: str) -> None:
     if key not in valid:
         raise _unknown(key, valid, f"{section}.")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
+    except TooLargeYAML as e:
+        raise ConfigError(f"--set {section}.{key}: the value {e}") from None
     except yaml.YAMLError:
         value = raw
-    # "--set data.data_device=cuda:0" parses as a YAML mapping; keep the string.
-    if isinstance(value, dict) and _hints(SECTIONS[section])[key] is str:
+    # A text key takes the text as written: "--set data.data_device=cuda:0" parses as a YAML
+    # mapping, "--output-dir -" as a list, "--set train.output_dir=2024" as a number.
+    if not isinstance(value, str) and _hints(SECTIONS[section])[key] is str:
         value = raw
     sec = d.setdefault(section, {})
     if sec is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from myxtts.observe.gpu import GpuReading, load_nvml, read_gpus
+from myxtts.system import FileKind, write_failed
 
 GPU_FIELDS = ("util_pct", "mem_used_gib", "mem_total_gib", "power_w", "sm_clock_mhz", "temp_c",
               "pcie_rx_mbs", "pcie_tx_mbs")
@@ -167,6 +168,9 @@ def format_run(tail: MetricsTail, status: dict[str, Any] | None) -> list[str]:
     """The run section: latest step and train/val figures, or why there are none."""
     if tail.error:
         return [f"{tail.path}: {tail.error}"]
+    if not tail.path.parent.is_dir():
+        return [f"{tail.path.parent}: the run folder no longer exists (deleted or moved while "
+                f"the monitor watched it); start the monitor on the run's folder"]
     if status is None:
         return [f"{tail.path}: {NO_METRICS_YET if not tail.exists else 'no complete row yet'}"]
     age = "" if status["age_s"] is None else f"  (last row {_age(status['age_s'])} ago)"
@@ -188,6 +192,26 @@ def format_run(tail: MetricsTail, status: dict[str, Any] | None) -> list[str]:
 
 def _rounded(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
+
+
+def is_monitor_log(path: str | Path) -> bool:
+    """``path`` is a log this monitor wrote (what ``--log`` may append to): a CSV whose first
+    line is :data:`CSV_COLUMNS`, or JSON lines whose first is a refresh object."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 16).strip()
+    except OSError:
+        return False
+    if Path(path).suffix.lower() == ".csv":
+        return first == ",".join(CSV_COLUMNS).encode()
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and set(row) == {"time", "gpus", "run"}
+
+
+MONITOR_LOG = FileKind("a log of `myxtts monitor`", is_monitor_log)
 
 
 class MonitorLog:
@@ -217,7 +241,14 @@ class MonitorLog:
         self._fh.flush()
 
     def write(self, now: float, gpus: list[GpuReading], run: dict[str, Any] | None) -> None:
-        """One refresh, flushed at once so a killed monitor loses nothing written so far."""
+        """One refresh, flushed at once so a killed monitor loses nothing written so far; a
+        failed write (full disk, ``ulimit -f``) is one line, the rows before it kept."""
+        try:
+            self._write(now, gpus, run)
+        except OSError as e:
+            raise MonitorError(f"--log: {write_failed(e, self.path, kept=True)}") from None
+
+    def _write(self, now: float, gpus: list[GpuReading], run: dict[str, Any] | None) -> None:
         if self._csv is None:
             row = {"time": round(now, 3),
                    "gpus": [{k: _rounded(v) for k, v in g.as_dict().items()} for g in gpus],

@@ -25,6 +25,7 @@ import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager, resolve_checkpoint
+from myxtts.artifacts.validate import check_model
 from myxtts.config import Config, config_from_dict
 from myxtts.text import Tokenizer
 from myxtts.text.tokenizer import SPECIAL_TOKENS
@@ -59,6 +60,8 @@ def load_base(path: str | Path) -> tuple[Path, dict[str, Any]]:
     if state.get("kind") == "vocoder" or ck.VOCAB not in state:
         raise TrainError(f"{file} is not a TTS checkpoint (a vocoder run?); --init-from takes a "
                          f"`myxtts train` run or one of its checkpoints")
+    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
+                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
     return file, state
 
 

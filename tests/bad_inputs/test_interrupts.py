@@ -1,0 +1,81 @@
+"""Ctrl-C at any moment is quiet: one line, exit code 130, no traceback -- also while torch
+imports (an interrupt there used to leave torch half-registered, and the next import of it
+failed with "duplicate registrations for aten.linspace"), and while a file is being written
+(its temp file is removed and the line says the file was not written). Each case runs in a
+process of its own, since the interrupt ends it; the interrupt is sent from inside the
+import, so it lands there whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers import REPO
+
+# sends SIGINT to its own process when ``name`` is about to be imported (torch's C extension
+# is imported from the middle of torch/__init__.py, so torch is half-initialised then)
+_INTERRUPT_AT = """
+import importlib.abc, os, signal, sys
+
+class InterruptAt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {name!r}:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptAt())
+"""
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{cwd}"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+def test_ctrl_c_while_torch_imports_is_one_quiet_line(tmp_path):
+    code = _INTERRUPT_AT.format(name="torch._C") + textwrap.dedent("""
+        from myxtts.cli.main import main
+        sys.exit(main(["config", "show"]))
+    """)
+    proc = _python(code, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "myxtts config: interrupted\n", proc.stderr
+
+
+def test_ctrl_c_during_an_import_inside_a_write_removes_the_unfinished_file(tmp_path):
+    (tmp_path / "late_import.py").write_text("import os, signal\n"
+                                             "os.kill(os.getpid(), signal.SIGINT)\n"
+                                             "import time; time.sleep(1)\n")
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"the old file")
+    code = textwrap.dedent(f"""
+        from myxtts.cli.signals import handled_signals
+        from myxtts.system import atomic_open
+
+        with handled_signals(lambda: "myxtts test"):
+            with atomic_open({str(out)!r}) as fh:
+                fh.write(b"half of a new file")
+                import late_import  # interrupted half-way: the process ends at once
+        raise SystemExit("not reached")
+    """)
+    proc = _python(code, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == f"myxtts test: interrupted; {out} not written\n", proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late_import.py", "out.bin"]
+    assert out.read_bytes() == b"the old file"
+
+
+def test_ctrl_c_before_any_import_and_after_torch_is_quiet(tmp_path):
+    for name in ("myxtts.cli.config_cmd", "myxtts.model.xtts"):  # parsing; torch loaded
+        code = _INTERRUPT_AT.format(name=name) + textwrap.dedent("""
+            from myxtts.cli.main import main
+            sys.exit(main(["config", "show"]))
+        """)
+        proc = _python(code, tmp_path)
+        assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "interrupted" in proc.stderr, proc.stderr
