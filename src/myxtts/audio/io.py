@@ -396,24 +396,19 @@ def load_audio_span(path: str | Path, cfg: AudioConfig, notes: Notes | None = No
 
 
 def to_pcm16(wav) -> np.ndarray:
-    """Float audio -> int16 samples, the one conversion every 16-bit output uses (a wav
-    file, a wav written as it is made, raw PCM on stdout), so they hold the same samples.
-    NaN becomes 0 and values are clipped to [-1, 1] (a loud synthesis saturates instead of
-    wrapping); then the conversion libsndfile 1.2 applies when it writes float audio as
-    16-bit PCM: ``x * 2**31`` rounded to 32 bits, then its top 16 bits (so
-    ``floor(x * 32768)``, 1.0 -> 32767). Done here, the samples no longer depend on which
-    libsndfile writes them, and wav files are byte for byte what they were."""
+    """Float audio -> int16 samples: the one conversion of every 16-bit output (a wav file, a
+    wav written as it is made, raw PCM on stdout), so they hold the same samples. NaN -> 0,
+    clipped to [-1, 1] (a loud synthesis saturates, never wraps), then libsndfile 1.2's own
+    float-to-16-bit rule (``x * 2**31`` rounded, its top 16 bits: ``floor(x * 32768)``, 1.0
+    -> 32767), so the samples do not depend on the libsndfile installed."""
     wav = np.nan_to_num(np.asarray(wav, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
     wide = np.rint(np.clip(wav, -1.0, 1.0).astype(np.float64) * 2.0**31)  # exact: 24-bit mantissa
     return (np.clip(wide, -2.0**31, 2.0**31 - 1).astype(np.int64) >> 16).astype(np.int16)
 
 
 def save_wav(path: str | Path, wav, sample_rate: int) -> None:
-    """Write a 16-bit PCM WAV atomically (temp file + rename: a killed run never leaves half a file).
-
-    ``wav`` is a float array (numpy or torch) shaped [T] or [T, channels], converted by
-    :func:`to_pcm16`.
-    """
+    """Write float audio (numpy or torch, [T] or [T, channels]) as a 16-bit PCM WAV through
+    :func:`to_pcm16`, atomically (temp file + rename: a killed run never leaves half a file)."""
     if hasattr(wav, "detach"):  # torch tensor, without importing torch here
         wav = wav.detach().float().cpu().numpy()
     wav = np.asarray(wav, dtype=np.float32)
