@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import micro_config
+
+# A test run started in the background of a non-interactive shell (`pytest &`, nohup)
+# inherits SIGINT ignored, as would every process a test starts, and myxtts rightly keeps an
+# ignored signal ignored: the tests of Ctrl-C need it live, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
