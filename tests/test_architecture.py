@@ -14,7 +14,11 @@ Inside ``data`` the rooms import only those before them: ``store`` neither ``pre
 
 Within the data/model/observe layer the concerns stay apart, with one exception: the
 model reads the batch contract (``myxtts.data.batch``), which is a leaf of its own.
-Lazy (function-level) imports count: they are dependencies all the same.
+Lazy (function-level) imports count: they are dependencies all the same. Each one says
+why it is not at the top, in a comment on its line or the line above (an import right
+after another shares that one's): ``deferred`` (start-up time: ``myxtts --help`` starts
+without torch), ``optional`` (a package that may be missing) or ``circle`` (the modules
+it would tie together).
 
 No import circles between modules. The graph's nodes are the package's modules (a package
 is its ``__init__``), its edges every import at any depth, ``if TYPE_CHECKING:`` blocks
@@ -30,6 +34,11 @@ imports that submodule, because then the order of imports decides what is define
 from __future__ import annotations
 
 import ast
+import io
+import os
+import subprocess
+import sys
+import tokenize
 from pathlib import Path
 
 from tests.helpers import REPO
@@ -224,3 +233,68 @@ def test_modules_stay_readable():
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in _modules()}
     long = [f"myxtts.{m}: {n} lines" for m, n in sizes.items() if n > MAX_MODULE_LINES]
     assert len(sizes) > 50 and not long, "split these by what they hold:\n" + "\n".join(long)
+
+
+LOCAL_IMPORT_REASONS = ("deferred", "optional", "circle")
+
+
+def _unexplained_local_imports(path: Path) -> list[str]:
+    """Imports inside a function without a comment naming a reason (``LOCAL_IMPORT_REASONS``)
+    on their lines or the line just above; an import that follows another in the same block
+    (blank lines aside) shares its comment."""
+    source = path.read_text(encoding="utf-8")
+    reasons = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+               if tok.type == tokenize.COMMENT
+               and any(word in tok.string for word in LOCAL_IMPORT_REASONS)}
+    found = {}
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for block in ast.walk(fn):
+            for stmts in (getattr(block, f, None) for f in ("body", "orelse", "finalbody")):
+                explained = False
+                for stmt in stmts if isinstance(stmts, list) else []:
+                    if not isinstance(stmt, ast.Import | ast.ImportFrom):
+                        explained = False
+                        continue
+                    lines = range(stmt.lineno - 1, stmt.end_lineno + 1)
+                    explained = explained or any(n in reasons for n in lines)
+                    if not explained:
+                        found[stmt.lineno] = f"{path.name}:{stmt.lineno}: {ast.unparse(stmt)}"
+    return [found[n] for n in sorted(found)]
+
+
+def test_every_local_import_says_why_it_is_not_at_the_top():
+    wrong = [w for _, path in _modules() for w in _unexplained_local_imports(path)]
+    assert not wrong, ("function-level imports without a reason (move them to the top, or say "
+                       f"{' / '.join(LOCAL_IMPORT_REASONS)} in a comment):\n" + "\n".join(wrong))
+
+
+def test_the_local_import_check_sees_one_without_a_reason(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n"
+                     "    import json\n"  # no comment: found
+                     "    # deferred: torch\n"
+                     "    import torch\n\n"
+                     "    from myxtts import x\n"  # the group's comment above
+                     "    y = 1\n"
+                     "    from myxtts import z  # noqa: F401\n"  # a comment, but no reason
+                     "    try:  # optional: the eval extra\n"
+                     "        import whisper\n"
+                     "    except ImportError:\n"
+                     "        def g():\n"
+                     "            import os\n")  # nested: found once
+    assert _unexplained_local_imports(probe) == [
+        "probe.py:2: import json", "probe.py:8: from myxtts import z", "probe.py:13: import os"]
+
+
+def test_the_command_line_starts_without_torch(tmp_path):
+    """``myxtts --help`` builds every subcommand's parser; torch (about a second to import)
+    loads only for a command that runs it."""
+    code = ("import sys; from myxtts.cli.main import build_parser; build_parser(); "
+            "print('torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -225,7 +226,7 @@ def folder_lock(folder: str | Path, command: str) -> Iterator[None]:
     and command for the message. Without ``fcntl`` (Windows) nothing is locked."""
     folder = Path(folder)
     try:
-        import fcntl
+        import fcntl  # optional: POSIX only, not on Windows
     except ImportError:  # pragma: no cover - Windows
         yield
         return
@@ -277,9 +278,6 @@ def path_kind(path: str | Path) -> str:
     """What is at ``path``, in words, without opening it (opening a FIFO blocks):
     ``"a file"``, ``"a folder"``, ``"a FIFO (named pipe)"``, ``"a character device"``,
     ``"a symbolic link loop"``, ``"a broken symbolic link"``, ... or ``"nothing"``."""
-    import errno
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except OSError as e:

@@ -78,7 +78,7 @@ def test_doctor_reads_a_run_folder_as_a_run(small_run, tmp_path, capsys):
 
 def test_train_names_the_model_size_it_trains_and_picks_one_worth_the_device(
         micro_store, tmp_path, monkeypatch):
-    import myxtts.config as config
+    import myxtts.cli.common as common
     from myxtts.cli.common import config_with_size
     from myxtts.cli.main import build_parser
 
@@ -89,7 +89,7 @@ def test_train_names_the_model_size_it_trains_and_picks_one_worth_the_device(
 
     cfg, line = parsed("--device", "cpu")
     assert cfg.model.preset == "tiny" and line.startswith("model: tiny, the default on a CPU")
-    monkeypatch.setattr(config, "resolve_device", lambda *a: __import__("torch").device("cuda"))
+    monkeypatch.setattr(common, "resolve_device", lambda *a: __import__("torch").device("cuda"))
     cfg, line = parsed()
     assert cfg.model.preset == "small" and line.startswith("model: small, the default on a GPU")
     cfg, line = parsed("--model-size", "base")

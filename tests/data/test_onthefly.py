@@ -169,7 +169,7 @@ def one_silent_clip(tmp_path_factory):
 
 def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_once(
         one_silent_clip, monkeypatch, caplog):
-    import myxtts.audio.io as audio_io
+    import myxtts.data.feed.raw as raw_mod
 
     data, cfg, splits, victim = one_silent_clip
     stats = (np.zeros(80, np.float32), np.ones(80, np.float32))
@@ -177,8 +177,8 @@ def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_onc
                                             raw_splits=splits)
     dataset, collate = loader.loader.dataset, loader.loader.collate_fn
     reads = []
-    real_load = audio_io.load_audio_span  # what the loader reads a clip with
-    monkeypatch.setattr(audio_io, "load_audio_span",
+    real_load = raw_mod.load_audio_span  # what the loader reads a clip with
+    monkeypatch.setattr(raw_mod, "load_audio_span",
                         lambda path, a: reads.append(path) or real_load(path, a))
     hit = 0
     with caplog.at_level("WARNING", logger="myxtts.data.feed.onthefly"):

@@ -229,9 +229,9 @@ def test_a_clip_with_nonfinite_features_is_left_out_and_reported(data, tmp_path,
     # The finite check starts in the worker: a clip whose mels come out NaN (here a sample
     # turned NaN after decoding, which the decoder's own check cannot see) is reported with
     # its file like any bad clip, and the store's manifest records its mels as checked.
-    import myxtts.audio.io as audio_io
+    from myxtts.data.prepare import chunks
 
-    real_load = audio_io.load_audio
+    real_load = chunks.load_audio  # what a worker reads a clip with
     target = sorted((data / "wavs").glob("*.wav"))[4]
 
     def load(path, cfg, notes=None):
@@ -241,7 +241,7 @@ def test_a_clip_with_nonfinite_features_is_left_out_and_reported(data, tmp_path,
             wav[len(wav) // 2] = np.nan
         return wav
 
-    monkeypatch.setattr(audio_io, "load_audio", load)
+    monkeypatch.setattr(chunks, "load_audio", load)
     out = tmp_path / "store"
     result = prepare_store(data, out, Config(), workers=1, **QUIET)
     report = json.loads((out / "report.json").read_text())

@@ -27,7 +27,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _MEL_NAMES:
-        from myxtts.audio import mel
+        from myxtts.audio import mel  # deferred: torch, only for the mel names (module doc)
 
         return getattr(mel, name)
     raise AttributeError(f"module 'myxtts.audio' has no attribute {name!r}")

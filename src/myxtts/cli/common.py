@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from myxtts.config import Config, load_config
+from myxtts.config import Config, config_from_dict, load_config, resolve_device
 from myxtts.config.parse import load_yaml
 from myxtts.data.store import StoreError
 from myxtts.data.store.format import MANIFEST, read_manifest
@@ -116,7 +116,7 @@ def corpus_languages(data: str | Path, cfg: Config, file: str | Path | None,
     named = _named_keys(file, overrides)
     if "text.languages" in named:
         return [], ""
-    from myxtts.data.prepare.readers import declared_languages  # reads the data: not at start-up
+    from myxtts.data.prepare.readers import declared_languages  # deferred: not for `myxtts --help`
 
     found = declared_languages(data, cfg)
     if found is None:
@@ -166,8 +166,6 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
     the same run), with the default model size for its
     device when the command names none (no --model-size, no model key in --config or --set,
     no run to take it from), and the line that says which size trains and why."""
-    from myxtts.config import resolve_device
-
     cfg = config_from_args(args, base_overrides, data)
     named = getattr(args, "preset", None) or any(
         o.split("=", 1)[0].startswith("model.") for o in getattr(args, "overrides", None) or [])
@@ -197,9 +195,9 @@ def config_with_size(args: argparse.Namespace, base_overrides: list[str] | None,
 def _model_of_checkpoint(cfg: Config, resume: str | None) -> Config:
     """``cfg`` with the model section of the checkpoint a run continues from (``resume``, else
     the run folder's newest good one): a resume that names no model trains the run's own."""
+    # deferred: torch; `myxtts --help` starts without it
     from myxtts.artifacts import checkpoint as ck
     from myxtts.artifacts.runs import CheckpointManager
-    from myxtts.config import config_from_dict
 
     path = Path(resume) if resume else CheckpointManager(
         Path(cfg.train.output_dir) / "checkpoints", 1).resumable()

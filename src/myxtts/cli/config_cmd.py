@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _param_counts_header(cfg) -> str:
     """Parameter count of the configured model, so a preset's size is visible before training."""
-    try:
+    try:  # deferred: torch; `myxtts --help` starts without it
         from myxtts.model.xtts import count_parameters
     except ImportError:  # model package not importable: show the config alone
         return ""

@@ -42,7 +42,7 @@ def _make_demo(args: argparse.Namespace) -> int:
     """Write a deterministic synthetic corpus: a 14-letter made-up language (and, with
     --languages en,fa, a second one in Persian letters) spoken by N voices that differ in
     pitch and timbre. Same arguments -> identical files."""
-    from myxtts.synthetic import DEMO_LANGUAGES, make_demo_data
+    from myxtts.synthetic import DEMO_LANGUAGES, make_demo_data  # deferred: not for `myxtts --help`
 
     out = output_folder(args.out, "OUT", create=False)
     languages = tuple(x.strip() for x in args.languages.split(",") if x.strip())
@@ -72,6 +72,7 @@ def _inspect(args: argparse.Namespace) -> int:
     """Read a dataset and every clip's header; print counts per split, hours, per-speaker
     totals, a duration histogram, sample rates and the problems found (file:line and the
     fix). Exit code 0 even when problems are found."""
+    # deferred: the dataset readers, not for `myxtts --help`
     from myxtts.data.prepare.inspect import format_inspection, inspect_dataset
     from myxtts.data.prepare.records import DatasetError
 

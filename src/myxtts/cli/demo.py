@@ -15,7 +15,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
+import soundfile as sf
+
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.system import output_folder
 
 DEMO_LANGUAGES = ("en", "fa")
 
@@ -40,10 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: torch and the training stack; `myxtts --help` starts without them
     from myxtts.data.prepare.build import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
-    from myxtts.system import output_folder
     from myxtts.train.loop import train
 
     if args.speakers < 2:
@@ -101,8 +104,6 @@ def _reference_clip(data: Path, speaker: str) -> Path:
     """The longest clip of ``speaker`` in the metadata: the synthesizer wants a reference of at
     least half the conditioning crop after trimming silence (``Synthesizer.reference``), and
     the longest clip is the one most likely to hold that much of the voice."""
-    import soundfile as sf
-
     chosen, best = None, -1
     for line in (data / "metadata.csv").read_text(encoding="utf-8").splitlines():
         cols = line.split("|")

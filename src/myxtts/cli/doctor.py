@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, base_overrides=[f"train.device={args.device}"] if args.device
                            else None, data=args.data)
+    # deferred: the checks' modules, not for `myxtts --help`
     from myxtts.diagnose.doctor.check import exit_code, format_checks
     from myxtts.diagnose.doctor.run import run_checks
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command
+from myxtts.evaluate import require
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     duration ratio; the model's real-time factor. A table per language on screen; JSON and a
     per-utterance CSV with --out. Offline: every model it uses ships inside its package
     (pip install "myxtts[eval]"). What each number means: docs/evaluation.md."""
-    from myxtts.evaluate import require
-    from myxtts.evaluate.scorer import packages
+    from myxtts.evaluate.scorer import packages  # deferred: torch, not for `myxtts --help`
 
     if not Path(args.model).exists():
         raise CLIError(f"MODEL {args.model} does not exist; pass a run folder of `myxtts train`, "
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--keep-audio needs --out DIR (the clips go to DIR/audio/)")
     require(*packages(args.asr))  # before any model loads: one line naming what is missing
 
+    # deferred: torch and the model; `myxtts --help` starts without them
     from myxtts.inference.evaluation import evaluate
     from myxtts.inference.evaluation_report import text_report, to_json, write
 

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     language table, mel statistics and, with --vocoder, a trained vocoder; no optimizer
     state, and no pickle (loading it runs no code). A checksum over the whole file makes a
     damaged copy an error. Synthesize from it with `myxtts synthesize -c FILE`."""
+    # deferred: torch; `myxtts --help` starts without it
     from myxtts.artifacts.bundle import BUNDLE_FILE, export
     from myxtts.artifacts.runs import resolve_checkpoint
 

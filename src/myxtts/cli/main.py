@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ def _quiet_exit(signum: int, frame: object) -> None:
 if os.path.basename(sys.argv[0]).removesuffix(".exe") == "myxtts":  # pragma: no cover
     signal.signal(signal.SIGINT, _quiet_exit)
 
+from myxtts import __version__  # noqa: E402
 from myxtts.cli.signals import Terminated, handled_signals, one_line  # noqa: E402
 from myxtts.system import default_allocator_settings  # noqa: E402
 
@@ -55,8 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="myxtts",
         description="Train XTTS-style voice-cloning TTS models whose GPU never waits for data.",
     )
-    from myxtts import __version__
-
     p.add_argument("--version", action="version", version=f"myxtts {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
@@ -100,8 +100,6 @@ def _exit_torchrun_worker(code: int) -> None:
     killed mid-unwind and the rank aborts (SIGABRT after "trained to step N", seen in CI),
     failing a finished run. Nothing is left to clean up: logs are closed, checkpoints
     written atomically."""
-    import logging
-
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()

@@ -51,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--log {args.log} is inside the run folder {run_dir}; the monitor "
                            "never writes into a run's files: give a path outside it")
     try:
-        from myxtts.diagnose.monitor import MONITOR_LOG, MonitorError, run_monitor  # imports torch
+        from myxtts.diagnose.monitor import (  # deferred: torch
+            MONITOR_LOG,
+            MonitorError,
+            run_monitor,
+        )
 
         if args.log:
             output_file(args.log, "--log", MONITOR_LOG)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
+from myxtts.data.store import verify_store
+from myxtts.system import available_cpus, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,11 +34,7 @@ def _run(args: argparse.Namespace) -> int:
     """Read DATA (LJSpeech folder, speaker folders or a manifest), clean and tokenize the
     texts, extract log-mels in parallel and pack them into STORE. A killed prepare resumes
     where it stopped when re-run with the same command."""
-    from myxtts.system import available_cpus
-
     if args.verify:
-        from myxtts.data.store import verify_store
-
         problems = verify_store(args.verify)
         for line in problems:
             print(f"problem: {line}")
@@ -51,8 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"--workers {args.workers}: extraction needs at least one process; use "
                        f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
-    from myxtts.data.prepare.build import prepare_store
-    from myxtts.system import output_folder
+    from myxtts.data.prepare.build import prepare_store  # deferred: not for `myxtts --help`
 
     output_folder(args.out, "--out", [("the dataset", args.data)], create=False)
     if args.audio:  # last override, so it wins over --config and --set

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from myxtts.artifacts.errors import ArtifactError
 from myxtts.cli.common import CLIError, add_config_args, config_with_size
 from myxtts.cli.train import add_run_args, run_overrides
 from myxtts.system import output_folder
@@ -50,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
         output_folder(args.trace, "--trace", [("the data", args.data), ("the --run", args.run)])
     resume = None
     if args.run is not None:
-        from myxtts.artifacts.errors import ArtifactError
-        from myxtts.artifacts.runs import resolve_checkpoint
+        from myxtts.artifacts.runs import resolve_checkpoint  # deferred: torch
 
         try:
             resume = resolve_checkpoint(args.run)
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # one line for a user error
     cfg, _ = config_with_size(args, run_overrides(args), args.run or args.data)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # deferred: torch and the training stack; `myxtts --help` starts without them
     from myxtts.diagnose.profile.report import format_report
     from myxtts.diagnose.profile.run import profile
 

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import soundfile as sf
+
+from myxtts.audio.io import is_wav_file, to_pcm16
 from myxtts.cli.common import CLIError
 from myxtts.system import (
     STDOUT,
@@ -78,13 +81,7 @@ def read_text_file(name: str) -> str:
     return text
 
 
-def _is_wav(path: Path) -> bool:
-    from myxtts.audio.io import is_wav_file  # soundfile and soxr: not for `myxtts --help`
-
-    return is_wav_file(path)
-
-
-WAV_FILE = FileKind("a WAV file", _is_wav)
+WAV_FILE = FileKind("a WAV file", is_wav_file)
 
 
 def output_paths(out: str, n_texts: int, stream: bool, inputs: Inputs) -> list[Path | None]:
@@ -130,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
               ("the --text-file", args.text_file), ("the --checkpoint", args.checkpoint),
               ("the --vocoder", args.vocoder)]
     outputs = output_paths(args.out, len(texts), args.stream, inputs)
-    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.inference.synthesizer import Synthesizer  # deferred: torch
 
     synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
                                         raw_weights=args.raw_weights)
@@ -146,10 +143,6 @@ def run(args: argparse.Namespace) -> int:
 def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
     """One text into one wav, appended window by window: memory stays flat in the text's
     length and a long text shows its progress."""
-    import soundfile as sf
-
-    from myxtts.audio.io import to_pcm16
-
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
 
@@ -171,10 +164,6 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
 def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path | None) -> int:
     """``text`` spoken while it is generated: into the wav ``out`` (through a temp file, as
     ``_write_as_it_goes``), or with ``out`` None as raw 16-bit PCM on standard output."""
-    import soundfile as sf
-
-    from myxtts.audio.io import to_pcm16
-
     sr = synth.cfg.audio.sample_rate
     raw = out is None
     if raw and sys.stdout is None:  # started with stdout closed (`>&-`)

@@ -133,7 +133,7 @@ def resolve_device(name: str, key: str) -> Any:
     without CUDA, or one that does not exist, is a ConfigError naming the key and the fix.
     A CUDA device always comes back with its index (``cuda`` -> ``cuda:N``, N the current
     GPU): ``torch.cuda.set_device`` and per-device state reject an index-less device."""
-    import torch
+    import torch  # deferred: config is read by `myxtts --help`, which starts without torch
 
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"

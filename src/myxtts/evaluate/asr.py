@@ -103,7 +103,7 @@ class PocketSphinx:
 
     def __init__(self) -> None:
         require("pocketsphinx", what="the ASR metrics (CER, WER)")
-        from pocketsphinx import Decoder  # optional package (the eval extra)
+        from pocketsphinx import Decoder  # optional: the eval extra
 
         self.decoder = Decoder(loglevel="FATAL")  # the wheel's en-us model; no log lines
 
@@ -125,7 +125,7 @@ class Whisper:
     def __init__(self, size: str = "small") -> None:
         self.name, self.size = f"whisper:{size}", size
         if not missing("whisper"):
-            import whisper  # optional package: openai-whisper
+            import whisper  # optional: openai-whisper
 
             root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "whisper"
             weights = root / f"{size}.pt"
@@ -135,7 +135,7 @@ class Whisper:
                                       f"that ran whisper.load_model({size!r})")
             self.model, self.kind = whisper.load_model(str(weights), device="cpu"), "openai"
         elif not missing("faster_whisper"):
-            from faster_whisper import WhisperModel  # optional package: faster-whisper
+            from faster_whisper import WhisperModel  # optional: faster-whisper
 
             try:
                 self.model = WhisperModel(size, device="cpu", compute_type="int8",

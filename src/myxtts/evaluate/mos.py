@@ -41,7 +41,8 @@ class DNSMOS:
 
     def __init__(self) -> None:
         require("speechmos", "onnxruntime", "librosa", what="DNSMOS")
-        import onnxruntime as ort  # optional packages (the eval extra); speechmos imports librosa
+        # optional: the eval extra (speechmos imports librosa)
+        import onnxruntime as ort
         from speechmos import dnsmos
 
         options = ort.SessionOptions()

@@ -18,6 +18,8 @@ import numpy as np
 from myxtts.config import AudioConfig
 from myxtts.evaluate import require
 from myxtts.evaluate.asr import ErrorCounts, Recognizer, recognizer
+from myxtts.evaluate.mos import DNSMOS
+from myxtts.evaluate.speaker import SpeakerEncoder, similarity
 from myxtts.evaluate.truth import against_truth
 
 # Summary keys, in table order: what each means is in docs/evaluation.md.
@@ -73,12 +75,8 @@ class Scorer:
         self.recognizer = recognizer(self.asr)
         self._encoder = self._dnsmos = None
         if self.speaker:
-            from myxtts.evaluate.speaker import SpeakerEncoder  # torch LSTM + resemblyzer weights
-
             self._encoder = SpeakerEncoder(self.device)
         if self.mos:
-            from myxtts.evaluate.mos import DNSMOS  # onnxruntime sessions on first use
-
             self._dnsmos = DNSMOS()
 
     def speaks(self, language: str) -> bool:
@@ -95,8 +93,6 @@ class Scorer:
               ) -> ClipScores:
         """All the scores ``wav`` can get: ASR against ``text`` (cleaned, in ``language``),
         similarity to the d-vector ``reference``, DNSMOS, and ``truth``'s comparisons."""
-        from myxtts.evaluate.speaker import similarity
-
         sr = self.audio.sample_rate
         out = ClipScores(seconds=len(wav) / sr)
         if text is not None and self.speaks(language):

@@ -16,13 +16,12 @@ import re
 from collections.abc import Callable, Hashable
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def count_flops(fn: Callable[[], object]) -> float:
     """FLOPs of everything ``fn()`` runs (matmuls, convolutions, attention via math SDPA)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
-
     with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
         fn()
     return float(counter.get_total_flops())

@@ -25,7 +25,7 @@ def load_nvml() -> tuple[Any, str | None]:
     """``(pynvml, None)`` with NVML initialised, or ``(None, why)``: a one-line reason that
     names what is missing (the package, or a driver/GPU)."""
     try:
-        import pynvml
+        import pynvml  # optional: the gpu extra (nvidia-ml-py)
     except ImportError:
         return None, NVML_MISSING
     try:

@@ -60,7 +60,7 @@ class JSONLLogger(NullLogger):
 
 class TensorBoardLogger(NullLogger):
     def __init__(self, log_dir: Path):
-        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        from torch.utils.tensorboard import SummaryWriter  # optional: the tensorboard package
 
         self._w = SummaryWriter(str(log_dir))
 

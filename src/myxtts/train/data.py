@@ -16,11 +16,12 @@ the data position is restored, which depends on the final batch plan.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,15 +30,14 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
 from myxtts.data.feed.dataset import VocabMap
+from myxtts.data.feed.loader import build_loader
+from myxtts.data.feed.onthefly import RawSplit, build_onthefly_loader, read_raw_splits
 from myxtts.data.feed.protocol import TrainLoader
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore, ensure_finite
 from myxtts.text import Tokenizer
 from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
-
-if TYPE_CHECKING:  # the loaders are imported where a run opens its data (audio, workers)
-    from myxtts.data.feed.onthefly import RawSplit
 
 # builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
 Rebuild = Callable[[list[int] | None], tuple[TrainLoader, BucketBatchSampler]]
@@ -161,8 +161,6 @@ def _saved_stats(saved: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] 
 
 def _remap_raw(splits: dict[str, RawSplit], vocab_map: VocabMap) -> dict[str, RawSplit]:
     """A raw dataset's splits with their token and language ids in the model's vocabulary."""
-    import dataclasses
-
     return {name: dataclasses.replace(
         s, tokens=[vocab_map.tokens[t] for t in s.tokens],
         language_ids=vocab_map.languages[s.language_ids]) for name, s in splits.items()}
@@ -170,8 +168,6 @@ def _remap_raw(splits: dict[str, RawSplit], vocab_map: VocabMap) -> dict[str, Ra
 
 def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                 state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
-    from myxtts.data.feed.loader import build_loader
-
     train_store = FeatureStore.open(path, "train", cfg)
     train_store.check_statistics()
     # A NaN store would train a NaN model: prepare's recorded check, else one pass recorded
@@ -204,8 +200,6 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
 
 def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                 state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
-    from myxtts.data.feed.onthefly import build_onthefly_loader, read_raw_splits
-
     tok = Tokenizer.from_dict(state[ck.VOCAB]) if state is not None else None
     stats = _saved_stats(state if state is not None else base)
     raw = read_raw_splits(path, cfg, tok)

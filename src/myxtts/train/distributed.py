@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
+from torch.nn.parallel import DistributedDataParallel
 
 from myxtts.train.errors import TrainError
 
@@ -89,8 +90,6 @@ def init_distributed(device: str = "auto") -> DistInfo:
 def wrap_ddp(model: torch.nn.Module, dist: DistInfo) -> torch.nn.Module | None:
     if not dist.enabled:
         return None
-    from torch.nn.parallel import DistributedDataParallel
-
     ids = [dist.device.index] if dist.device.type == "cuda" else None
     # Gradients as views into DDP's all-reduce buckets: one copy of the gradients instead of
     # two, which the auto budget (measured without DDP) does not see.

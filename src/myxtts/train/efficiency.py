@@ -15,7 +15,9 @@ import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape
+from myxtts.model.dummy import worst_case_batch
 from myxtts.model.losses import compute_losses
+from myxtts.model.xtts import build_model
 from myxtts.observe.flops import StepFlops, achieved_tflops, count_flops, peak_tflops
 from myxtts.observe.gpu import GpuUtilSampler
 
@@ -23,9 +25,6 @@ from myxtts.observe.gpu import GpuUtilSampler
 def meta_step_counter(cfg: Config, n_tokens: int, n_languages: int) -> Callable[[tuple], float]:
     """``count((B, L_text, T_mel))``: forward + backward FLOPs of one training micro-batch of
     that padded shape (with the self-fed second decoder pass when ``train.self_feed`` > 0)."""
-    from myxtts.model.dummy import worst_case_batch
-    from myxtts.model.xtts import build_model
-
     with torch.device("meta"):
         model = build_model(cfg, n_tokens, n_languages, None, None)
     model.train()

@@ -27,6 +27,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager, resolve_checkpoint
 from myxtts.artifacts.validate import check_model
 from myxtts.config import Config, config_from_dict
+from myxtts.model.xtts import part_of
 from myxtts.text import Tokenizer
 from myxtts.text.tokenizer import SPECIAL_TOKENS
 from myxtts.train.errors import TrainError
@@ -178,8 +179,6 @@ def freeze(model: torch.nn.Module, parts: list[str]) -> int:
     requiring gradients, so the optimizer leaves them out. Returns how many are frozen."""
     if not parts:
         return 0
-    from myxtts.model.xtts import part_of
-
     frozen = 0
     for name, p in model.named_parameters():
         if part_of(name) in parts:

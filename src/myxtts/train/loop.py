@@ -20,6 +20,7 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.artifacts.saver import BackgroundSaver
+from myxtts.artifacts.vocoder import load_vocoder
 from myxtts.config import Config, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
@@ -63,8 +64,6 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                          f"them all; give at most {len(data.sampler)} (or a smaller "
                          f"data.batch_frames for more batches)")
     if cfg.train.vocoder:  # checked now, not at the first sample thousands of steps in
-        from myxtts.artifacts.vocoder import load_vocoder
-
         load_vocoder(cfg.train.vocoder, cfg.audio, torch.device("cpu"))
     if dist.rank == 0:
         out.mkdir(parents=True, exist_ok=True)

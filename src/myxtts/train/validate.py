@@ -16,9 +16,11 @@ import torch
 
 from myxtts.artifacts.vocoder import load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
+from myxtts.audio.io import save_wav
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
+from myxtts.evaluate.dtw import dtw_l1
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
 
@@ -76,9 +78,6 @@ def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: Metr
     own reference speakers, saved, logged and scored against their ground-truth mels."""
     if rank != 0 or not data.synth_batch:
         return []
-    from myxtts.audio.io import save_wav
-    from myxtts.evaluate.dtw import dtw_l1
-
     model = engine.model
     batch = {k: v.to(device) for k, v in data.synth_batch.items() if isinstance(v, torch.Tensor)}
     mels, lengths, align = free_running(engine, batch, device, seed=step)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from myxtts.audio.frames import n_frames_for
+from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, RawBatch, stop_targets
 
@@ -40,8 +41,6 @@ class Featurizer:
     def module(self, device: torch.device) -> torch.nn.Module:
         key = str(device)
         if key not in self._modules:
-            from myxtts.audio.mel import MelSpectrogram
-
             self._modules[key] = MelSpectrogram(self.audio).to(device)
         return self._modules[key]
 

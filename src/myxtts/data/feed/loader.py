@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -100,8 +101,6 @@ def batch_cost(dataset: StoreDataset, collator: Collator, sampler: BucketBatchSa
                tries: int = 3) -> tuple[float, int]:
     """``(seconds, bytes)`` of the first epoch's largest batch, built in this process (the
     fastest of ``tries``: the first may read the store from disk). ~1-10 ms."""
-    import time
-
     sizes = dataset.store.mel_lengths
     batch = max(sampler.batches(0), key=lambda b: int(sizes[b].sum()))
     best, nbytes = float("inf"), 0

@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from myxtts.audio.frames import n_frames_for, samples_for_frames, window_margin
+from myxtts.audio.io import AudioError, audio_info
 from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.feed.dataset import EpochBatches
@@ -243,8 +244,6 @@ def read_raw_splits(data: str | Path, cfg: Config, tokenizer: Any = None
 
     Returns ``({split: RawSplit}, tokenizer, speakers)``.
     """
-    from myxtts.audio.io import AudioError, audio_info
-
     planned, tokenizer, _, _ = plan_texts(Path(data), cfg, tokenizer)
     a = cfg.audio
     kept: dict[str, list[tuple[Any, int]]] = {s: [] for s in SPLITS}

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from myxtts.audio.frames import crop_window, n_frames_for
+from myxtts.audio.io import AudioError, load_audio_span, read_span
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.feed.buckets import ShapeTable
@@ -80,8 +81,6 @@ class RawAudioDataset(Dataset):
     def _load(self, i: int) -> np.ndarray | None:
         """The clip, or None when it cannot be used (said once per clip, across workers
         and epochs; a clip that failed is not read again)."""
-        from myxtts.audio.io import AudioError, load_audio_span
-
         failed, spans = self._maps()
         if failed[i]:
             return None
@@ -98,8 +97,6 @@ class RawAudioDataset(Dataset):
         """Reference clip ``r``'s crop for hash ``h``: ``(wav[a:b], first, frames)`` (the
         module doc's crop), or None when ``r`` cannot be used. Read alone where its span is
         known; the same samples as cutting the loaded clip."""
-        from myxtts.audio.io import AudioError, read_span
-
         failed, spans = self._maps()
         if failed[r]:
             return None

@@ -7,6 +7,10 @@ turns its clips into float16 log-mels with ``MelSpectrogram`` and commits the ch
 ``.npz`` with an atomic rename into ``STORE/.work/chunks/``; complete chunks are skipped,
 which is the whole resume mechanism. Why chunks: a million tiny files is slow on every file
 system, and appending to one file is not atomic. A SIGKILL loses at most the chunks in flight.
+
+torch is imported inside the extraction functions, not with the module: a spawned worker
+(macOS, Windows) caps its BLAS/OpenMP threads (``_limit_threads``) before torch reads
+them, and a prepare with nothing left to extract never loads it.
 """
 
 from __future__ import annotations
@@ -22,18 +26,18 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
+from myxtts.audio.io import AudioError, load_audio
+from myxtts.config import AudioConfig
 from myxtts.data.prepare.plan import Planned
 from myxtts.data.prepare.records import NONFINITE_FEATURES, SPLITS, TOO_LONG, TOO_SHORT
 from myxtts.data.store.audio import chunk_audio_ok, quantize
 from myxtts.data.store.finite import has_nonfinite, nonfinite_rows
 from myxtts.data.store.format import AUDIO_DTYPE, MEL_DTYPE, StoreError
-
-if TYPE_CHECKING:
-    from myxtts.config import AudioConfig
 from myxtts.system import atomic_write
 
 MAX_CHUNK_SIZE = 256  # utterances per chunk on big datasets (~2.5 min of work per 256 x 6 s)
@@ -157,7 +161,7 @@ def _limit_threads() -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
         os.environ[var] = "1"
-    import torch
+    import torch  # deferred: after the thread variables (module doc)
 
     torch.set_num_threads(1)
 
@@ -185,11 +189,10 @@ def extract_chunk(task: dict[str, Any]) -> dict[str, Any]:
     ``fixes`` (what was done to kept clips, ``audio.io``'s notes; JSON as uint8); with
     audio also ``audio`` int16 and ``n_samples`` (a chunk without them
     never satisfies a run that wants audio, so it is extracted again)."""
+    # deferred: torch, after _limit_threads in a spawned worker (module doc)
     import torch
 
-    from myxtts.audio.io import AudioError, load_audio
     from myxtts.audio.mel import MelSpectrogram
-    from myxtts.config import AudioConfig
 
     audio_cfg = AudioConfig(**task["audio"])
     key = json.dumps(task["audio"], sort_keys=True)
@@ -281,20 +284,18 @@ def _mp_context() -> mp.context.BaseContext:
 def run_extraction(tasks: list[dict[str, Any]], workers: int, progress: bool, n_total: int) -> None:
     """Extract every task (a chunk: see ``extract_chunk``) on ``workers`` processes (1: in
     this process, on one thread), with a progress bar over all ``n_total`` utterances."""
-    from tqdm import tqdm
-
     n_todo = sum(len(t["utterances"]) for t in tasks)
     if not tasks:
         return
     workers = min(workers, len(tasks))
     pool = None
     if workers > 1:
-        import myxtts.audio.mel  # noqa: F401  (import torch once, before forking)
+        import myxtts.audio.mel  # noqa: F401  (deferred: torch, once, before forking)
 
         pool = _mp_context().Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
         results = pool.imap_unordered(extract_chunk, tasks)
     else:
-        import torch
+        import torch  # deferred: only when there is work (module doc)
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # "1 worker" means one core, here too

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from myxtts.config import Config
+from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import EMPTY_TEXT, SPLITS, UNKNOWN_LANGUAGE
+from myxtts.text import Tokenizer, clean_text
 
 TOO_MANY_TOKENS = "too many tokens"  # rejection reason (the others live in data.records)
 MIN_MEL_STD = 1e-2  # floor of the per-band std (log-mel units): a constant band must not divide by 0
@@ -39,9 +41,6 @@ def plan_texts(data: Path, cfg: Config, tokenizer: Any = None):
     Returns ``(planned {split: [Planned]}, tokenizer, rejections, reader report)``. The
     vocabulary is built from the cleaned train+val texts unless ``tokenizer`` is given.
     """
-    from myxtts.data.prepare.readers import read_dataset
-    from myxtts.text import Tokenizer, clean_text
-
     splits = read_dataset(data, cfg)
     rejections: list[dict[str, str]] = []
     cleaned: dict[str, list[tuple[Any, str]]] = {s: [] for s in SPLITS}

@@ -249,6 +249,7 @@ class FeatureStore:
     @property
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
+            # deferred: myxtts.text, ~10 ms of `myxtts --help` (cli.common reads stores)
             from myxtts.text.tokenizer import Tokenizer
 
             self._tokenizer = Tokenizer.load(self.path / VOCAB)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from myxtts.audio.frames import frames_for_samples
+from myxtts.config import ConfigError, config_from_dict
 from myxtts.data.store.audio import audio_index, stores_audio
 from myxtts.data.store.finite import is_recorded, read_rows, scan_split
 from myxtts.data.store.format import (
@@ -140,8 +141,6 @@ def _check_audio(store: FeatureStore) -> list[str]:
 def _check_feature_hash(path: Path, manifest: dict[str, Any]) -> list[str]:
     """The recorded feature hash must be the hash of the recorded audio/text sections: an
     edited hash (or section) would let a store pass as prepared with other features."""
-    from myxtts.config import ConfigError, config_from_dict
-
     try:
         cfg = config_from_dict({"audio": manifest.get("audio", {}), "text": manifest.get("text", {})})
     except (ConfigError, TypeError, ValueError) as e:

@@ -52,7 +52,7 @@ def check_data(cfg: Config, path: str | Path | None,
         return [Check("data", "fail", f"{path} does not exist",
                        "pass a store from `myxtts prepare DATA --out STORE`, or a dataset folder")
                 ], DataPlan()
-    try:
+    try:  # deferred: the doctor runs without soundfile or soxr (module doc)
         from myxtts.data.store.format import store_state
     except (ImportError, OSError) as e:
         return [Check("data", "fail", f"cannot load myxtts.data ({type(e).__name__}: {e})",
@@ -74,6 +74,7 @@ def check_data(cfg: Config, path: str | Path | None,
 def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
                 ) -> tuple[list[Check], DataPlan]:
     """Integrity (``verify_store``), features matching ``cfg``, batching, read speed."""
+    # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.feed.loader import build_sampler
     from myxtts.data.store import FeatureStore, StoreError, verify_store
     from myxtts.data.store.format import store_state
@@ -112,7 +113,7 @@ def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
     except ConfigError as e:
         return checks + [Check("batches", "fail", str(e), "--set data.batch_frames=N (the "
                                 "value the message names)")], DataPlan()
-    from myxtts.data.feed.loader import store_batch_cost
+    from myxtts.data.feed.loader import store_batch_cost  # deferred: as above
 
     return checks, DataPlan(False, sampler.shape_table(), store.n_mels,
                             store_batch_cost(store, cfg))
@@ -141,7 +142,7 @@ def read_file(path: Path, limit: int = READ_LIMIT) -> tuple[int, float]:
 
 def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
     """How fast the train split's mel file reads; None when the store has none to read."""
-    from myxtts.data.store.format import MEL_FILE
+    from myxtts.data.store.format import MEL_FILE  # deferred: no soundfile needed (module doc)
 
     f = path / "train" / MEL_FILE
     if not f.is_file() or f.stat().st_size == 0:
@@ -164,6 +165,7 @@ def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
 def check_run(path: Path) -> list[Check]:
     """A run folder (``myxtts train``'s): its newest checkpoint that loads, and the ones
     that do not (the machine checks above ran with the run's own settings)."""
+    # deferred: torch and soundfile; the doctor runs without them (module doc)
     from myxtts.artifacts.checkpoint import PROGRESS, load
     from myxtts.artifacts.errors import ArtifactError
     from myxtts.artifacts.runs import CheckpointManager
@@ -192,6 +194,7 @@ def check_run(path: Path) -> list[Check]:
 def check_dataset(path: Path, cfg: Config) -> list[Check]:
     """``inspect_dataset``'s summary as one line: usable, with problems (clips skipped), or
     unreadable (``DatasetError``)."""
+    # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.prepare.inspect import inspect_dataset
     from myxtts.data.prepare.records import DatasetError
 
@@ -233,7 +236,7 @@ def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False,
     if n >= 0:
         return n, f"data.num_workers={n}"
     if batch_cost is not None and not on_the_fly and _default_workers(cpus, False) > 0:
-        from myxtts.data.feed.loader import choose_workers
+        from myxtts.data.feed.loader import choose_workers  # deferred: torch, soundfile
 
         n, why = choose_workers(cpus, *batch_cost)
         return n, f"auto: {why}"
@@ -244,7 +247,7 @@ def resolve_workers(cfg: Config, cpus: int, on_the_fly: bool = False,
 def check_store_workers(workers: int, batch_cost: tuple[float, int]) -> Check:
     """Store workers against what they save the training process per batch (the loader's
     rule, ``data.feed.loader.choose_workers``; the CPU count is the CPUs check's)."""
-    from myxtts.data.feed.loader import batch_cost_note, workers_pay
+    from myxtts.data.feed.loader import batch_cost_note, workers_pay  # deferred: torch, soundfile
 
     note = batch_cost_note(*batch_cost)
     if workers == 0 or workers_pay(*batch_cost):
@@ -256,6 +259,7 @@ def check_store_workers(workers: int, batch_cost: tuple[float, int]) -> Check:
 
 
 def _default_workers(cpus: int, on_the_fly: bool) -> int:
+    # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.feed.loader import default_num_workers
     from myxtts.data.feed.onthefly import default_onthefly_workers
 
@@ -281,6 +285,7 @@ def shm_free_bytes(path: str | Path = "/dev/shm") -> int | None:
 def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, int, str]:
     """``(bytes per batch, batches each worker holds in shared memory, how it was sized)``.
     ``transfer``: training on a GPU (batches travel in float16)."""
+    # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
     from myxtts.data.feed.loader import PREFETCH_PER_WORKER, pad_multiple, plan_frames, slot_bytes
 
@@ -344,6 +349,7 @@ def check_roles(cfg: Config, plan: DataPlan, n_gpus: int, train_device: str) -> 
     to prepare -- where the loader workers would otherwise be the bottleneck."""
     if train_device == "cpu":
         return [Check("GPU roles", "skip", "training on the CPU")]
+    # deferred: the doctor's modules load without torch, whose failure is a check
     import torch
 
     from myxtts.train.memory import resolve_caps

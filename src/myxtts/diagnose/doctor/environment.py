@@ -57,7 +57,7 @@ class TorchFacts:
 
 def probe_torch() -> TorchFacts:
     """The real :class:`TorchFacts` of this process (imports torch; reads NVML if present)."""
-    import torch
+    import torch  # deferred: a broken torch is a check, not a traceback (module doc)
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = []
@@ -67,13 +67,13 @@ def probe_torch() -> TorchFacts:
     nccl = bool(torch.distributed.is_available() and torch.distributed.is_nccl_available())
     driver = note = None
     if n or torch.version.cuda:
-        from myxtts.observe.gpu import driver_version, load_nvml
+        from myxtts.observe.gpu import driver_version, load_nvml  # deferred: torch
 
         nvml, note = load_nvml()
         driver = driver_version(nvml) if nvml is not None else None
     auto = None
     if n:
-        from myxtts.train.engine import resolve_precision
+        from myxtts.train.engine import resolve_precision  # deferred: torch
 
         auto = "bf16" if resolve_precision("auto", torch.device("cuda", 0)) == torch.bfloat16 else "fp16"
     return TorchFacts(torch.__version__, torch.version.cuda, tuple(gpus), nccl, driver, note, auto)
@@ -212,7 +212,7 @@ def check_allocator(facts: TorchFacts, env: dict[str, str], defaulted: bool) -> 
 def compile_probe(device: str) -> float:
     """Compile a tiny function with ``torch.compile`` on ``device``, run it, check it
     against eager; returns the seconds of compile + first run. Raises on any failure."""
-    import torch
+    import torch  # deferred: a broken torch is a check, not a traceback (module doc)
 
     def fn(x: Any) -> Any:
         return torch.sin(x) * 2 + x

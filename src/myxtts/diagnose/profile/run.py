@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
 
 from myxtts.config import Config, ConfigError
 from myxtts.diagnose.profile.phases import COPY, PhaseClock, copy_seconds, phase_stats
@@ -216,9 +218,6 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
 def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:
     """``TRACE_STEPS`` steps under ``torch.profiler``, after the measured window (the
     profiler's own overhead must not colour the figures), as one Chrome trace file."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU]

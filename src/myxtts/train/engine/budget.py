@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +148,7 @@ def cache_key(step: TrainStep, memory: Any, shapes: list[BatchShape], cfg: Any, 
 
 
 def _plain(section: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(section)
+    return asdict(section)
 
 
 def read_cache(path: Path, key: dict[str, Any]) -> tuple[list[int] | None, str | None]:

@@ -51,7 +51,7 @@ def configure_compile_cache() -> Path:
     graphs, AOTAutograd); returns the folder. Torch versions without a cache flag skip it."""
     folder = compile_cache_dir()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-    try:
+    try:  # deferred: inductor (~0.8 s) reads TORCHINDUCTOR_CACHE_DIR as it loads; optional
         import torch._functorch.config as functorch_config
         import torch._inductor.config as inductor_config
     except ImportError:  # pragma: no cover - torch without inductor
@@ -68,12 +68,12 @@ def _configure_dynamo() -> None:
     shaping" -- by default two axes that happen to have the same size share one symbol, and
     a batch of 2 next to 2 attention heads pinned the decoder's batch axis to 2 (a recompile
     for every other batch size, measured with the tiny preset)."""
-    import torch._dynamo as dynamo
+    import torch._dynamo as dynamo  # deferred: ~0.8 s to load, paid by compiled runs only
 
     for name in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.6
         if hasattr(dynamo.config, name) and getattr(dynamo.config, name) < RECOMPILE_LIMIT:
             setattr(dynamo.config, name, RECOMPILE_LIMIT)
-    try:
+    try:  # optional: older torch has no such module
         import torch.fx.experimental._config as fx_config
     except ImportError:  # pragma: no cover - older torch
         return
@@ -119,7 +119,7 @@ def eager_blocks(blocks: list[nn.Module]) -> Iterator[None]:
 
 def compiled_graphs() -> int:
     """Graphs dynamo has compiled in this process (for warm-up reports and tests)."""
-    from torch._dynamo.utils import counters
+    from torch._dynamo.utils import counters  # deferred: dynamo, ~0.8 s to load
 
     return int(counters["stats"]["unique_graphs"])
 

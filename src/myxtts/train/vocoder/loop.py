@@ -26,6 +26,7 @@ from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.audio.griffin_lim import GriffinLim
+from myxtts.audio.io import save_wav
 from myxtts.config import Config, save_config
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
@@ -34,6 +35,7 @@ from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
+from myxtts.train.vocoder.finetune import teacher_forced_mels
 from myxtts.train.vocoder.setup import VocoderSetup, build_vocoder_setup
 
 log = logging.getLogger(__name__)
@@ -96,8 +98,6 @@ class _LoopContext:
         return q
 
     def samples(self, step: int) -> None:
-        from myxtts.audio.io import save_wav
-
         r = self.setup
         for k, i in enumerate(self.val_ids[:SAMPLE_UTTERANCES]):
             mel = torch.from_numpy(r.val.mel(i).astype("float32"))[None].to(r.device)
@@ -121,8 +121,6 @@ class _LoopContext:
         v = self.cfg.vocoder
         mel_source = None
         if v.tts_checkpoint:  # fine-tune on the TTS model's teacher-forced mels
-            from myxtts.train.vocoder.finetune import teacher_forced_mels
-
             mel_source = teacher_forced_mels(v.tts_checkpoint, r.train, self.out / "cache",
                                              r.device)
         batches = SegmentBatches(r.train, v.segment_frames, v.batch_size, self.cfg.audio.hop_length,

@@ -18,6 +18,7 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.config import Config, config_from_dict, resolve_device
+from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore, StoreError, read_manifest
 from myxtts.data.store.format import store_state
 from myxtts.model.vocoder.discriminators import Discriminators
@@ -38,8 +39,6 @@ def find_store(cfg: Config, data: str | Path, progress: bool) -> Path:
     if not data.exists():
         raise StoreError(f"{data} does not exist; pass a store from `myxtts prepare --audio` "
                          f"or a dataset folder")
-    from myxtts.data.prepare.build import prepare_store
-
     store = Path(cfg.train.output_dir) / "store"
     log.info("%s is a raw dataset: preparing a store with audio in %s", data, store)
     prep = config_from_dict({**cfg.to_dict(), "data": {**cfg.to_dict()["data"], "store_audio": True}})

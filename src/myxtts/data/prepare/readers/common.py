@@ -16,6 +16,7 @@ never opened).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterator
@@ -32,6 +33,14 @@ from myxtts.data.prepare.records import (
     Utterance,
 )
 from myxtts.system import path_kind
+from myxtts.text import clean_text
+from myxtts.text.scripts import (
+    describe,
+    drop_outside,
+    languages_by_script,
+    outside_language,
+    speakable,
+)
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 MANIFEST_EXTS = (".csv", ".tsv", ".jsonl")
@@ -227,8 +236,6 @@ def row_language(text: str, text_cfg: Any) -> str:
     the one whose script holds every letter of ``text`` (the default when it fits, else
     the only one that fits); ``text.default_language`` otherwise, and when the script fits
     none or several (the row's checks then report it)."""
-    from myxtts.text.scripts import languages_by_script
-
     default = text_cfg.default_language
     if len(text_cfg.languages) < 2:
         return default
@@ -243,11 +250,6 @@ def check_transcripts(rows: list[Row], text_cfg: Any, report: DataReport) -> lis
     row's language are reported by file and line with the characters found, then the row is
     left out, loses those characters, or keeps them, as ``text.unknown_chars`` says. The
     cleaned text is checked (what the tokenizer will see); the row keeps its raw text."""
-    import dataclasses
-
-    from myxtts.text import clean_text
-    from myxtts.text.scripts import describe, drop_outside, outside_language, speakable
-
     policy, kept = text_cfg.unknown_chars, []
     for utt, source, line in rows:
         if utt.language == UNNAMED:
