@@ -74,6 +74,48 @@ def spread(values: list[float]) -> str:
     return f"{median(values):.3f} [{min(values):.2f}-{max(values):.2f}]" if values else "-"
 
 
+def above_load_mb(run: dict) -> float:
+    """A measured child's peak RSS above what it held once loaded: the work's own memory."""
+    return run["peak_rss_mb"] - run["loaded_rss_mb"]
+
+
+def versus(run: dict, base: dict | None, keys: tuple[str, ...]) -> list[str]:
+    """``run``'s value over the baseline run ``base``'s for each key (``"above"``: memory above
+    the load), or "-" each without a baseline."""
+    if base is None:
+        return ["-"] * len(keys)
+
+    def value(r: dict, key: str) -> float:
+        return above_load_mb(r) if key == "above" else r[key]
+
+    return [f"{value(run, k) / max(value(base, k), 1e-9):.3f}x" for k in keys]
+
+
+def machine(threads: object) -> str:
+    """torch's version, the CPUs, ``threads`` and the load average, for a table's first line."""
+    import torch  # deferred: the benchmarks parse their arguments before torch loads
+
+    return (f"torch {torch.__version__}, {os.cpu_count()} CPUs, {threads} threads, load average "
+            f"{os.getloadavg()[0]:.1f}")
+
+
+def measure_plan(plan: list[tuple[int, str]], measure: Any, base_arm: str, keys: tuple[str, ...],
+                 columns: list[tuple[str, int]], line: Any) -> None:
+    """Each ``(length, arm)`` of ``plan`` measured (``measure(length, arm)``) and printed as it
+    comes, so a long run shows what it has, under the ``(name, width)`` ``columns``:
+    ``line(length, arm, run, ratios)`` formats the row, the ratios (:func:`versus` of
+    ``keys``) against the ``base_arm`` run of the same length."""
+    print("".join(f"{name:<{-width}}" if width < 0 else f"{name:>{width}}"
+                  for name, width in columns), flush=True)
+    base: dict[int, dict] = {}
+    for n, arm in plan:
+        r = measure(n, arm)
+        if arm == base_arm:
+            base[n] = r
+        print(line(n, arm, r, versus(r, base.get(n), keys)), flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
 def find_data(data: Path | None, tmp: Path) -> Path:
     """``data``, or the LJSpeech sample beside the repository, else a demo corpus in ``tmp``."""
     if data is not None:

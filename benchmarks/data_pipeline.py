@@ -174,6 +174,22 @@ def _store_section(args: argparse.Namespace, parts: set[str], data: Path,
     return rows, notes
 
 
+def _alternate(arms: list[tuple[str, int]], rounds: int, run_one, section: str
+               ) -> tuple[dict[tuple[str, int], list[dict]], dict[tuple[str, int], dict], str]:
+    """Every ``(kind, workers)`` arm run ``rounds`` times, the order reversed every other round
+    (load from other jobs comes and goes), checked to have iterated the same batches: the
+    runs per arm, each arm's best run by utterances/s, and the batch plan's digest."""
+    runs: dict[tuple[str, int], list[dict]] = {arm: [] for arm in arms}
+    for r in range(rounds):
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            runs[arm].append(run_one(*arm))
+    plans = {run["plan"] for v in runs.values() for run in v}
+    if len(plans) != 1:
+        raise SystemExit(f"({section}) the loaders did not iterate the same batches: plans {plans}")
+    best = {arm: max(v, key=lambda x: x["utt_per_s"]) for arm, v in runs.items()}
+    return runs, best, plans.pop()
+
+
 STORE_WORKERS = (0, 2)
 STORAGES = ("lilcom_chunky", "numpy_files")  # lhotse's default feature storage; uncompressed
 
@@ -185,19 +201,13 @@ def _precomputed_section(args: argparse.Namespace, store: Path) -> tuple[list[st
     print("measuring the store loader vs precomputed-feature peers ...", file=sys.stderr)
     kinds = ["store", *(f"lhotse:{s}" for s in STORAGES if args.peer_python)]
     arms = [(k, w) for w in STORE_WORKERS for k in kinds] + [("store", -1)]
-    runs: dict[tuple[str, int], list[dict]] = {arm: [] for arm in arms}
-    for r in range(args.rounds):
-        for kind, w in arms if r % 2 == 0 else arms[::-1]:
-            if kind == "store":
-                runs[kind, w].append(_run_part("store", store=store, workers=w,
-                                               seconds=args.seconds))
-            else:
-                runs[kind, w].append(_run_peer(args, "lhotse", w, store=store,
-                                               storage=kind.split(":")[1]))
-    plans = {run["plan"] for v in runs.values() for run in v}
-    if len(plans) != 1:
-        raise SystemExit(f"(f) the loaders did not iterate the same batches: plans {plans}")
-    best = {key: max(v, key=lambda x: x["utt_per_s"]) for key, v in runs.items()}
+
+    def run_one(kind: str, w: int) -> dict:
+        if kind == "store":
+            return _run_part("store", store=store, workers=w, seconds=args.seconds)
+        return _run_peer(args, "lhotse", w, store=store, storage=kind.split(":")[1])
+
+    runs, best, plan = _alternate(arms, args.rounds, run_one, "f")
     rows: list[str] = []
     for w in STORE_WORKERS:
         o = best["store", w]
@@ -219,7 +229,7 @@ def _precomputed_section(args: argparse.Namespace, store: Path) -> tuple[list[st
         + ("" if args.peer_python else ": NOT measured, pass --peer-python (an environment "
            "with lhotse)"),
         f"    same {best['store', 0]['utts'] // max(1, best['store', 0]['epochs'])} utterances "
-        f"per epoch and the same bucket-sampler batches for every loader (plan {plans.pop()}); "
+        f"per epoch and the same bucket-sampler batches for every loader (plan {plan}); "
         f"workers persistent, prefetch 2; 1 BLAS thread per process; best of {args.rounds} "
         f"alternating runs; lilcom_chunky is lhotse's default feature storage, numpy_files "
         f"its uncompressed one; the own-choice row's baseline is the best peer run",
@@ -237,19 +247,14 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
     print("measuring on-the-fly vs per-item loaders ...", file=sys.stderr)
     peers = [k for k in PEERS if k != "coqui" or args.peer_python]
     kinds = ["onthefly", *peers]
-    runs: dict[tuple[str, int], list[dict]] = {(k, w): [] for k in kinds for w in OTF_WORKERS}
-    for r in range(args.rounds):  # alternate the order: load from other jobs comes and goes
-        for w in OTF_WORKERS:
-            for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                if kind == "coqui":
-                    runs[kind, w].append(_run_peer(args, kind, w, data=data))
-                else:
-                    runs[kind, w].append(_run_part(kind, data=data, workers=w,
-                                                   seconds=args.seconds))
-    plans = {run["plan"] for v in runs.values() for run in v}
-    if len(plans) != 1:
-        raise SystemExit(f"(e) the loaders did not iterate the same batches: plans {plans}")
-    best = {key: max(v, key=lambda x: x["utt_per_s"]) for key, v in runs.items()}
+
+    def run_one(kind: str, w: int) -> dict:
+        if kind == "coqui":
+            return _run_peer(args, kind, w, data=data)
+        return _run_part(kind, data=data, workers=w, seconds=args.seconds)
+
+    runs, best, plan = _alternate([(k, w) for w in OTF_WORKERS for k in kinds], args.rounds,
+                                  run_one, "e")
     rows: list[str] = []
     for w in OTF_WORKERS:
         o = best["onthefly", w]
@@ -287,7 +292,7 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
            "(an environment with coqui-tts)")
         + (f"; peers run by {args.peer_python}" if args.peer_python else ""),
         f"    same {first['clips']} train clips and the same bucket-sampler batches, epoch by "
-        f"epoch, for every loader (plan {plans.pop()}); workers persistent, prefetch 2; 1 "
+        f"epoch, for every loader (plan {plan}); workers persistent, prefetch 2; 1 "
         f"BLAS/OpenMP/torch thread per process; one warm-up epoch, then whole epochs for "
         f">= {args.seconds:.0f} s (>= 2); best of {args.rounds} alternating runs by utt/s",
         f"    utt/s of every run: {every}",

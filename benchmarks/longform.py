@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import say
+from common import above_load_mb, machine, measure_plan, say
 
 ARMS = ("windows", "whole text", "stream")
 
@@ -154,30 +153,21 @@ def main() -> None:
             + [(min(lengths), "stream")] + [(n, "windows") for n in lengths if n not in short])
     import torch
 
-    print(f"checkpoint {args.checkpoint}, reference {args.reference}; torch "
-          f"{torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads, load "
-          f"average {os.getloadavg()[0]:.1f}")
-    print(f"{'characters':>10}  {'arm':<11}{'audio s':>9}{'wall s':>9}{'RTF':>7}"
-          f"{'peak RSS MB':>13}{'above load MB':>15}{'time vs base':>14}{'mem vs base':>13}"
-          f"{'first audio s':>15}", flush=True)
-    base: dict[int, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for n, arm in plan:  # each row as it is measured: a long run shows what it has
-            r = _measure(arm, n, args, Path(tmp))
-            if arm == "whole text":
-                base[n] = r
-            above = r["peak_rss_mb"] - r["loaded_rss_mb"]
-            t_ratio = m_ratio = "-"
-            if n in base:
-                b = base[n]
-                t_ratio = f"{r['wall_s'] / b['wall_s']:.2f}x"
-                m_ratio = f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x"
-            first = "-" if r["first_audio_s"] is None else f"{r['first_audio_s']:.1f}"
-            print(f"{n:>10}  {arm:<11}{r['audio_s']:>9.1f}{r['wall_s']:>9.1f}"
-                  f"{r['wall_s'] / max(r['audio_s'], 1e-9):>7.3f}{r['peak_rss_mb']:>13.0f}"
-                  f"{above:>15.0f}{t_ratio:>14}{m_ratio:>13}{first:>15}", flush=True)
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"checkpoint {args.checkpoint}, reference {args.reference}; "
+          f"{machine(torch.get_num_threads())}")
+    columns = [("characters", 10), ("  arm", -13), ("audio s", 9), ("wall s", 9), ("RTF", 7),
+               ("peak RSS MB", 13), ("above load MB", 15), ("time vs base", 14),
+               ("mem vs base", 13), ("first audio s", 15)]
 
+    def line(n: int, arm: str, r: dict, ratios: list[str]) -> str:
+        first = "-" if r["first_audio_s"] is None else f"{r['first_audio_s']:.1f}"
+        return (f"{n:>10}  {arm:<11}{r['audio_s']:>9.1f}{r['wall_s']:>9.1f}"
+                f"{r['wall_s'] / max(r['audio_s'], 1e-9):>7.3f}{r['peak_rss_mb']:>13.0f}"
+                f"{above_load_mb(r):>15.0f}{ratios[0]:>14}{ratios[1]:>13}{first:>15}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        measure_plan(plan, lambda n, arm: _measure(arm, n, args, Path(tmp)), "whole text",
+                     ("wall_s", "above"), columns, line)
 
 if __name__ == "__main__":
     main()

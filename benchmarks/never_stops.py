@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import say
+from common import above_load_mb, machine, measure_plan, say
 
 ARMS = ("split to words", "guarded")
 PERSIAN = ("امروز هوا خوب است و ما به پارک می‌رویم. کتاب‌های زیادی در کتابخانه هست، اما وقت "
@@ -117,33 +117,23 @@ def main() -> None:
     if args.child:
         print(json.dumps(_child(args.child, args.n, args.max_frames, args.tmp)))
         return
-    import torch
 
     lengths = [int(c) for c in args.chars.split(",")]
     plan = [(n, arm) for n in lengths for arm in ARMS
             if arm == "guarded" or n <= args.baseline_up_to]
-    print(f"untrained tiny model, max_decoder_frames {args.max_frames}, Griffin-Lim; torch "
-          f"{torch.__version__}, {os.cpu_count()} CPUs, {os.environ.get('THREADS', '2')} threads, "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'chars':>6} {'words':>6} {'sent.':>6}  {'arm':<15}{'pieces':>7}{'frames':>9}"
-          f"{'audio s':>9}{'wall s':>8}{'above load MB':>15}{'frames vs base':>16}"
-          f"{'time vs base':>14}{'mem vs base':>13}", flush=True)
-    base: dict[int, dict] = {}
-    for n, arm in plan:
-        r = _measure(arm, n, args.max_frames, args.timeout)
-        above = r["peak_rss_mb"] - r["loaded_rss_mb"]
-        if arm == "split to words":
-            base[n] = r
-        ratios = ["-", "-", "-"]
-        if n in base:
-            b = base[n]
-            ratios = [f"{r['frames'] / b['frames']:.3f}x", f"{r['wall_s'] / b['wall_s']:.3f}x",
-                      f"{above / max(b['peak_rss_mb'] - b['loaded_rss_mb'], 1e-9):.3f}x"]
-        print(f"{r['chars']:>6} {r['words']:>6} {r['sentences']:>6}  {arm:<15}{r['pieces']:>7}"
-              f"{r['frames']:>9}{r['audio_s']:>9.0f}{r['wall_s']:>8.1f}{above:>15.0f}"
-              f"{ratios[0]:>16}{ratios[1]:>14}{ratios[2]:>13}", flush=True)
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"untrained tiny model, max_decoder_frames {args.max_frames}, Griffin-Lim; "
+          f"{machine(os.environ.get('THREADS', '2'))}")
+    columns = [("chars", 6), (" words", 7), (" sent.", 7), ("  arm", -17), ("pieces", 7),
+               ("frames", 9), ("audio s", 9), ("wall s", 8), ("above load MB", 15),
+               ("frames vs base", 16), ("time vs base", 14), ("mem vs base", 13)]
 
+    def line(n: int, arm: str, r: dict, ratios: list[str]) -> str:
+        return (f"{r['chars']:>6} {r['words']:>6} {r['sentences']:>6}  {arm:<15}{r['pieces']:>7}"
+                f"{r['frames']:>9}{r['audio_s']:>9.0f}{r['wall_s']:>8.1f}{above_load_mb(r):>15.0f}"
+                f"{ratios[0]:>16}{ratios[1]:>14}{ratios[2]:>13}")
+
+    measure_plan(plan, lambda n, arm: _measure(arm, n, args.max_frames, args.timeout),
+                 "split to words", ("frames", "wall_s", "above"), columns, line)
 
 if __name__ == "__main__":
     main()

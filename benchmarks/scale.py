@@ -286,38 +286,50 @@ def _s(x: float) -> str:
     return f"{x:.2f}"
 
 
+# (label, what is measured: "store_bytes", "prepare.KEY", a command's "RUN.FIELD" or
+# "at_step.KEY" (the hot run's /proc status at step 1), and how it prints)
+SPEC = """\
+store size (GB)                                  | store_bytes          | GB
+prepare: wall s                                  | prepare.wall_s       | s
+prepare: peak RSS MB (largest process)           | prepare.peak_rss     | MB
+verify: wall s                                   | verify.wall_s        | s
+verify: peak RSS MB                              | verify.peak_rss      | MB
+verify: peak anonymous MB                        | verify.peak_anon     | MB
+verify: peak file-backed MB                      | verify.peak_file     | MB
+train start-up s, hot (process start -> step 1)  | hot.startup_s        | s
+train start-up s, cold                           | cold.startup_s       | s
+train first step s (hot)                         | hot.first_step_s     | s
+train whole command s (hot: 2 steps, val, save)  | hot.wall_s           | s
+train RSS at step 1: anonymous MB (hot)          | at_step.RssAnon      | MB
+train RSS at step 1: file-backed MB (hot)        | at_step.RssFile      | MB
+train peak anonymous MB (hot, whole command)     | hot.peak_anon        | MB
+train peak file-backed MB (hot, whole command)   | hot.peak_file        | MB
+train peak file-backed MB (cold, whole command)  | cold.peak_file       | MB
+no record (older store): start-up s, 1st start   | old_first.startup_s  | s
+no record (older store): start-up s, 2nd start   | old_next.startup_s   | s
+"""
+FORMATS = {"GB": lambda v: f"{v / 1e9:.2f}", "MB": _mb, "s": _s}
+
+
+def _value(r: dict[str, object], what: str) -> float | None:
+    """One measurement of a size's results, named as in ``SPEC``."""
+    if what == "store_bytes":
+        return r["store_bytes"]
+    role, key = what.split(".")
+    if role == "prepare":  # not measured when the store was reused
+        return getattr(r["prepare"], key) if "prepare" in r else None
+    if role == "at_step":
+        return r["hot"].marks["at_first_step"][key]
+    return getattr(r[role], key)
+
+
 def rows(results: list[dict[str, object]]) -> list[tuple[str, list[str], str]]:
     """``(label, value per size, growth: the last size's value over the first's)``."""
-    def prep(key: str):
-        return lambda r: getattr(r["prepare"], key) if "prepare" in r else None
-
-    def at_step(key: str):
-        return lambda r: r["hot"].marks["at_first_step"][key]
-
-    spec = [
-        ("store size (GB)", lambda r: r["store_bytes"], lambda v: f"{v / 1e9:.2f}"),
-        ("prepare: wall s", prep("wall_s"), _s),
-        ("prepare: peak RSS MB (largest process)", prep("peak_rss"), _mb),
-        ("verify: wall s", lambda r: r["verify"].wall_s, _s),
-        ("verify: peak RSS MB", lambda r: r["verify"].peak_rss, _mb),
-        ("verify: peak anonymous MB", lambda r: r["verify"].peak_anon, _mb),
-        ("verify: peak file-backed MB", lambda r: r["verify"].peak_file, _mb),
-        ("train start-up s, hot (process start -> step 1)", lambda r: r["hot"].startup_s, _s),
-        ("train start-up s, cold", lambda r: r["cold"].startup_s, _s),
-        ("train first step s (hot)", lambda r: r["hot"].first_step_s, _s),
-        ("train whole command s (hot: 2 steps, val, save)", lambda r: r["hot"].wall_s, _s),
-        ("train RSS at step 1: anonymous MB (hot)", at_step("RssAnon"), _mb),
-        ("train RSS at step 1: file-backed MB (hot)", at_step("RssFile"), _mb),
-        ("train peak anonymous MB (hot, whole command)", lambda r: r["hot"].peak_anon, _mb),
-        ("train peak file-backed MB (hot, whole command)", lambda r: r["hot"].peak_file, _mb),
-        ("train peak file-backed MB (cold, whole command)", lambda r: r["cold"].peak_file, _mb),
-        ("no record (older store): start-up s, 1st start", lambda r: r["old_first"].startup_s, _s),
-        ("no record (older store): start-up s, 2nd start", lambda r: r["old_next"].startup_s, _s),
-    ]
+    spec = [[part.strip() for part in line.split("|")] for line in SPEC.splitlines()]
     out = []
-    for label, get, fmt in spec:
-        values = [get(r) for r in results]
-        cells = ["-" if v is None else fmt(v) for v in values]
+    for label, what, unit in spec:
+        values = [_value(r, what) for r in results]
+        cells = ["-" if v is None else FORMATS[unit](v) for v in values]
         a, b = values[0], values[-1]
         growth = f"{b / a:.2f}x" if len(values) > 1 and a and b is not None else "-"
         out.append((label, cells, growth))

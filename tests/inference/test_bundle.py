@@ -144,7 +144,7 @@ def test_a_bundle_carries_a_vocoder_and_synthesis_uses_it(run, vocoder_run, refe
     assert not np.array_equal(a, griffin_lim.synthesize([TEXT], [reference], seed=2)[0])
     assert read_bundle(file).vocoder_config["vocoder"]["dim"] == 16
     assert main(["export", str(vocoder_run), "-o", str(tmp_path / "v.safetensors")]) == 2
-    assert "is a vocoder run; export a TTS run" in capsys.readouterr().err
+    assert "is a vocoder run; give a TTS run here" in capsys.readouterr().err
     assert main(["export", str(run), "-o", str(tmp_path / "v.safetensors"), "--vocoder",
                  str(run)]) == 2
     assert "is a TTS checkpoint, not a vocoder" in capsys.readouterr().err

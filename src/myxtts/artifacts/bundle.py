@@ -105,6 +105,18 @@ def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, t
     return averaged_state(state[ck.MODEL], ema), bool(ema)
 
 
+def tts_checkpoint(file: Path, named: str | Path) -> dict[str, Any]:
+    """The state of the TTS checkpoint ``file``, every model field checked against its config
+    (``artifacts.validate``); a vocoder's is refused, naming ``named`` as the user gave it."""
+    state = ck.load(file)
+    if state.get(vck.KIND) == vck.VOCODER:
+        raise ArtifactError(f"{named} is a vocoder run; give a TTS run here and the vocoder as "
+                            f"--vocoder")
+    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
+                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
+    return state
+
+
 def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
            raw_weights: bool = False) -> Exported:
     """Write the bundle of ``run`` (a run folder or a checkpoint file) to ``out``."""
@@ -112,12 +124,7 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
     if out.is_dir():
         raise ArtifactError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
     file = resolve_checkpoint(run)
-    state = ck.load(file)
-    if state.get(vck.KIND) == vck.VOCODER:
-        raise ArtifactError(f"{file} is a vocoder run; export a TTS run and give the vocoder "
-                            f"as --vocoder")
-    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
-                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
+    state = tts_checkpoint(file, file)
     model, averaged = model_weights(state, raw_weights)
     tensors = {MODEL_PREFIX + k: v for k, v in model.items()}
     tensors.update(mel_mean=state[ck.MEL_MEAN], mel_std=state[ck.MEL_STD])

@@ -14,13 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from myxtts.artifacts import checkpoint as ck
-from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
-from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle
-from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle, tts_checkpoint
 from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.artifacts.validate import check_model, file_kind
+from myxtts.artifacts.validate import file_kind
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
@@ -30,12 +28,7 @@ def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
     file = path if is_bundle(path) else resolve_checkpoint(path)
     if file_kind(file) == "bundle" or is_bundle(file):
         return read_bundle(file)
-    state = ck.load(file)
-    if state.get(vck.KIND) == vck.VOCODER:
-        raise ArtifactError(f"{path} is a vocoder run; pass it as --vocoder and a TTS run "
-                            f"as --checkpoint")
-    check_model(str(file), state.get(ck.CONFIG), state.get(ck.VOCAB), state.get(ck.MODEL),
-                state.get(ck.MEL_MEAN), state.get(ck.MEL_STD), state.get(ck.EMA))
+    state = tts_checkpoint(file, path)
     ema = None if raw_weights else state.get(ck.EMA)
     return Trained(Path(file), state[ck.CONFIG], state[ck.VOCAB],
                    averaged_state(state[ck.MODEL], ema), state[ck.MEL_MEAN], state[ck.MEL_STD],
