@@ -1,6 +1,6 @@
 """Ctrl-C at any moment is quiet: one line, exit code 130, no traceback -- also while torch
-imports (an interrupt there used to leave torch half-registered, and the next import of it
-failed with "duplicate registrations for aten.linspace"), and while a file is being written
+imports (an interrupt there leaves torch half-registered, and a later import of it fails
+with "duplicate registrations for aten.linspace"), and while a file is being written
 (its temp file is removed and the line says the file was not written). Each case runs in a
 process of its own, since the interrupt ends it; the interrupt is sent from inside the
 import, so it lands there whatever the machine's speed.
