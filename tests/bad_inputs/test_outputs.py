@@ -5,7 +5,7 @@
   a folder a command writes is never inside the data it reads;
 - ``-`` is standard output where a command says so (``inspect-data --json``, ``synthesize
   --stream``) and refused elsewhere; a folder is used as documented or refused; an
-  interrupted or terminated synthesis leaves no half-written file and says so;
+  interrupted, terminated or hung-up synthesis leaves no half-written file and says so;
 - a write that fails (read-only folder, full disk for a new file or over an old one, past
   ``ulimit -f``) is one line, and the old file is kept.
 
@@ -168,7 +168,12 @@ def test_a_folder_is_used_as_documented(run, reference, tmp_path, capsys):
     one_error(_synth(run, reference, "/dev/null"), capsys, "character device")
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+# signal: (exit code, the line's word); SIGHUP: the terminal closed, an ssh session dropped
+STOPS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"),
+         signal.SIGHUP: (129, "hung up")}
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_stopped_synthesis_leaves_no_half_written_file_and_says_so(stop, stream, run, reference,
                                                                     tmp_path, capsys,
@@ -192,8 +197,8 @@ def test_a_stopped_synthesis_leaves_no_half_written_file_and_says_so(stop, strea
     before = snapshot(tmp_path)
     rc = main(argv)
     err = capsys.readouterr().err
-    assert rc == (130 if stop == signal.SIGINT else 143) and "Traceback" not in err
-    word = "interrupted" if stop == signal.SIGINT else "terminated"
+    code, word = STOPS[stop]
+    assert rc == code and "Traceback" not in err
     assert f"myxtts synthesize: {word}; {out} not written (the old file is kept)" in err, err
     assert snapshot(tmp_path) == before  # the old take as it was, no temp file beside it
 

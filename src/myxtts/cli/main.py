@@ -32,7 +32,7 @@ if os.path.basename(sys.argv[0]).removesuffix(".exe") == "myxtts":  # pragma: no
     signal.signal(signal.SIGINT, _quiet_exit)
 
 from myxtts import __version__  # noqa: E402
-from myxtts.cli.signals import Terminated, handled_signals, one_line  # noqa: E402
+from myxtts.cli.signals import EXIT_CODES, Terminated, handled_signals, one_line, stopped_by  # noqa: E402
 from myxtts.system import default_allocator_settings  # noqa: E402
 
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
@@ -122,11 +122,14 @@ def _run(argv: list[str] | None) -> int:
             except _user_errors() as e:
                 print(f"{command}: error: {one_line(str(e))}", file=sys.stderr)
                 return 2
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (Terminated): quiet, one line
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP (Terminated): quiet, one line
         notes = "".join(f"; {n}" for n in getattr(e, "__notes__", ()))
-        stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"{command}: {stopped}{notes}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+        try:
+            print(f"{command}: {stopped_by(signum)}{notes}", file=sys.stderr)
+        except OSError:  # a hung-up terminal refuses the line; the exit code still says it
+            pass
+        return EXIT_CODES[signum]
 
 
 if __name__ == "__main__":  # pragma: no cover

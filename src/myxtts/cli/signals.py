@@ -1,5 +1,5 @@
-"""How every command ends when it is stopped: Ctrl-C and SIGTERM are one quiet line, at any
-moment, and leave no half-written file behind.
+"""How every command ends when it is stopped: Ctrl-C, SIGTERM and SIGHUP (its terminal
+closed) are one quiet line, at any moment, and leave no half-written file behind.
 
 Why a handler of our own rather than Python's default: an interrupt raised in the middle of
 an import (torch takes ~0.2-2 s to import, most commands import it lazily) leaves that
@@ -7,7 +7,7 @@ module half-initialised, and anything that imports it again -- an ``except`` cla
 cleanup, an ``atexit`` hook -- fails with torch's "duplicate registrations" traceback. So
 a signal that arrives while any import is under way ends the process at once
 (``os._exit``) after removing the temp file of every atomic write in progress; at any other
-moment it raises ``KeyboardInterrupt`` (SIGTERM: :class:`Terminated`, a subclass), which
+moment it raises ``KeyboardInterrupt`` (SIGTERM, SIGHUP: :class:`Terminated`, a subclass), which
 unwinds normally: ``finally`` blocks run, ``system.atomic_open`` drops its temp file and
 notes that the target was not written, and ``main`` prints one line. A training run
 replaces these handlers with its own (``train.run.StopFlag``: save, then stop) while it
@@ -31,10 +31,23 @@ from myxtts.system import remove_unfinished
 MAX_MESSAGE_CHARS = 1200
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal number
+if hasattr(signal, "SIGHUP"):  # not on Windows
+    EXIT_CODES[signal.SIGHUP] = 129
+STOPPED = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
+def stopped_by(signum: int) -> str:
+    """How the line names the stop: "interrupted" (Ctrl-C), "terminated" (SIGTERM), "hung up"."""
+    return STOPPED.get(signum, "hung up")
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a job scheduler): unwinds like Ctrl-C, reported as "terminated"."""
+    """SIGTERM (``kill``, a job scheduler) or SIGHUP (the terminal closed, an ssh session
+    dropped): unwinds like Ctrl-C, reported by ``stopped_by(signum)``."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 def one_line(message: str) -> str:
@@ -58,7 +71,7 @@ def importing() -> bool:
 
 def leave_now(command: str, signum: int) -> None:
     """End the process at once, quietly: temp files of unfinished writes removed, one line."""
-    stopped = "terminated" if signum == signal.SIGTERM else "interrupted"
+    stopped = stopped_by(signum)
     notes = "".join(f"; {p} not written" for p in remove_unfinished())
     try:
         os.write(2, f"{command}: {stopped}{notes}\n".encode(errors="replace"))
@@ -68,7 +81,7 @@ def leave_now(command: str, signum: int) -> None:
 
 @contextmanager
 def handled_signals(command: Callable[[], str], restore: bool = True) -> Iterator[None]:
-    """SIGINT and SIGTERM handled as the module doc says while the block runs (``command()``
+    """SIGINT, SIGTERM and SIGHUP handled as the module doc says while the block runs (``command()``
     names the command in the line); the previous handlers come back after it unless not
     ``restore`` (the real process: an interrupt during the interpreter's teardown then ends
     it quietly too). A signal its parent left ignored (``nohup``, a background job) stays
@@ -81,7 +94,7 @@ def handled_signals(command: Callable[[], str], restore: bool = True) -> Iterato
     def handle(signum: int, frame: Any) -> None:
         if importing():
             leave_now(command(), signum)
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
     def leave(signum: int, frame: Any) -> None:
         leave_now(command(), signum)
