@@ -87,3 +87,21 @@ def test_a_file_where_the_folder_should_be_is_a_folder_error(tmp_path):
     with pytest.raises(FolderError, match=r"cannot write .*taken"):
         with folder_lock(tmp_path / "taken", "myxtts train"):
             pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_closed_terminal_stops_training_at_a_step_but_nohup_is_kept():
+    from myxtts.train.run import StopFlag
+
+    old = signal.getsignal(signal.SIGHUP)
+    try:
+        with StopFlag() as stop:  # the terminal closes: saved and stopped like SIGTERM
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert stop.signum == signal.SIGHUP
+        assert signal.getsignal(signal.SIGHUP) == old
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # started under nohup: keeps running
+        with StopFlag() as stop:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert stop.signum is None and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)

@@ -40,14 +40,18 @@ class TrainResult:
 
 
 class StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits at a step boundary."""
+    """SIGINT/SIGTERM, and SIGHUP (the terminal closed) unless the run was started to ignore it
+    (``nohup``), set a flag; the loop saves a checkpoint and exits at a step boundary."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> StopFlag:
-        for s in (signal.SIGINT, signal.SIGTERM):
+        hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+        for s in (signal.SIGINT, signal.SIGTERM, hangup):
+            if s is None or (s == hangup and signal.getsignal(s) is signal.SIG_IGN):
+                continue
             try:
                 self._old[s] = signal.signal(s, self._handle)
             except ValueError:  # not the main thread (e.g. inside some test runners)
