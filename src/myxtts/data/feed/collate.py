@@ -11,6 +11,7 @@ batch a new shape (recompiles, allocator churn).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -18,15 +19,18 @@ import numpy as np
 import torch
 
 from myxtts.data.batch import (
+    FIELDS,
     PAD_MULTIPLE,
     Batch,
     BatchShape,
     allocate,
     allocate_pinned,
+    numpy_dtype,
     round_up,
     stop_targets,
 )
 from myxtts.data.feed.buckets import ShapeTable
+from myxtts.data.feed.dataset import StoreBatch
 
 _SERIAL_ELEMENTS = 32767  # torch runs element-wise ops on fewer elements than 32768 inline
 
@@ -40,6 +44,38 @@ def _cast_into(dst: np.ndarray, src: np.ndarray) -> None:
     rows = max(1, _SERIAL_ELEMENTS // max(1, dst.shape[-1]))
     for a in range(0, dst.shape[0], rows):
         d[a:a + rows].copy_(s[a:a + rows])
+
+
+POOL_PER_SHAPE = 4  # batch buffers kept per shape: one held by the loop, one being filled, prefetch
+
+
+class BufferPool:
+    """Batch arrays reused once nobody holds them: a fresh multi-MB batch per step costs
+    page faults or a calloc memset on top of the copies. An entry is reused only when its
+    arrays are referenced by the pool alone (every tensor handed out keeps its array alive
+    through ``torch.from_numpy``, views included), so a batch the consumer keeps is never
+    overwritten; with all of a shape's entries held, a new one is allocated. Not pickled
+    (each worker process builds its own)."""
+
+    def __init__(self, per_shape: int = POOL_PER_SHAPE) -> None:
+        self.per_shape = int(per_shape)
+        self._entries: dict[Any, list[dict[str, np.ndarray]]] = {}
+
+    def take(self, key: Any, make: Any) -> dict[str, np.ndarray]:
+        """A free entry for ``key``, else ``make()`` (kept while fewer than ``per_shape``)."""
+        entries = self._entries.setdefault(key, [])
+        for entry in entries:
+            if all(sys.getrefcount(a) <= _POOLED_REFS for a in entry.values()):
+                return entry
+        entry = make()
+        if len(entries) < self.per_shape:
+            entries.append(entry)
+        return entry
+
+
+# References to a pooled array nobody else holds, as ``BufferPool.take`` counts them: the
+# entry dict, the generator's loop variable and ``getrefcount``'s argument.
+_POOLED_REFS = 3
 
 
 class Collator:
@@ -68,6 +104,14 @@ class Collator:
         self.pad_multiple = int(pad_multiple)
         self.transfer = bool(transfer) or bool(pinned)
         self.pinned = bool(pinned)
+        self._pool = BufferPool()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_pool"}  # buffers stay here
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pool = BufferPool()
 
     def padded_shape(self, max_mel_frames: int, max_tokens: int) -> tuple[int, int]:
         """``(T, L)`` a batch with these maxima is padded to."""
@@ -82,9 +126,11 @@ class Collator:
                 f"-- rebuild the sampler from the store's lengths")
         return n_frames, n_tokens
 
-    def __call__(self, items: list[dict[str, Any]]) -> Batch:
-        if not items:
+    def __call__(self, items: list[dict[str, Any]] | StoreBatch) -> Batch:
+        if not len(items):
             raise ValueError("Collator got an empty batch")
+        if isinstance(items, StoreBatch):
+            return self._columns(items)
         batch = len(items)
         mel_lens = np.fromiter((it["mel"].shape[0] for it in items), np.int64, batch)
         tok_lens = np.fromiter((len(it["tokens"]) for it in items), np.int64, batch)
@@ -125,3 +171,67 @@ class Collator:
         if pinned is not None:
             return pinned  # type: ignore[return-value]
         return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
+
+    def _columns(self, cols: StoreBatch) -> Batch:
+        """A batch from a dataset's columns (the store loader's path): pooled buffers whose
+        every element is written (real values or padding), the tokens gathered in one numpy
+        pass, each utterance's frames cast or copied straight out of the memory map."""
+        n_mels, n_ref, batch = self.n_mels, self.ref_frames, len(cols)
+        if cols.mels.ndim != 2 or cols.mels.shape[1] != n_mels:
+            raise ValueError(f"utterance {int(cols.index[0])}: mel {tuple(cols.mels.shape[1:])} "
+                             f"frames must be [frames, {n_mels}] (audio.n_mels); re-run prepare "
+                             f"if the config changed")
+        mel_lens, tok_lens = cols.mel_len, cols.tok_len
+        n_frames, n_tokens = self.padded_shape(int(mel_lens.max()), int(tok_lens.max()))
+        shape = BatchShape(batch, n_tokens, n_frames, n_ref, n_mels)
+        pinned = allocate_pinned(shape) if self.pinned else None  # handed on, never pooled
+        out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None else
+               self._pool.take((shape, self.transfer), lambda: _empty(shape, self.transfer)))
+        # tokens: [B, L] gather, PAD_ID (0) after each utterance's length
+        cols_l = np.arange(n_tokens)
+        real = cols_l < tok_lens[:, None]
+        ids = cols.tokens[np.where(real, cols.tok_off[:, None] + cols_l, 0)]  # int32 [B, L]
+        if cols.token_map is not None:
+            ids = cols.token_map[ids]
+        np.multiply(ids, real, out=out["tokens"], casting="unsafe")
+        ref_lens = np.minimum(cols.ref_len, n_ref)
+        mel, ref = out["mel"], out["ref_mel"]
+        with warnings.catch_warnings():  # torch.from_numpy of the read-only memmap: only read
+            warnings.simplefilter("ignore", UserWarning)
+            fill_rows(mel, cols.mels, cols.mel_off.tolist(), mel_lens.tolist())
+            fill_rows(ref, cols.mels, cols.ref_off.tolist(), ref_lens.tolist())
+        out["token_lengths"][:], out["mel_lengths"][:] = tok_lens, mel_lens
+        out["ref_lengths"][:], out["indices"][:] = ref_lens, cols.index
+        out["speaker_ids"][:], out["language_ids"][:] = cols.speaker, cols.language
+        np.greater_equal(np.arange(n_frames), np.maximum(mel_lens - 1, 0)[:, None],
+                         out=out["stop_target"])  # = stop_targets(), written in place
+        if pinned is not None:
+            return pinned  # type: ignore[return-value]
+        return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
+
+
+def _empty(shape: BatchShape, transfer: bool) -> dict[str, np.ndarray]:
+    sizes = shape.sizes()
+    return {name: np.empty(shape.of(name, sizes), numpy_dtype(spec.host_dtype(transfer)))
+            for name, spec in FIELDS.items()}
+
+
+def fill_rows(dst: np.ndarray, src: np.ndarray, starts: list[int], lengths: list[int]) -> None:
+    """``dst[i, :n_i] = src[start_i:start_i + n_i]`` and ``dst[i, n_i:] = 0`` for every row
+    (every element of ``dst`` written), casting float16 into float32 where the dtypes differ.
+    One torch copy per row where torch runs on one thread; below its parallel grain where it
+    would wake its thread pool (``_cast_into``). Read-only ``src``: the caller silences
+    torch's warning about it."""
+    cast = dst.dtype != src.dtype
+    if cast:
+        flat, serial = torch.from_numpy(dst.reshape(len(dst), -1)), torch.get_num_threads() == 1
+        whole = torch.from_numpy(src.reshape(-1))
+    width = src.shape[1]
+    for i, (start, n) in enumerate(zip(starts, lengths)):
+        if not cast:  # float16 bytes into float16 (a GPU's batch): a numpy copy
+            dst[i, :n] = src[start:start + n]
+        elif serial:
+            flat[i, :n * width].copy_(whole[start * width:(start + n) * width])
+        else:
+            _cast_into(dst[i, :n], src[start:start + n])
+        dst[i, n:] = 0

@@ -36,6 +36,59 @@ def mix64(*values: int) -> int:
     return x
 
 
+def mix64_many(seed: int, epoch: int, values: np.ndarray) -> np.ndarray:
+    """``mix64(seed, epoch, v)`` of every ``v`` (uint64 [B]): the same bits, one numpy pass
+    instead of a Python call per utterance (uint64 arithmetic wraps like ``& _MASK64``)."""
+    x = np.full(len(values), mix64(seed, epoch), np.uint64)
+    x ^= np.asarray(values, np.int64).view(np.uint64)  # int(v) & _MASK64: two's complement
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(29)
+    return x
+
+
+class StoreBatch:
+    """One batch as columns (what ``StoreDataset.__getitems__`` hands the collator): per
+    utterance the offsets and lengths of its frames, reference crop and tokens in the store's
+    arrays, and its ids; ``Collator`` reads the columns directly (per-utterance dicts and
+    views cost more than its copies). Still a sequence of item dicts (``batch[j]``, ``len``,
+    iteration) for any other consumer."""
+
+    __slots__ = ("index", "mel_off", "mel_len", "ref_off", "ref_len", "tok_off", "tok_len",
+                 "speaker", "language", "mels", "tokens", "token_map")
+
+    def __init__(self, index: np.ndarray, mel_off: np.ndarray, mel_len: np.ndarray,
+                 ref_off: np.ndarray, ref_len: np.ndarray, tok_off: np.ndarray,
+                 tok_len: np.ndarray, speaker: np.ndarray, language: np.ndarray,
+                 mels: np.ndarray, tokens: np.ndarray, token_map: np.ndarray | None) -> None:
+        self.index = index  # int64 [B] utterance indices
+        self.mel_off, self.mel_len = mel_off, mel_len  # int64 [B]: frames in ``mels``
+        self.ref_off, self.ref_len = ref_off, ref_len  # int64 [B]: the reference crop's
+        self.tok_off, self.tok_len = tok_off, tok_len  # int64 [B]: ids in ``tokens``
+        self.speaker, self.language = speaker, language  # [B] ids
+        self.mels = mels  # float16 [total_frames, n_mels]: the split's mels (memmap view)
+        self.tokens = tokens  # int32 [total_tokens]: the split's token ids (memmap view)
+        self.token_map = token_map  # int32 [vocab]: store id -> model id (None: as stored)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[j] for j in range(len(self)))
+
+    def __getitem__(self, j: int) -> dict[str, Any]:
+        """Utterance ``j`` as an item dict (see ``StoreDataset``)."""
+        off, n, t_off = int(self.mel_off[j]), int(self.mel_len[j]), int(self.tok_off[j])
+        r_off, r_len = int(self.ref_off[j]), int(self.ref_len[j])
+        text = self.tokens[t_off:t_off + int(self.tok_len[j])]  # int32 [L] view
+        return {"tokens": text if self.token_map is None else self.token_map[text],
+                "mel": self.mels[off:off + n],  # [T, n_mels]
+                "ref_mel": self.mels[r_off:r_off + r_len],  # [R', n_mels]
+                "speaker_id": int(self.speaker[j]), "language_id": int(self.language[j]),
+                "index": int(self.index[j])}
+
+
 class VocabMap(NamedTuple):
     """The data's token and language ids in a model's larger vocabulary (a fine-tuned model
     grows the vocabulary it was trained with by the new data's symbols: ``Tokenizer.extended``)."""
@@ -99,6 +152,7 @@ class StoreDataset(Dataset):
             self._language = self.vocab_map.languages[self._language]
         self._refs = st.ref_table  # int32 [N, R], valid entries first, -1 after
         self._n_refs = (st.ref_table >= 0).sum(axis=1)  # [N]
+        self._plain: tuple[np.ndarray, np.ndarray] | None = None  # mapped on first use
 
     def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
         return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
@@ -114,33 +168,30 @@ class StoreDataset(Dataset):
     def __len__(self) -> int:
         return len(self._mel_len)
 
-    def _batch(self, indices: Sequence[int], epoch: int) -> list[dict[str, Any]]:
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mels, tokens) of the store as plain ndarrays over its memmaps: slicing a
+        ``np.memmap`` runs Python-level subclass hooks (~5 us a slice), a plain view not."""
+        if self._plain is None:
+            self._plain = (self.store.mel_array.view(np.ndarray),
+                           self.store.token_array.view(np.ndarray))
+        return self._plain
+
+    def _batch(self, indices: Sequence[int], epoch: int) -> StoreBatch:
         idx = np.asarray(indices, dtype=np.int64)  # [B]
         if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"utterance index out of range for {len(self)} utterances")
-        tokens = self.store.token_array  # looked up once per batch
-        half = self.store.mel_array  # float16 views of the memmap: the collator reads them once
-        frames = lambda off, n: half[off:off + n]  # noqa: E731
-        hashes = [mix64(self.seed, epoch, i) for i in idx.tolist()]
-        n_refs = self._n_refs[idx].tolist()
-        pick = [h % n for h, n in zip(hashes, n_refs)]
+        mels, tokens = self._arrays()
+        hashes = mix64_many(self.seed, epoch, idx)  # uint64 [B]
+        pick = (hashes % self._n_refs[idx].astype(np.uint64)).astype(np.int64)
         ref = self._refs[idx, pick].astype(np.int64)  # [B] chosen reference utterance
-        ref_off, ref_len = self._mel_off[ref].tolist(), self._mel_len[ref].tolist()
-        items = []
-        for j, (i, off, n, t_off, t_len, spk, lang) in enumerate(zip(
-                idx.tolist(), self._mel_off[idx].tolist(), self._mel_len[idx].tolist(),
-                self._tok_off[idx].tolist(), self._tok_len[idx].tolist(),
-                self._speaker[idx].tolist(), self._language[idx].tolist())):
-            r_off, r_len = ref_off[j], ref_len[j]
-            if r_len > self.ref_frames:  # random crop, start from the hash's upper half
-                r_off += (hashes[j] >> 32) % (r_len - self.ref_frames + 1)
-                r_len = self.ref_frames
-            text = tokens[t_off:t_off + t_len]  # int32 [L] view
-            items.append({"tokens": text if self._token_map is None else self._token_map[text],
-                          "mel": frames(off, n),  # [T, n_mels]
-                          "ref_mel": frames(r_off, r_len),  # [R', n_mels]
-                          "speaker_id": spk, "language_id": lang, "index": i})
-        return items
+        ref_off, ref_len = self._mel_off[ref], self._mel_len[ref]
+        # random crop of references longer than ref_frames, start from the hash's upper half
+        spare = np.maximum(ref_len - self.ref_frames, 0)
+        ref_off = ref_off + ((hashes >> np.uint64(32)) % (spare + 1).astype(np.uint64)).astype(np.int64)
+        return StoreBatch(idx, self._mel_off[idx], self._mel_len[idx], ref_off,
+                          np.minimum(ref_len, self.ref_frames), self._tok_off[idx],
+                          self._tok_len[idx], self._speaker[idx], self._language[idx],
+                          mels, tokens, self._token_map)
 
     def item(self, i: int, epoch: int) -> dict[str, Any]:
         """Utterance ``i`` as served in ``epoch`` (same crop as in a batch of that epoch)."""
@@ -150,7 +201,7 @@ class StoreDataset(Dataset):
         i = int(i)
         return self.item(i + len(self) if i < 0 else i, self.epoch)
 
-    def __getitems__(self, indices: Sequence[int] | tuple[int, Sequence[int]]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: Sequence[int] | tuple[int, Sequence[int]]) -> StoreBatch:
         epoch = self.epoch
         if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
             epoch, indices = indices

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.config import Config, ConfigError
 from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
-from myxtts.data.feed.collate import Collator
+from myxtts.data.feed.collate import BufferPool, Collator
 from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.feed.prefetch import PrefetchFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
@@ -269,6 +269,14 @@ class SlotCollator:
         self.buffers: torch.Tensor | None = None  # uint8 [workers, slots, slot_bytes], shared
         self.headers: torch.Tensor | None = None  # int64 [workers, slots], shared
         self._count = 0  # batches written by this process
+        self._pool = BufferPool()  # the main process's arrays batches are copied out into
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_pool"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pool = BufferPool()
 
     def allocate(self, workers: int, slots: int) -> None:
         """Called in the main process before the workers start (they inherit the segments)."""
@@ -306,16 +314,17 @@ class SlotCollator:
         if int(header[ref.slot]) != ref.seq:
             raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten before it was "
                                f"read (internal error; set data.num_workers=0 to bypass)")
-        batch = {}
-        for key, dtype, shape, offset in ref.layout:
-            if pin:  # CUDA's caching host allocator recycles pinned blocks
-                out = torch.empty(shape, dtype=dtype, pin_memory=True)
-                dst = out.numpy()
-            else:  # numpy's allocations reuse warm heap pages (torch.empty often maps fresh ones)
-                dst = np.empty(shape, dtype=numpy_dtype(dtype))
-                out = torch.from_numpy(dst)
+        if pin:  # CUDA's caching host allocator recycles pinned blocks
+            batch = {key: torch.empty(shape, dtype=dtype, pin_memory=True)
+                     for key, dtype, shape, _ in ref.layout}
+            arrays = {key: t.numpy() for key, t in batch.items()}
+        else:  # reused once the consumer dropped them (no fresh pages per batch)
+            arrays = self._pool.take(ref.layout, lambda: {
+                key: np.empty(shape, dtype=numpy_dtype(dtype)) for key, dtype, shape, _ in ref.layout})
+            batch = {key: torch.from_numpy(a) for key, a in arrays.items()}
+        for key, _, shape, offset in ref.layout:
+            dst = arrays[key]
             np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
-            batch[key] = out
         if int(header[ref.slot]) != ref.seq:
             raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten while it was "
                                f"read (internal error; set data.num_workers=0 to bypass)")
