@@ -9,11 +9,14 @@ import pytest
 
 from tests.helpers import micro_config
 
-# A test run started in the background of a non-interactive shell (`pytest &`, nohup)
-# inherits SIGINT ignored, as would every process a test starts, and myxtts rightly keeps an
-# ignored signal ignored: the tests of Ctrl-C need it live, as in a terminal.
+# A test run started in the background of a non-interactive shell (`pytest &`) inherits
+# SIGINT ignored, under nohup SIGHUP too, as would every process a test starts, and myxtts
+# rightly keeps an ignored signal ignored: the tests of these signals need them live, as in
+# a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if getattr(signal, "SIGHUP", None) and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config, items):
