@@ -5,6 +5,12 @@ A refactor that claims "no change in behaviour" runs this before and after and c
     python tools/fingerprint.py --out before.json          # on the old commit
     python tools/fingerprint.py --out after.json           # on the new one
     python tools/fingerprint.py --compare before.json after.json
+    python tools/fingerprint.py --out now.json && \
+        python tools/fingerprint.py --compare tools/fingerprint.json now.json
+
+``tools/fingerprint.json`` is the fingerprint of this tree (torch 2.13.0 on the CPU): a change
+that must not alter behaviour leaves it identical, and one that alters it on purpose
+rewrites it and says which entries moved and why.
 
 What runs, through the real CLI on the CPU (``myxtts`` of the installed package), in a
 scratch folder with fixed relative paths so nothing path-dependent leaks into the digests:
