@@ -344,10 +344,16 @@ def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_th
     assert step.model.training  # put back
 
 
-def test_graphs_that_leave_no_room_beside_them_shrink_every_bucket():
-    from myxtts.train.engine.budget import shrink_for_graphs
+def test_graphs_that_leave_no_room_beside_them_shrink_every_bucket_to_3_4_at_most():
+    from myxtts.train.engine.budget import shrink_for_graphs, three_quarters
 
-    assert shrink_for_graphs([8, 16], reserved=10, reserve=5, cap=20) is None
-    assert shrink_for_graphs([8, 16], reserved=16, reserve=8, cap=20) == [6, 12]  # by a quarter
-    assert shrink_for_graphs([8, 16], reserved=20, reserve=10, cap=20) == [4, 8]  # 10/20 left
-    assert shrink_for_graphs([1, 3], reserved=20, reserve=30, cap=20) == [1, 1]  # never 0
+    assert [three_quarters(b) for b in (1, 2, 3, 4, 8, 16)] == [1, 2, 3, 3, 6, 12]
+    floors = [6, 12]  # 3/4 of a plan of [8, 16]
+    assert shrink_for_graphs([8, 16], floors, reserved=10, reserve=5, cap=20) is None
+    assert shrink_for_graphs([8, 16], floors, reserved=16, reserve=8, cap=20) == [6, 12]
+    # half would fit, but no bucket goes below 3/4 of its plan: the floors come back
+    assert shrink_for_graphs([8, 16], floors, reserved=20, reserve=10, cap=20) == [6, 12]
+    # at the floors already: the same sizes back, the caller drops the graphs for the run
+    assert shrink_for_graphs([6, 12], floors, reserved=16, reserve=10, cap=20) == [6, 12]
+    # a bucket an out-of-memory capture already took below its floor is never grown
+    assert shrink_for_graphs([5, 16], floors, reserved=20, reserve=10, cap=20) == [5, 12]

@@ -326,12 +326,21 @@ def _validation_forward(step: TrainStep, batch: dict[str, torch.Tensor]) -> None
         step.model.train(training)
 
 
-def shrink_for_graphs(sizes: list[int], reserved: int, reserve: int, cap: int) -> list[int] | None:
+def three_quarters(size: int) -> int:
+    """The smallest a bucket's batch may become when its graph does not fit: 3/4 of its
+    planned size, rounded up (a smaller batch would cost more steps than the graph saves)."""
+    return -(-size * 3 // 4)
+
+
+def shrink_for_graphs(sizes: list[int], floors: list[int], reserved: int, reserve: int,
+                      cap: int) -> list[int] | None:
     """After the warm-up: the graphs' pool (``reserved`` bytes, all this process's allocator
     holds then) plus what runs beside it (``reserve``) must fit in ``cap``. None if they do;
     else every bucket's batch scaled down by the share that is over (and by at least a
-    quarter), for the warm-up to capture again."""
+    quarter), never below its ``floors`` entry (:func:`three_quarters` of its plan), for the
+    warm-up to capture again. Sizes that come back unchanged are at their floors already: no
+    capture the plan allows fits, and the caller drops the graphs."""
     if reserved + reserve <= cap:
         return None
     scale = min(0.75, max(0.0, cap - reserve) / max(1, reserved))
-    return [max(1, int(b * scale)) for b in sizes]
+    return [min(b, max(f, int(b * scale))) for b, f in zip(sizes, floors)]

@@ -10,8 +10,9 @@
    out-of-memory capture shrinks its bucket);
 4. after a graphed warm-up, the graphs' pool plus the room beside it plus the warm-up's
    measured fragmentation (reserved beyond allocated while shapes interleave) must fit the
-   GPU's share; else every bucket shrinks and the warm-up captures again (three tries, then
-   a one-line stop naming the fix).
+   GPU's share; else every bucket shrinks, never below 3/4 of its plan, and the warm-up
+   captures again; when no capture within that fits (three tries), the run goes without
+   CUDA graphs at the planned sizes, said in one warning.
 
 It returns each bucket's final batch size; the caller rebuilds its loader with them. On a
 CPU with eager blocks nothing runs and the planned sizes come back unchanged.
@@ -35,6 +36,7 @@ from myxtts.train.engine.budget import (
     auto_batch_sizes,
     shrink_for_graphs,
     side_reserve,
+    three_quarters,
 )
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.engine.step import TrainStep
@@ -89,20 +91,28 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
                                  work.n_tokens, work.n_languages, dist, echo=echo,
                                  reserve=reserve)
     sizing_s = time.perf_counter() - started
-    report = None
+    report, plan = None, sizes
+    floors = [three_quarters(b) for b in plan]
     for attempt in range(CAPTURE_TRIES):
         shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
         report = warm_up_buckets(step, shapes, work, dist, graphs)
         sizes = [report.resized.get(s, s.batch) for s in shapes]
-        smaller = _shrink_beside_graphs(step, sizes, reserve + report.fragmentation)
+        smaller = _shrink_beside_graphs(step, sizes, floors, reserve + report.fragmentation)
         if smaller is None:
             break
+        if smaller == sizes or attempt == CAPTURE_TRIES - 1:
+            # no capture within 3/4 of the plan fits beside validation and the data role: the
+            # whole run goes uncaptured at the planned sizes (planned for the plain step)
+            log.warning("the CUDA graphs do not fit beside validation, samples and the data "
+                        "role (%.1f GiB) even at 3/4 of the planned batch sizes: this run "
+                        "trains without CUDA graphs (--set train.cuda_graphs=off says so up "
+                        "front)", reserve / GIB)
+            sizes = plan
+            shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
+            report = warm_up_buckets(step, shapes, work, dist, graphs=False)
+            sizes = [report.resized.get(s, s.batch) for s in shapes]
+            break
         sizes = smaller
-        if attempt == CAPTURE_TRIES - 1:
-            raise TrainError(f"the CUDA graphs and what runs beside them (validation, samples, "
-                             f"the data role: {reserve / GIB:.1f} GiB) do not fit this GPU; "
-                             f"lower data.auto_batch_memory_share or use --set "
-                             f"train.cuda_graphs=off")
     return Prepared(sizes, report, reserve, sizing_s)
 
 
@@ -115,22 +125,25 @@ def graphs_reserve(step: TrainStep, work: Workload) -> int:
                             CudaMemory(step.device), work.data_role)
 
 
-def _shrink_beside_graphs(step: TrainStep, sizes: list[int], reserve: int) -> list[int] | None:
+def _shrink_beside_graphs(step: TrainStep, sizes: list[int], floors: list[int], reserve: int
+                          ) -> list[int] | None:
     """After a graphed warm-up: None if the graphs' pool plus ``reserve`` (the room beside
     them and the fragmentation margin) fit the training GPU's share; else smaller batch
-    sizes (said in one warning), the graphs dropped for the warm-up to capture again."""
+    sizes, never below ``floors`` (said in one warning when they are smaller), the graphs
+    dropped for the warm-up to capture again or to run without them."""
     if step.graphs is None or step.device.type != "cuda":
         return None
     memory = CudaMemory(step.device)
     share = MemoryCaps(step.device, None, step.cfg.train.device_memory_cap, 0.0).training_share()
     cap = int(min(share * memory.total, memory.available))
     pool = int(torch.cuda.memory_reserved(step.device))
-    smaller = shrink_for_graphs(sizes, pool, reserve, cap)
-    if smaller is not None:
+    smaller = shrink_for_graphs(sizes, floors, pool, reserve, cap)
+    if smaller is not None and smaller != sizes:
         log.warning("after the warm-up the CUDA graphs hold %.1f GiB and validation, samples, "
                     "the data role and a fragmentation margin need %.1f GiB beside them: more "
                     "than the %.1f GiB this run may use; batch sizes %s -> %s, capturing again",
                     pool / GIB, reserve / GIB, cap / GIB, sizes, smaller)
+    if smaller is not None:
         step.use_graphs(None)
         memory.release()
     return smaller

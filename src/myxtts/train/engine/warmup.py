@@ -31,6 +31,7 @@ import torch
 
 from myxtts.data.batch import BatchShape
 from myxtts.model.dummy import worst_case_batch
+from myxtts.train.engine.budget import three_quarters
 from myxtts.train.engine.compile import compiled_graphs
 from myxtts.train.engine.graphs import Capture, StepGraphs
 from myxtts.train.engine.mode import StepMode
@@ -120,7 +121,7 @@ def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, n_tok
     """Capture ``shape`` (the module docstring's rules); returns the shape captured or
     raises :class:`CaptureAbandoned` (after one warning) or a TrainError (the device is
     left unusable)."""
-    smaller = replace(shape, batch=-(-shape.batch * 3 // 4))  # ceil: at least 3/4 of it
+    smaller = replace(shape, batch=three_quarters(shape.batch))
     tries = [shape, shape] + ([smaller] if smaller.batch < shape.batch else [])
     for k, attempt in enumerate(tries):
         try:
