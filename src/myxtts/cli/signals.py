@@ -42,7 +42,7 @@ def stopped_by(signum: int) -> str:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a job scheduler) or SIGHUP (the terminal closed, an ssh session
+    """SIGTERM (``kill``, a job scheduler) or SIGHUP (the terminal closed, an ssh connection
     dropped): unwinds like Ctrl-C, reported by ``stopped_by(signum)``."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:

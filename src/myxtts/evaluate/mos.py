@@ -7,7 +7,7 @@ on 16 kHz audio in 9 s windows (a shorter clip is repeated to fill one), through
 speechmos's own scoring code. Read against the ground-truth row: clean read speech such as
 LJSpeech predicts OVRL 3.4-3.5 (measured on its clips).
 
-The sessions are made here rather than by ``speechmos.dnsmos.run``: onnxruntime's default
+The ONNX models are loaded here rather than by ``speechmos.dnsmos.run``: onnxruntime's default
 threads keep spinning after each run, burning the cores the speaker encoder and the
 synthesis need next; these use torch's thread count and sleep when idle.
 """
@@ -50,7 +50,7 @@ class DNSMOS:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         models = Path(dnsmos.__file__).parent / "dnsmos_models"
 
-        class Model(dnsmos.DNSMOS):  # speechmos's scoring, with the sessions made above
+        class Model(dnsmos.DNSMOS):  # speechmos's scoring, with the models loaded above
             def __init__(self) -> None:
                 self.primary_model_path = str(models / "sig_bak_ovr.onnx")
                 self.onnx_sess, self.p808_onnx_sess = (
