@@ -59,3 +59,21 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
 
     with mock.patch.object(TrainStep, "__call__", crashing):
         train(cfg, data, progress=False)
+
+
+def full_disk_for_checkpoints(monkeypatch) -> object:
+    """Every checkpoint file (``*.pt``) written from now on fails as on a full disk (ENOSPC);
+    other files are written. Returns the real writer, to put back."""
+    import errno
+
+    from myxtts.artifacts import checkpoint as ck
+
+    real = ck.atomic_write
+
+    def full(path, data, *a, **k):
+        if str(path).endswith(".pt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(ck, "atomic_write", full)
+    return real

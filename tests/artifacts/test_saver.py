@@ -5,7 +5,6 @@ synchronous save writes."""
 
 from __future__ import annotations
 
-import errno
 import threading
 
 import pytest
@@ -15,6 +14,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.artifacts.saver import BackgroundSaver
+from tests.helpers import full_disk_for_checkpoints
 
 
 def _state(value: float) -> dict:
@@ -92,14 +92,7 @@ def test_a_failed_save_is_raised_at_the_next_call_and_the_previous_survives(tmp_
     saver = BackgroundSaver(manager)
     saver.save(_state(1.0), 1)
     saver.wait()
-    real = ck.atomic_write
-
-    def full(path, data, *a, **k):
-        if str(path).endswith(".pt"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, data, *a, **k)
-
-    monkeypatch.setattr(ck, "atomic_write", full)
+    full_disk_for_checkpoints(monkeypatch)
     saver.save(_state(2.0), 2)
     saver._thread.join()  # (the failure happened; nobody has been told yet)
     with pytest.raises(ArtifactError, match=r"disk is full.*ckpt_00000001\.pt survives"):

@@ -9,7 +9,6 @@ Same outcome rules as tests/test_bad_inputs.py: ``error`` is exit 2 with one err
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import shutil
@@ -24,7 +23,7 @@ from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.train.engine.step import TrainStep
-from tests.helpers import MICRO_MODEL
+from tests.helpers import MICRO_MODEL, full_disk_for_checkpoints
 
 SETS = [*MICRO_MODEL, "train.device=cpu", "data.num_workers=0", "train.tensorboard=false",
         "train.synth_every=0", "data.batch_frames=1200", "train.ckpt_every=2",
@@ -233,14 +232,7 @@ def test_resume_with_a_vocabulary_of_another_size(run, micro_store, capsys):
 
 
 def test_disk_full_while_checkpointing(run, micro_store, capsys, monkeypatch):
-    real = ck.atomic_write
-
-    def full(path, data, *a, **k):
-        if str(path).endswith(".pt"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, data, *a, **k)
-
-    monkeypatch.setattr(ck, "atomic_write", full)
+    real = full_disk_for_checkpoints(monkeypatch)
     line = _one_error(main(_train_argv(micro_store, run, 6)), capsys)
     assert "disk is full" in line and "ckpt_00000004.pt survives" in line
     monkeypatch.setattr(ck, "atomic_write", real)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import myxtts.data.feed.loader as loader_mod
-from myxtts.config import Config, ConfigError, load_config
+from myxtts.config import ConfigError, load_config
 from myxtts.data.feed.dataset import StoreDataset
 from myxtts.data.feed.loader import (
     PREFETCH_PER_WORKER,
@@ -17,22 +17,12 @@ from myxtts.data.feed.loader import (
     pad_multiple,
     store_batch_cost,
 )
-from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
-from myxtts.synthetic import make_demo_data
 
 KEYS = {"tokens": torch.long, "token_lengths": torch.long, "mel": torch.float32,
         "mel_lengths": torch.long, "stop_target": torch.float32, "ref_mel": torch.float32,
         "ref_lengths": torch.long, "speaker_ids": torch.long, "language_ids": torch.long,
         "indices": torch.long}
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    root = tmp_path_factory.mktemp("loader")
-    data = make_demo_data(root / "demo", speakers=3, utterances=12, seed=2)
-    prepare_store(data, root / "store", Config(), workers=1, progress=False, echo=lambda s: None)
-    return root / "store"
 
 
 def _cfg(**data):

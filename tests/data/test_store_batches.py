@@ -7,21 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from myxtts.config import Config, load_config
+from myxtts.config import load_config
 from myxtts.data.batch import FIELDS
 from myxtts.data.feed.dataset import mix64, mix64_many
 from myxtts.data.feed.loader import build_loader
-from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
-from myxtts.synthetic import make_demo_data
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    root = tmp_path_factory.mktemp("store_batches")
-    data = make_demo_data(root / "demo", speakers=3, utterances=14, seed=4)
-    prepare_store(data, root / "store", Config(), workers=1, progress=False, echo=lambda s: None)
-    return root / "store"
 
 
 def reference(store: FeatureStore, indices: list[int], epoch: int, seed: int, ref_frames: int,

@@ -28,6 +28,7 @@ from myxtts.train.engine.optim import build_optimizer, build_scheduler
 from myxtts.train.engine.step import TrainStep
 from myxtts.train.engine.warmup import warm_up
 from myxtts.train.setup import build_setup
+from tests.gpu.replay import assert_replays_like_eager
 from tests.helpers import micro_config
 
 pytestmark = pytest.mark.gpu
@@ -134,11 +135,4 @@ def test_compiled_checkpointed_blocks_with_dropout_replay_exactly_in_a_capture(t
     eager, graphed = steps
     report = warm_up(graphed, shapes, 40, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and graphed.compiled
-    for i in range(4):
-        batch = _real_batch(shapes[0], 40, i)
-        state = torch.cuda.get_rng_state(CUDA)
-        eager([batch])
-        torch.cuda.set_rng_state(state, CUDA)
-        graphed([batch])
-    for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"{name} differs")
+    assert_replays_like_eager(eager, graphed, [_real_batch(shapes[0], 40, i) for i in range(4)])
