@@ -208,7 +208,8 @@ def test_shm_too_small_for_four_workers():
 
 
 def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
-    from myxtts.data.feed.loader import PREFETCH_PER_WORKER, build_sampler, slot_bytes
+    from myxtts.data.feed.loader import build_sampler
+    from myxtts.data.feed.slots import SLOTS_PER_WORKER, slot_bytes
     from myxtts.data.store import FeatureStore
 
     cfg = load_config()
@@ -219,9 +220,9 @@ def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
     for transfer in (False, True):
         assert dd.shm_per_worker(cfg, plan, transfer) == (
             slot_bytes(table, store.n_mels, cfg.data.ref_frames, transfer=transfer),
-            PREFETCH_PER_WORKER + 2, "this store")
+            SLOTS_PER_WORKER, "this store")
     est, slots, how = dd.shm_per_worker(cfg, dd.DataPlan(), transfer=False)
-    assert how.startswith("estimate") and slots == PREFETCH_PER_WORKER + 2
+    assert how.startswith("estimate") and slots == SLOTS_PER_WORKER
     assert dd.shm_per_worker(cfg, dd.DataPlan(), transfer=True)[0] < est  # float16 mels
     assert dd.shm_per_worker(cfg, dd.DataPlan(on_the_fly=True), False)[2].startswith("estimate")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ from myxtts.data.batch import (
 )
 from myxtts.data.feed.buckets import ShapeTable
 from myxtts.data.feed.dataset import StoreBatch
+
+Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]  # field -> (shape, dtype) of a batch
 
 _SERIAL_ELEMENTS = 32767  # torch runs element-wise ops on fewer elements than 32768 inline
 
@@ -126,20 +129,32 @@ class Collator:
                 f"-- rebuild the sampler from the store's lengths")
         return n_frames, n_tokens
 
-    def __call__(self, items: list[dict[str, Any]] | StoreBatch) -> Batch:
+    # A loader worker's ``SlotCollator`` passes ``alloc`` to build the batch in its shared slot.
+    builds_into = True
+
+    def __call__(self, items: list[dict[str, Any]] | StoreBatch,
+                 alloc: Callable[[Specs], dict[str, np.ndarray] | None] | None = None) -> Batch:
+        """The padded batch of ``items``. ``alloc``: given every field's ``(shape, dtype)``,
+        the arrays to build it in (or None: this collator's own)."""
         if not len(items):
             raise ValueError("Collator got an empty batch")
         if isinstance(items, StoreBatch):
-            return self._columns(items)
+            return self._columns(items, alloc)
         batch = len(items)
         mel_lens = np.fromiter((it["mel"].shape[0] for it in items), np.int64, batch)
         tok_lens = np.fromiter((len(it["tokens"]) for it in items), np.int64, batch)
         n_frames, n_tokens = self.padded_shape(int(mel_lens.max()), int(tok_lens.max()))
         n_mels, n_ref = self.n_mels, self.ref_frames
         shape = BatchShape(batch, n_tokens, n_frames, n_ref, n_mels)
-        pinned = allocate_pinned(shape) if self.pinned else None
-        out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None
-               else allocate(shape, self.transfer))  # zeros = padding
+        out = alloc(self._specs(shape)) if alloc is not None else None
+        if out is not None:
+            pinned = None
+            for a in out.values():
+                a.fill(0)  # zeros = padding
+        else:
+            pinned = allocate_pinned(shape) if self.pinned else None
+            out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None
+                   else allocate(shape, self.transfer))  # zeros = padding
         tokens, mel, ref = out["tokens"], out["mel"], out["ref_mel"]
         ref_lens, speakers = out["ref_lengths"], out["speaker_ids"]
         languages, indices = out["language_ids"], out["indices"]
@@ -172,7 +187,12 @@ class Collator:
             return pinned  # type: ignore[return-value]
         return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
 
-    def _columns(self, cols: StoreBatch) -> Batch:
+    def _specs(self, shape: BatchShape) -> Specs:
+        sizes = shape.sizes()
+        return {name: (shape.of(name, sizes), spec.host_dtype(self.transfer))
+                for name, spec in FIELDS.items()}
+
+    def _columns(self, cols: StoreBatch, alloc: Any = None) -> Batch:
         """A batch from a dataset's columns (the store loader's path): pooled buffers whose
         every element is written (real values or padding), the tokens gathered in one numpy
         pass, each utterance's frames cast or copied straight out of the memory map."""
@@ -184,9 +204,12 @@ class Collator:
         mel_lens, tok_lens = cols.mel_len, cols.tok_len
         n_frames, n_tokens = self.padded_shape(int(mel_lens.max()), int(tok_lens.max()))
         shape = BatchShape(batch, n_tokens, n_frames, n_ref, n_mels)
-        pinned = allocate_pinned(shape) if self.pinned else None  # handed on, never pooled
-        out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None else
-               self._pool.take((shape, self.transfer), lambda: _empty(shape, self.transfer)))
+        out = alloc(self._specs(shape)) if alloc is not None else None
+        pinned = None
+        if out is None:
+            pinned = allocate_pinned(shape) if self.pinned else None  # handed on, never pooled
+            out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None else
+                   self._pool.take((shape, self.transfer), lambda: _empty(self._specs(shape))))
         # tokens: [B, L] gather, PAD_ID (0) after each utterance's length
         cols_l = np.arange(n_tokens)
         real = cols_l < tok_lens[:, None]
@@ -210,10 +233,8 @@ class Collator:
         return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
 
 
-def _empty(shape: BatchShape, transfer: bool) -> dict[str, np.ndarray]:
-    sizes = shape.sizes()
-    return {name: np.empty(shape.of(name, sizes), numpy_dtype(spec.host_dtype(transfer)))
-            for name, spec in FIELDS.items()}
+def _empty(specs: Specs) -> dict[str, np.ndarray]:
+    return {name: np.empty(shape, numpy_dtype(dtype)) for name, (shape, dtype) in specs.items()}
 
 
 def fill_rows(dst: np.ndarray, src: np.ndarray, starts: list[int], lengths: list[int]) -> None:

@@ -15,25 +15,23 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import DataLoader
 
 from myxtts.config import Config, ConfigError
-from myxtts.data.batch import PAD_MULTIPLE, Batch, BatchShape, numpy_dtype, round_up
-from myxtts.data.feed.collate import BufferPool, Collator
+from myxtts.data.batch import PAD_MULTIPLE, Batch
+from myxtts.data.feed.collate import Collator
 from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.feed.prefetch import PrefetchFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
+from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
 log = logging.getLogger(__name__)
 
-PREFETCH_PER_WORKER = 2  # batches requested ahead from each worker
-_ALIGN = 64  # byte alignment of every tensor inside a shared slot
 
 
 def default_num_workers(cpus: int | None = None) -> int:
@@ -46,24 +44,26 @@ def default_num_workers(cpus: int | None = None) -> int:
 
 
 # What a batch from a worker costs the training process instead of building it: the
-# DataLoader's queue and the copy out of the worker's shared slot. Measured on the 2-core
-# VM (store batches of 1.2-10 MB, main-process CPU per batch): 0.18 ms + 0.195 ms per MB,
-# against ~0.3 ms + 0.24 ms per MB to build the same batch in the training process. So a
-# worker takes a fifth to a third of a store batch's cost off the training process, and
-# the machine spends twice the CPU on it.
-HANDOVER_FIXED_S = 0.18e-3
+# DataLoader's queue and the views of the worker's shared slot (``slots``: no copy when
+# training on the CPU), plus, for a GPU, the copy into pinned memory. Measured on the 2-core
+# VM (store batches of 2.5-5 MB, main-process CPU per batch, the sampler included): 0.3 ms,
+# and the copy out of a slot 0.195 ms per MB, against ~0.3 ms + 0.24 ms per MB to build the
+# same batch in the training process.
+HANDOVER_FIXED_S = 0.3e-3
 HANDOVER_S_PER_MB = 0.195e-3
 WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every batch
 
 
 def handover_s(nbytes: int) -> float:
-    """Modelled training-process seconds to take a batch of ``nbytes`` from a worker."""
+    """Modelled training-process seconds to take a batch from a worker, copying ``nbytes``
+    of it (the whole batch for a GPU run, none for a CPU run)."""
     return HANDOVER_FIXED_S + HANDOVER_S_PER_MB * nbytes / 1e6
 
 
 def choose_workers(cpus: int, build_s: float, nbytes: int) -> tuple[int, str]:
-    """``(workers, why)`` for a store whose largest batch (``nbytes``) builds in ``build_s``
-    seconds here: workers only where a core is spare and they take at least
+    """``(workers, why)`` for a store whose largest batch builds in ``build_s`` seconds here
+    and of which the training process copies ``nbytes`` (:func:`handover_s`): workers only
+    where a core is spare and they take at least
     ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0, which is also
     the fastest loader by itself on any machine where a worker's batch costs the main
     process about what building it does (``benchmarks/data_pipeline.py --parts precomputed``)."""
@@ -199,7 +199,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
         build_s, nbytes = batch_cost(dataset, Collator(sampler.shape_table(), store.n_mels,
                                                        cfg.data.ref_frames, pad_multiple(cfg),
                                                        transfer=transfer), sampler)
-        best, why = choose_workers(available_cpus(), build_s, nbytes)
+        best, why = choose_workers(available_cpus(), build_s, nbytes if pin else 0)
         if workers < 0:
             workers = best
             log.info("store loader: %d worker%s (%s; --num-workers N to choose)", workers,
@@ -231,124 +231,11 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     return StoreLoader(loader, slots, pin, cfg.data.prefetch_batches, note), sampler
 
 
-# ---------------------------------------------------------------- shared-memory batch slots
-#
-# Why: by default a worker's batch reaches the main process through a NEW shared-memory
-# segment per tensor per batch; creating, faulting in, mapping and unmapping ~10 MB of
-# fresh pages every batch costs far more than assembling the batch (measured: ~25 ms vs
-# ~3 ms per LJSpeech batch on a 2-core VM). Here each worker owns a small ring of
-# preallocated shared slots, writes every batch into its next slot and sends only a
-# descriptor; the main process copies the batch out of the slot (one memcpy, straight
-# into pinned memory when training on CUDA) so the consumer owns its tensors.
-#
-# Slot reuse is safe because a worker can have at most PREFETCH_PER_WORKER tasks in
-# flight beyond the batch being copied (the DataLoader sends one index per batch it
-# yields, round-robin, at most prefetch_factor x workers ahead), and the ring has two
-# more slots than that. A sequence number in each slot's header is checked before and
-# after the copy, so a violated assumption is an error, never silently mixed data.
-
-def slot_bytes(table: Any, n_mels: int, ref_frames: int, transfer: bool = False) -> int:
-    """Bytes of the largest batch the Collator can produce for these buckets."""
-    return max(BatchShape(batch, l_text, t_mel, ref_frames, n_mels).nbytes(_ALIGN, transfer)
-               for t_mel, l_text, batch in zip(table.boundaries, table.text_caps, table.batch_sizes))
-
-
-class _SlotRef(NamedTuple):
-    worker: int
-    slot: int
-    seq: int
-    layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]  # key, dtype, shape, offset
-
-
-class SlotCollator:
-    """``collate_fn`` for workers: Collator, then copy into this worker's next shared slot."""
-
-    def __init__(self, collator: Collator, slot_bytes: int) -> None:
-        self.collator = collator
-        self.slot_bytes = int(slot_bytes)
-        self.buffers: torch.Tensor | None = None  # uint8 [workers, slots, slot_bytes], shared
-        self.headers: torch.Tensor | None = None  # int64 [workers, slots], shared
-        self._count = 0  # batches written by this process
-        self._pool = BufferPool()  # the main process's arrays batches are copied out into
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_pool"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._pool = BufferPool()
-
-    def allocate(self, workers: int, slots: int) -> None:
-        """Called in the main process before the workers start (they inherit the segments)."""
-        self.buffers = torch.empty((workers, slots, self.slot_bytes), dtype=torch.uint8).share_memory_()
-        self.headers = torch.zeros((workers, slots), dtype=torch.int64).share_memory_()
-
-    def __call__(self, items: list[dict[str, Any]]) -> Batch | _SlotRef:
-        batch = self.collator(items)
-        info = get_worker_info()
-        if info is None or self.buffers is None or batch is None:
-            return batch
-        sizes = [t.numel() * t.element_size() for t in batch.values()]
-        if sum(round_up(n, _ALIGN) for n in sizes) > self.slot_bytes:  # cannot happen with the sampler
-            return batch
-        k = self._count % self.buffers.shape[1]
-        self._count += 1
-        header = self.headers[info.id]
-        header[k] = -1  # "being written": a reader seeing this knows the slot was reused
-        buf = self.buffers[info.id, k].numpy()  # uint8 [slot_bytes]
-        layout, offset = [], 0
-        for (key, t), n in zip(batch.items(), sizes):
-            src = t.numpy()
-            # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_ with a busy
-            # second core measures 15x slower than memcpy speed).
-            np.copyto(buf[offset:offset + n].view(src.dtype).reshape(src.shape), src)
-            layout.append((key, t.dtype, tuple(t.shape), offset))
-            offset += round_up(n, _ALIGN)
-        header[k] = self._count
-        return _SlotRef(info.id, k, self._count, tuple(layout))
-
-    def take(self, ref: _SlotRef, pin: bool) -> Batch:
-        """The batch ``ref`` names, copied out of its slot (into pinned memory if ``pin``)."""
-        header = self.headers[ref.worker]
-        buf = self.buffers[ref.worker, ref.slot].numpy()  # uint8 [slot_bytes]
-        if int(header[ref.slot]) != ref.seq:
-            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten before it was "
-                               f"read (internal error; set data.num_workers=0 to bypass)")
-        if pin:  # CUDA's caching host allocator recycles pinned blocks
-            batch = {key: torch.empty(shape, dtype=dtype, pin_memory=True)
-                     for key, dtype, shape, _ in ref.layout}
-            arrays = {key: t.numpy() for key, t in batch.items()}
-        else:  # reused once the consumer dropped them (no fresh pages per batch)
-            arrays = self._pool.take(ref.layout, lambda: {
-                key: np.empty(shape, dtype=numpy_dtype(dtype)) for key, dtype, shape, _ in ref.layout})
-            batch = {key: torch.from_numpy(a) for key, a in arrays.items()}
-        for key, _, shape, offset in ref.layout:
-            dst = arrays[key]
-            np.copyto(dst, buf[offset:offset + dst.nbytes].view(dst.dtype).reshape(shape))
-        if int(header[ref.slot]) != ref.seq:
-            raise RuntimeError(f"loader slot {ref.worker}/{ref.slot} was overwritten while it was "
-                               f"read (internal error; set data.num_workers=0 to bypass)")
-        return batch
-
-    def batches(self, dataloader: DataLoader, pin: bool) -> Iterator[Any]:
-        """One pass of ``dataloader`` (whose ``collate_fn`` is this), batches taken out of
-        the slots; the slots are allocated on the first pass, before the workers start."""
-        if self.buffers is None:
-            self.allocate(dataloader.num_workers, PREFETCH_PER_WORKER + 2)
-        for out in dataloader:
-            if isinstance(out, _SlotRef):
-                yield self.take(out, pin)
-            elif pin and out is not None:
-                yield {k: v.pin_memory() for k, v in out.items()}
-            else:
-                yield out
-
-
 class StoreLoader:
     """What ``build_loader`` returns: iterate it for batch dicts (one epoch per pass).
 
-    Wraps the DataLoader: takes batches out of the workers' shared slots and pins them
-    when training on CUDA. ``dataloader``, ``num_workers`` and ``len()`` pass through.
+    Wraps the DataLoader: takes batches from the workers' shared slots (``slots``) and pins
+    them when training on CUDA. ``dataloader``, ``num_workers`` and ``len()`` pass through.
     ``prefetch``: batches the trainer's feed keeps in flight (``data.prefetch_batches``).
     ``worker_note``: set where the workers asked for cost the training process more than
     they save on this store (``choose_workers``' rule): what ``myxtts profile`` says.
@@ -380,8 +267,9 @@ class StoreLoader:
     def device_feed(self, device: torch.device, *, hold: int = 1,
                     copy_log: list | None = None) -> PrefetchFeed:
         """The trainer's ``feed.DeviceFeed``: this loader's batches copied to ``device`` on a
-        side stream, ``prefetch`` ahead. ``hold`` needs nothing here (each handed-out batch
-        owns its memory); ``copy_log``: see ``DevicePrefetcher``."""
+        side stream, ``prefetch`` ahead. ``hold`` needs nothing here (a handed-out batch keeps
+        its memory, a worker's slot included, until dropped); ``copy_log``: see
+        ``DevicePrefetcher``."""
         return PrefetchFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:

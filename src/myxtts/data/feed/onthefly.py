@@ -3,7 +3,7 @@
 Loader workers (``data.feed.raw``) read, resample and trim the clips and reference crops and pad
 them into wav batches; with ``data.data_device='cpu'`` they also compute the log-mels
 (``features.Featurizer``, the ``MelSpectrogram`` prepare uses) and hand finished batches
-over through reused shared-memory slots (``loader.SlotCollator``; a new segment per tensor
+over through reused shared-memory slots (``slots.SlotCollator``; a new segment per tensor
 per batch costs ~5x the CPU); with ``'cuda:N'`` that GPU's producer thread computes them
 (``data.feed.ring``). Training takes them through ``OnTheFlyLoader.device_feed``. Lengths for
 bucketing come from the file headers (an upper bound), and every batch keeps the shape of
@@ -29,17 +29,12 @@ from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.feed.dataset import EpochBatches
 from myxtts.data.feed.features import Featurizer
-from myxtts.data.feed.loader import (
-    PREFETCH_PER_WORKER,
-    SlotCollator,
-    build_sampler,
-    slot_bytes,
-    worker_init,
-)
+from myxtts.data.feed.loader import build_sampler, worker_init
 from myxtts.data.feed.protocol import FeatureWork, real_frames
 from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.feed.ring import SlotRing
 from myxtts.data.feed.sampler import BucketBatchSampler
+from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
 from myxtts.data.prepare.plan import choose_refs, mel_mean_std, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
@@ -330,7 +325,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     collate: Any = WavCollator(sampler.shape_table(), raw.est_frames, featurizer)
     if workers > 0 and featurizer is not None:
         # Finished batches reach the main process through each worker's reused shared-memory
-        # slots (``loader.SlotCollator``; pinned as they are copied out), not through a new
+        # slots (``slots.SlotCollator``; pinned as they are copied out), not through a new
         # shared-memory segment per tensor per batch.
         collate = SlotCollator(collate, slot_bytes(sampler.shape_table(), cfg.audio.n_mels,
                                                    cfg.data.ref_frames))

@@ -3,7 +3,7 @@
 Why apart from ``environment``: these read the data (checksums, read speed, clip headers)
 and size the loader; ``myxtts.data`` is imported inside the functions, so the doctor still
 runs (and says so) without soundfile or soxr. Shared memory: each store-loader worker holds
-``PREFETCH_PER_WORKER + 2`` /dev/shm slots sized for the largest bucket; Docker's default
+``SLOTS_PER_WORKER`` /dev/shm slots sized for the largest bucket; Docker's default
 64 MB /dev/shm cannot hold them, and workers then die with a bus error mid-epoch. The need is
 exact with a healthy store, estimated from the config otherwise (and for on-the-fly
 training's raw audio batches).
@@ -287,10 +287,11 @@ def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, in
     ``transfer``: training on a GPU (batches travel in float16)."""
     # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
-    from myxtts.data.feed.loader import PREFETCH_PER_WORKER, pad_multiple, plan_frames, slot_bytes
+    from myxtts.data.feed.loader import pad_multiple, plan_frames
+    from myxtts.data.feed.slots import SLOTS_PER_WORKER, slot_bytes
 
     d, a = cfg.data, cfg.audio
-    slots = PREFETCH_PER_WORKER + 2
+    slots = SLOTS_PER_WORKER
     if plan.table is not None:
         return slot_bytes(plan.table, plan.n_mels, d.ref_frames, transfer), slots, "this store"
     batch = d.max_batch_size or 64
@@ -327,14 +328,17 @@ def check_shm(per_batch: int, batches: int, how: str, workers: int, free: int | 
 def check_loader(cfg: Config, plan: DataPlan, cpus: int, *, transfer: bool, ranks: int,
                  shm_free: int | None) -> list[Check]:
     """Worker count against the CPUs, and /dev/shm against what those workers need."""
+    cost = plan.batch_cost
+    if cost is not None:  # a GPU run copies a worker's batch into pinned memory; a CPU run not
+        cost = (cost[0], cost[1] if transfer else 0)
     try:
-        workers, source = resolve_workers(cfg, cpus, plan.on_the_fly, plan.batch_cost)
+        workers, source = resolve_workers(cfg, cpus, plan.on_the_fly, cost)
         per_batch, batches, how = shm_per_worker(cfg, plan, transfer)
     except (ImportError, OSError) as e:
         return [Check("loader", "skip", f"myxtts.data cannot load ({type(e).__name__}: {e})")]
     checks = [check_workers(workers, source, cpus, plan.on_the_fly)]
-    if plan.batch_cost is not None:
-        checks.append(check_store_workers(workers, plan.batch_cost))
+    if cost is not None:
+        checks.append(check_store_workers(workers, cost))
     return checks + [check_shm(per_batch, batches, how, workers, shm_free, ranks)]
 
 

@@ -1,0 +1,106 @@
+"""Shared-memory slots between loader workers and the training process: a worker builds its
+batch in a free slot, the training process hands the slot's memory out without a copy, and
+a slot goes back to its worker only once nothing holds any part of its batch."""
+
+import gc
+
+import pytest
+import torch
+
+import myxtts.data.feed.slots as slots_mod
+from myxtts.data.feed.loader import build_loader
+from myxtts.data.feed.raw import WavCollator
+from myxtts.data.feed.slots import FREE, SlotCollator, SlotRef
+
+from .test_loader import KEYS, _cfg
+
+
+@pytest.fixture
+def worker(store_path, monkeypatch):
+    """(SlotCollator with 2 slots for one worker, the batches' items): calls made in this
+    process act as worker 0's, ``take`` as the training process's."""
+    loader, sampler = build_loader(store_path, _cfg(), num_workers=1)
+    slots = loader.slots
+    slots.allocate(1, 2)
+    monkeypatch.setattr(slots_mod, "get_worker_info", lambda: type("W", (), {"id": 0})())
+    items = [loader.dataset.__getitems__((0, b)) for b in sampler.batches(0)[:4]]
+    return slots, items
+
+
+def _same(batch, expected):
+    for k in KEYS:
+        assert torch.equal(batch[k], expected[k]), k
+
+
+def test_a_batch_is_built_in_its_slot_and_handed_out_without_a_copy(worker):
+    slots, items = worker
+    ref = slots(items[0])
+    assert isinstance(ref, SlotRef) and ref.slot == 0
+    batch = slots.take(ref, pin=False)
+    _same(batch, slots.collator(items[0]))
+    base = slots.buffers[0, 0]
+    start, end = base.data_ptr(), base.data_ptr() + base.numel()
+    assert all(start <= t.data_ptr() < end for t in batch.values())  # the slot's own memory
+
+
+def test_a_held_batch_keeps_its_slot_and_a_dropped_one_gives_it_back(worker):
+    slots, items = worker
+    first = slots.take(slots(items[0]), pin=False)
+    second = slots.take(slots(items[1]), pin=False)
+    expected = [{k: v.clone() for k, v in b.items()} for b in (first, second)]
+    # both slots held: the worker's next batch comes in memory of its own, and is right
+    own = slots(items[2])
+    assert isinstance(own, dict)
+    _same(own, slots.collator(items[2]))
+    _same(first, expected[0])
+    _same(second, expected[1])  # neither held batch was touched
+    view = first["mel"][:, :3]  # a view alone still holds the slot
+    del first
+    gc.collect()
+    slots._release_dropped()
+    assert slots.held() == 2 and int(slots.headers[0, 0]) > 0
+    del view
+    slots._release_dropped()
+    assert slots.held() == 1 and int(slots.headers[0, 0]) == FREE
+    ref = slots(items[2])
+    assert isinstance(ref, SlotRef) and ref.slot == 0
+    third = slots.take(ref, pin=False)
+    _same(third, slots.collator(items[2]))
+    _same(second, expected[1])
+
+
+def test_batches_a_pass_left_unread_are_reclaimed(worker):
+    slots, items = worker
+    skipped = slots(items[0])  # sent, never taken (a pass left early)
+    later = slots(items[1])
+    assert {skipped.slot, later.slot} == {0, 1}
+    batch = slots.take(later, pin=False)
+    assert int(slots.headers[0, skipped.slot]) == FREE  # older, not held: given back
+    _same(batch, slots.collator(items[1]))
+
+
+def test_a_slot_written_under_a_reader_is_an_error_not_wrong_data(worker):
+    slots, items = worker
+    ref = slots(items[0])
+    slots.headers[0, ref.slot] = ref.seq + 7  # what a broken protocol would leave
+    with pytest.raises(RuntimeError, match="overwritten"):
+        slots.take(ref, pin=False)
+
+
+def test_any_collate_functions_batch_is_copied_into_a_slot(monkeypatch):
+    # The on-the-fly path's collate function builds its own tensors: they are copied in.
+    monkeypatch.setattr(slots_mod, "get_worker_info", lambda: type("W", (), {"id": 0})())
+    made = {"wav": torch.randn(3, 1000), "lengths": torch.tensor([1000, 700, 20])}
+    slots = SlotCollator(lambda items: {k: v.clone() for k, v in made.items()}, 1 << 16)
+    assert not getattr(WavCollator, "builds_into", False)
+    slots.allocate(1, 2)
+    ref = slots([None])
+    assert isinstance(ref, SlotRef)
+    batch = slots.take(ref, pin=False)
+    assert batch.keys() == made.keys() and all(torch.equal(batch[k], made[k]) for k in made)
+    # a batch larger than a slot travels in memory of its own, and frees the slot it tried
+    small = SlotCollator(lambda items: {k: v.clone() for k, v in made.items()}, 1024)
+    small.allocate(1, 2)
+    out = small([None])
+    assert isinstance(out, dict) and torch.equal(out["wav"], made["wav"])
+    assert int(small.headers[0, 0]) == FREE
