@@ -16,7 +16,6 @@ from myxtts.data.feed.loader import (
     pad_multiple,
     store_batch_cost,
 )
-from myxtts.data.feed.slots import SLOTS_PER_WORKER
 from myxtts.data.store import FeatureStore
 
 KEYS = {"tokens": torch.long, "token_lengths": torch.long, "mel": torch.float32,
@@ -92,7 +91,7 @@ def test_workers_give_the_same_batches(store_path):
                 assert torch.equal(batch[k], epoch[n][k]), (n, k)
             n += 1
         assert n == len(epoch)
-    assert 4 * len(expected[0]) > 2 * SLOTS_PER_WORKER  # more batches per worker than slots
+    assert 4 * len(expected[0]) > 2 * loader.slots.slots  # more batches per worker than slots
     kept = [list(loader) for _ in range(4)]
     assert [len(e) for e in kept] == [len(e) for e in expected[4:]]
     for got, want in zip(kept, expected[4:]):
@@ -151,12 +150,12 @@ def test_store_workers_only_where_they_save_the_training_process_time():
     # no core to spare beside the training process: never
     assert choose_workers(2, 50e-3, 5 * mb)[0] == 0
     # a GPU run: a 5 MB batch building in 2 ms, copied into pinned memory as it is taken
-    # from a worker (~1.27 ms): a worker saves < 1 ms
+    # from a worker (~1.18 ms): a worker saves < 1 ms
     n, why = choose_workers(16, 2e-3, 5 * mb)
-    assert n == 0 and "2.00 ms" in why and "would save 0.7" in why
-    # a CPU run uses the worker's slot as it is (0.3 ms): the same batch is worth a worker
+    assert n == 0 and "2.00 ms" in why and "would save 0.82 ms" in why
+    # a CPU run uses the worker's slot as it is (0.2 ms): the same batch is worth a worker
     n, why = choose_workers(16, 2e-3, 0)
-    assert n == 2 and "0.30 ms" in why and " saves 1.70 ms" in why
+    assert n == 2 and "0.20 ms" in why and " saves 1.80 ms" in why
     # a slow disk or a costly batch: workers take most of it off the training process
     assert choose_workers(16, 20e-3, 5 * mb)[0] == 2
     assert choose_workers(3, 20e-3, 5 * mb)[0] == 1

@@ -208,8 +208,8 @@ def test_shm_too_small_for_four_workers():
 
 
 def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
-    from myxtts.data.feed.loader import build_sampler
-    from myxtts.data.feed.slots import SLOTS_PER_WORKER, slot_bytes
+    from myxtts.data.feed.loader import MAX_GROUP, batches_per_task, build_sampler
+    from myxtts.data.feed.slots import slot_bytes, slots_per_worker
     from myxtts.data.store import FeatureStore
 
     cfg = load_config()
@@ -220,9 +220,9 @@ def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
     for transfer in (False, True):
         assert dd.shm_per_worker(cfg, plan, transfer) == (
             slot_bytes(table, store.n_mels, cfg.data.ref_frames, transfer=transfer),
-            SLOTS_PER_WORKER, "this store")
+            slots_per_worker(batches_per_task(plan.batch_cost[0])), "this store")
     est, slots, how = dd.shm_per_worker(cfg, dd.DataPlan(), transfer=False)
-    assert how.startswith("estimate") and slots == SLOTS_PER_WORKER
+    assert how.startswith("estimate") and slots == slots_per_worker(MAX_GROUP)
     assert dd.shm_per_worker(cfg, dd.DataPlan(), transfer=True)[0] < est  # float16 mels
     assert dd.shm_per_worker(cfg, dd.DataPlan(on_the_fly=True), False)[2].startswith("estimate")
 

@@ -11,6 +11,7 @@ trainer's feed: :meth:`StoreLoader.device_feed`). The worker count is
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.feed.prefetch import PrefetchFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
+from myxtts.data.feed.stream import BatchStream, Grouped, StreamPasses
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
@@ -44,14 +46,26 @@ def default_num_workers(cpus: int | None = None) -> int:
 
 
 # What a batch from a worker costs the training process instead of building it: the
-# DataLoader's queue and the views of the worker's shared slot (``slots``: no copy when
-# training on the CPU), plus, for a GPU, the copy into pinned memory. Measured on the 2-core
-# VM (store batches of 2.5-5 MB, main-process CPU per batch, the sampler included): 0.3 ms,
-# and the copy out of a slot 0.195 ms per MB, against ~0.3 ms + 0.24 ms per MB to build the
-# same batch in the training process.
-HANDOVER_FIXED_S = 0.3e-3
+# DataLoader's queue (tasks of several batches) and the views of the worker's shared slot
+# (``slots``: no copy when training on the CPU), plus, for a GPU, the copy into pinned
+# memory. Measured on the 2-core VM (store batches of 5 MB, main-process CPU per batch, the
+# sampler included): 0.2 ms, and the copy out of a slot 0.195 ms per MB, against ~0.3 ms +
+# 0.24 ms per MB to build the same batch in the training process.
+HANDOVER_FIXED_S = 0.2e-3
 HANDOVER_S_PER_MB = 0.195e-3
 WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every batch
+
+
+# Workers: a store batch builds in ~1 ms, and a worker's queue round trip costs ~0.2 ms of
+# CPU per task, so cheap batches travel several to a task (``stream.BatchStream``'s group):
+# enough for TASK_S of work, at most MAX_GROUP (each batch in flight holds a shared slot).
+TASK_S = 3e-3
+MAX_GROUP = 3
+
+
+def batches_per_task(build_s: float) -> int:
+    """Batches per worker task for batches that build in ``build_s`` seconds."""
+    return max(1, min(MAX_GROUP, math.ceil(TASK_S / max(build_s, 1e-6))))
 
 
 def handover_s(nbytes: int) -> float:
@@ -192,7 +206,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,
                            vocab_map=vocab_map)
     workers = cfg.data.num_workers if num_workers is None else int(num_workers)
-    note = None
+    note, group = None, 1
     if workers != 0:
         # Measured once per loader (a few ms): what decides workers for -1, and what
         # ``myxtts profile`` weighs a user's count against (``StoreLoader.worker_note``).
@@ -200,6 +214,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                                                        cfg.data.ref_frames, pad_multiple(cfg),
                                                        transfer=transfer), sampler)
         best, why = choose_workers(available_cpus(), build_s, nbytes if pin else 0)
+        group = batches_per_task(build_s)
         if workers < 0:
             workers = best
             log.info("store loader: %d worker%s (%s; --num-workers N to choose)", workers,
@@ -220,15 +235,17 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     if workers == 0:
         loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
                             num_workers=0, generator=gen)
-        return StoreLoader(loader, None, pin, cfg.data.prefetch_batches, note), sampler
+        return StoreLoader(loader, sampler, None, pin, cfg.data.prefetch_batches, note), sampler
     slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
-                                              cfg.data.ref_frames, transfer=transfer))
-    # Persistent workers keep their memmaps, page cache and shared slots across epochs.
-    loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=slots,
+                                              cfg.data.ref_frames, transfer=transfer), group)
+    # Persistent workers keep their memmaps, page cache and shared slots across epochs, and
+    # one stream of batches runs on across them, ``group`` to a task (``stream``).
+    loader = DataLoader(Grouped(dataset) if group > 1 else dataset,
+                        batch_sampler=BatchStream(sampler, group), collate_fn=slots,
                         num_workers=workers, persistent_workers=True,
                         prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
                         generator=gen)
-    return StoreLoader(loader, slots, pin, cfg.data.prefetch_batches, note), sampler
+    return StoreLoader(loader, sampler, slots, pin, cfg.data.prefetch_batches, note), sampler
 
 
 class StoreLoader:
@@ -241,13 +258,17 @@ class StoreLoader:
     they save on this store (``choose_workers``' rule): what ``myxtts profile`` says.
     """
 
-    def __init__(self, dataloader: DataLoader, slots: SlotCollator | None, pin: bool,
-                 prefetch: int = 2, worker_note: str | None = None) -> None:
+    def __init__(self, dataloader: DataLoader, sampler: BucketBatchSampler,
+                 slots: SlotCollator | None, pin: bool, prefetch: int = 2,
+                 worker_note: str | None = None) -> None:
         self.dataloader = dataloader
         self.slots = slots
         self.pin = pin
         self.prefetch = int(prefetch)
         self.worker_note = worker_note
+        # workers: the sampler's passes, cut from one stream across epochs
+        self._passes = None if slots is None else StreamPasses(
+            sampler, dataloader.batch_sampler, lambda: slots.batches(dataloader, pin))
 
     @property
     def num_workers(self) -> int:
@@ -255,7 +276,8 @@ class StoreLoader:
 
     @property
     def dataset(self) -> Any:
-        return self.dataloader.dataset
+        ds = self.dataloader.dataset
+        return ds.dataset if isinstance(ds, Grouped) else ds
 
     def feature_work(self) -> None:
         """A store's features are made: no data role computes any."""
@@ -273,8 +295,8 @@ class StoreLoader:
         return PrefetchFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.slots is not None:
-            yield from self.slots.batches(self.dataloader, self.pin)
+        if self._passes is not None:
+            yield from self._passes.one_pass()
             return
         for out in self.dataloader:
             yield {k: v.pin_memory() for k, v in out.items()} if self.pin else out

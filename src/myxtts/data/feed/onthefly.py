@@ -35,6 +35,7 @@ from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.feed.ring import SlotRing
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
+from myxtts.data.feed.stream import BatchStream, StreamPasses
 from myxtts.data.prepare.plan import choose_refs, mel_mean_std, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
@@ -53,28 +54,6 @@ class _Pass:
         return self.start()
 
 
-class _Stream:
-    """Batch sampler of a DataLoader with workers: ``(epoch, batch)`` of consecutive passes
-    without end, from ``start`` = (epoch, position) on (the sampler's own plan, epoch by
-    epoch). The workers go on into the next epoch while the main process takes the last
-    batches of this one, instead of idling at every epoch's end (the last batches are
-    built by fewer workers than there are) and at its start (the first ones arrive together
-    after a full batch time). :meth:`OnTheFlyLoader.host_batches` cuts it into passes."""
-
-    def __init__(self, sampler: BucketBatchSampler) -> None:
-        self.sampler, self.start = sampler, (0, 0)
-
-    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
-        epoch, position = self.start
-        while True:
-            for batch in self.sampler.batches(epoch)[position:]:
-                yield epoch, batch
-            epoch, position = epoch + 1, 0
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
 class OnTheFlyLoader:
     """Iterates batches (``data.batch.Batch``) with features computed on ``device``
     (``data.data_device``): by the loader workers when it is the CPU, else by the caller's
@@ -91,8 +70,9 @@ class OnTheFlyLoader:
                  mel_stats: tuple[np.ndarray, np.ndarray] | None, pin: bool = False) -> None:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
         self.pin = pin  # copy batches out of the workers' slots into pinned memory
-        self._live: Iterator[Any] | None = None  # the workers' stream, across passes
-        self._next: tuple[int, int] | None = None  # (epoch, position) it continues with
+        stream = loader.batch_sampler
+        self._passes = (StreamPasses(sampler, stream, self._receive)
+                        if isinstance(stream, BatchStream) else None)
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
         self.n_mels, self.ref_frames = cfg.audio.n_mels, cfg.data.ref_frames
@@ -111,26 +91,9 @@ class OnTheFlyLoader:
 
     def host_batches(self) -> Iterator[Any]:
         """One pass (the sampler's next) as the host receives it: a worker's finished batches
-        copied out of its shared-memory slot; None for a batch no clip of which loaded."""
-        if isinstance(self.loader.batch_sampler, _Stream):
-            return self._stream_pass()
-        return self._receive()
-
-    def _stream_pass(self) -> Iterator[Any]:
-        """One pass taken from the workers' stream (``_Stream``). The sampler's own pass
-        runs in step, one batch list per batch handed out (its epoch, ``state_dict``); a
-        pass the stream did not predict (``set_epoch``, a resume, the previous pass left
-        unfinished) restarts the stream there, dropping what the workers had begun."""
-        start = (self.sampler.epoch, self.sampler.resume_position)
-        steps = iter(self.sampler)
-        if self._live is None or self._next != start:
-            self.loader.batch_sampler.start = start
-            self._live = self._receive()
-        self._next = None  # until this pass is taken to its end
-        for position, _ in enumerate(steps, start[1] + 1):
-            if position == len(self.sampler):
-                self._next = (start[0] + 1, 0)
-            yield next(self._live)
+        from its shared-memory slot (``slots``), taken from the workers' stream across
+        epochs (``stream``); None for a batch no clip of which loaded."""
+        return self._passes.one_pass() if self._passes is not None else self._receive()
 
     def _receive(self) -> Iterator[Any]:
         collate = self.loader.collate_fn
@@ -330,7 +293,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
         collate = SlotCollator(collate, slot_bytes(sampler.shape_table(), cfg.audio.n_mels,
                                                    cfg.data.ref_frames))
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
-                        batch_sampler=_Stream(sampler) if workers else EpochBatches(sampler),
+                        batch_sampler=BatchStream(sampler) if workers else EpochBatches(sampler),
                         collate_fn=collate,
                         num_workers=workers, pin_memory=pin and not isinstance(collate, SlotCollator),
                         generator=torch.Generator().manual_seed(seed), **extra)

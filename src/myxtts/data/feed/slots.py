@@ -27,6 +27,7 @@ each worker's batches arrive in the order it made them.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -37,12 +38,20 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.data.batch import Batch, BatchShape, numpy_dtype, round_up
 from myxtts.data.feed.collate import Specs
+from myxtts.data.feed.stream import BatchGroup
 
-PREFETCH_PER_WORKER = 2  # batches the DataLoader requests ahead from each worker
-# A worker has up to PREFETCH_PER_WORKER batches in flight; the rest of its slots cover the
-# batches the training process holds (the one in use, a feed's prefetch, gradient
-# accumulation). Fewer free slots cost speed, never correctness (see the module doc).
-SLOTS_PER_WORKER = PREFETCH_PER_WORKER + 4
+PREFETCH_PER_WORKER = 2  # tasks (a batch, or a group of them) requested ahead from each worker
+# Slots beyond a worker's batches in flight: the batches the training process holds (the
+# one in use, the one before it until the next is taken, a feed's prefetch). Fewer free
+# slots cost speed, never correctness (see the module doc).
+HELD_SLOTS = 3
+
+
+def slots_per_worker(group: int = 1) -> int:
+    """Shared slots each worker owns when ``group`` batches travel per task."""
+    return group * PREFETCH_PER_WORKER + HELD_SLOTS
+
+
 ALIGN = 64  # byte alignment of every tensor inside a slot
 FREE, WRITING = 0, -1  # header values; a written slot holds its batch's sequence number (> 0)
 # References to a held slot's array nobody else holds, as ``_dropped`` counts them: the
@@ -70,9 +79,10 @@ class SlotCollator:
     worker's next free shared slot. A collator with an ``alloc`` parameter (``Collator``)
     builds into the slot; any other's batch is copied in."""
 
-    def __init__(self, collator: Callable[..., Any], slot_bytes: int) -> None:
+    def __init__(self, collator: Callable[..., Any], slot_bytes: int, group: int = 1) -> None:
         self.collator = collator
         self.slot_bytes = int(slot_bytes)
+        self.slots = slots_per_worker(group)
         self.buffers: torch.Tensor | None = None  # uint8 [workers, slots, slot_bytes], shared
         self.headers: torch.Tensor | None = None  # int64 [workers, slots], shared
         self._count = 0  # batches written by this process (a worker)
@@ -86,8 +96,9 @@ class SlotCollator:
         self.__dict__.update(state)
         self._held, self._np = {}, None
 
-    def allocate(self, workers: int, slots: int = SLOTS_PER_WORKER) -> None:
+    def allocate(self, workers: int, slots: int | None = None) -> None:
         """Called in the main process before the workers start (they inherit the segments)."""
+        slots = self.slots if slots is None else slots
         self.buffers = torch.empty((workers, slots, self.slot_bytes), dtype=torch.uint8).share_memory_()
         self.headers = torch.zeros((workers, slots), dtype=torch.int64).share_memory_()
         self._held, self._np = {}, None
@@ -99,7 +110,14 @@ class SlotCollator:
 
     # ------------------------------------------------------------ worker side
 
-    def __call__(self, items: Any) -> Batch | SlotRef | None:
+    def __call__(self, items: Any) -> Any:
+        """A batch's items -> its ``SlotRef`` (or the batch itself, see the module doc); a
+        ``BatchGroup`` of them -> a ``BatchGroup`` of those."""
+        if isinstance(items, BatchGroup):
+            return BatchGroup(self._one(it) for it in items)
+        return self._one(items)
+
+    def _one(self, items: Any) -> Batch | SlotRef | None:
         info = get_worker_info()
         if info is None or self.buffers is None:
             return self.collator(items)
@@ -148,7 +166,7 @@ class SlotCollator:
         self._release_dropped()
         self._reclaim_skipped(ref)
         slot = buffers[ref.worker, ref.slot]
-        views = {key: slot[off:off + int(np.prod(shape)) * dtype.itemsize]
+        views = {key: slot[off:off + math.prod(shape) * dtype.itemsize]
                  .view(numpy_dtype(dtype)).reshape(shape) for key, dtype, shape, off in ref.layout}
         if not pin:
             self._held[ref.worker, ref.slot] = tuple(views.values())
@@ -187,19 +205,20 @@ class SlotCollator:
         the slots; the slots are allocated on the first pass, before the workers start."""
         if self.buffers is None:
             self.allocate(dataloader.num_workers)
-        for out in dataloader:
-            if isinstance(out, SlotRef):
-                yield self.take(out, pin)
-            elif pin and out is not None:
-                yield {k: v.pin_memory() for k, v in out.items()}
-            else:
-                yield out
+        for task in dataloader:
+            for out in task if isinstance(task, BatchGroup) else (task,):
+                if isinstance(out, SlotRef):
+                    yield self.take(out, pin)
+                elif pin and out is not None:
+                    yield {k: v.pin_memory() for k, v in out.items()}
+                else:
+                    yield out
 
 
 def _place(slot: np.ndarray, specs: Specs, layout: list) -> dict[str, np.ndarray] | None:
     """Views of ``slot`` for these fields, each ``ALIGN``-aligned, their layout appended to
     ``layout``; None where they do not fit (cannot happen with the sampler's shapes)."""
-    sizes = [int(np.prod(shape)) * dt.itemsize for shape, dt in specs.values()]
+    sizes = [math.prod(shape) * dt.itemsize for shape, dt in specs.values()]
     if sum(round_up(n, ALIGN) for n in sizes) > len(slot):
         return None
     arrays, offset = {}, 0

@@ -3,7 +3,7 @@
 Why apart from ``environment``: these read the data (checksums, read speed, clip headers)
 and size the loader; ``myxtts.data`` is imported inside the functions, so the doctor still
 runs (and says so) without soundfile or soxr. Shared memory: each store-loader worker holds
-``SLOTS_PER_WORKER`` /dev/shm slots sized for the largest bucket; Docker's default
+``slots_per_worker`` /dev/shm slots sized for the largest bucket; Docker's default
 64 MB /dev/shm cannot hold them, and workers then die with a bus error mid-epoch. The need is
 exact with a healthy store, estimated from the config otherwise (and for on-the-fly
 training's raw audio batches).
@@ -287,11 +287,13 @@ def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, in
     ``transfer``: training on a GPU (batches travel in float16)."""
     # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
-    from myxtts.data.feed.loader import pad_multiple, plan_frames
-    from myxtts.data.feed.slots import SLOTS_PER_WORKER, slot_bytes
+    from myxtts.data.feed.loader import MAX_GROUP, batches_per_task, pad_multiple, plan_frames
+    from myxtts.data.feed.slots import slot_bytes, slots_per_worker
 
     d, a = cfg.data, cfg.audio
-    slots = SLOTS_PER_WORKER
+    # the loader's own grouping of this store's batches; without a store, the most it groups
+    slots = slots_per_worker(MAX_GROUP if plan.batch_cost is None
+                             else batches_per_task(plan.batch_cost[0]))
     if plan.table is not None:
         return slot_bytes(plan.table, plan.n_mels, d.ref_frames, transfer), slots, "this store"
     batch = d.max_batch_size or 64
