@@ -230,7 +230,9 @@ def _precomputed_section(args: argparse.Namespace, store: Path) -> tuple[list[st
            "with lhotse)"),
         f"    same {best['store', 0]['utts'] // max(1, best['store', 0]['epochs'])} utterances "
         f"per epoch and the same bucket-sampler batches for every loader (plan {plan}); "
-        f"workers persistent, prefetch 2; 1 BLAS thread per process; best of {args.rounds} "
+        f"workers persistent, prefetch 2 tasks (the store loader's workers: one stream "
+        f"across epochs, cheap batches up to 3 to a task); 1 BLAS thread per process; best "
+        f"of {args.rounds} "
         f"alternating runs; lilcom_chunky is lhotse's default feature storage, numpy_files "
         f"its uncompressed one; the own-choice row's baseline is the best peer run",
         f"    utt/s of every run: {every}"]
@@ -292,7 +294,8 @@ def _onthefly_section(args: argparse.Namespace, data: Path) -> tuple[list[str], 
            "(an environment with coqui-tts)")
         + (f"; peers run by {args.peer_python}" if args.peer_python else ""),
         f"    same {first['clips']} train clips and the same bucket-sampler batches, epoch by "
-        f"epoch, for every loader (plan {plan}); workers persistent, prefetch 2; 1 "
+        f"epoch, for every loader (plan {plan}); workers persistent, prefetch 2 (on the "
+        f"fly: one stream across epochs); 1 "
         f"BLAS/OpenMP/torch thread per process; one warm-up epoch, then whole epochs for "
         f">= {args.seconds:.0f} s (>= 2); best of {args.rounds} alternating runs by utt/s",
         f"    utt/s of every run: {every}",
