@@ -4,6 +4,7 @@ a slot goes back to its worker only once nothing holds any part of its batch."""
 
 import gc
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,3 +105,29 @@ def test_any_collate_functions_batch_is_copied_into_a_slot(monkeypatch):
     out = small([None])
     assert isinstance(out, dict) and torch.equal(out["wav"], made["wav"])
     assert int(small.headers[0, 0]) == FREE
+
+
+def test_an_array_counts_as_free_only_once_no_tensor_or_view_holds_it():
+    from myxtts.data.feed.collate import unreferenced
+
+    held = (np.zeros(8, np.float32),)
+    assert unreferenced(held)
+    view = torch.from_numpy(held[0])[2:5]
+    assert not unreferenced(held)
+    del view
+    assert unreferenced(held)
+    assert not unreferenced((held[0], np.zeros(1)))  # ``held`` holds it too
+
+
+def test_a_batch_that_fails_to_build_gives_its_slot_back(worker, monkeypatch):
+    slots, items = worker
+
+    def broken(items, alloc=None):
+        alloc({"mel": ((2, 3), torch.float32)})
+        raise ValueError("utterance 7: mel must be [frames, 80]")
+
+    monkeypatch.setattr(slots, "collator", broken)
+    broken.builds_into = True
+    with pytest.raises(ValueError, match="utterance 7"):
+        slots(items[0])
+    assert (slots.headers[0] == FREE).all()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,7 @@ class BufferPool:
         """A free entry for ``key``, else ``make()`` (kept while fewer than ``per_shape``)."""
         entries = self._entries.setdefault(key, [])
         for entry in entries:
-            if all(sys.getrefcount(a) <= _POOLED_REFS for a in entry.values()):
+            if unreferenced(entry.values()):
                 return entry
         entry = make()
         if len(entries) < self.per_shape:
@@ -76,9 +76,21 @@ class BufferPool:
         return entry
 
 
-# References to a pooled array nobody else holds, as ``BufferPool.take`` counts them: the
-# entry dict, the generator's loop variable and ``getrefcount``'s argument.
-_POOLED_REFS = 3
+def _ref_counts(arrays: Iterable[np.ndarray]) -> list[int]:
+    return [sys.getrefcount(a) for a in arrays]
+
+
+# What ``_ref_counts`` reads for an array its container alone holds. Measured here, by the
+# same code, rather than written down: how many references the interpreter itself keeps
+# while counting (a loop variable, the call's argument) differs between Python versions.
+_ALONE = max(_ref_counts([np.empty(0)]))
+
+
+def unreferenced(arrays: Iterable[np.ndarray]) -> bool:
+    """Whether the container ``arrays`` iterates holds the only reference to each array:
+    no tensor (``torch.from_numpy`` keeps its array alive, views included) or other name
+    does. What decides that a pooled buffer or a loader slot may be written again."""
+    return max(_ref_counts(arrays), default=0) <= _ALONE
 
 
 class Collator:

@@ -10,9 +10,8 @@ other collate function's batch is copied in) and sends only a descriptor.
 What the training process does with a slot's batch:
 - training on the CPU: hands out tensors that ARE the slot (no copy; a 5 MB copy per batch
   cost 0.8 ms, as much as building the batch). The slot goes back to its worker once
-  nothing holds any of the batch's arrays (every tensor, view included, keeps its array
-  alive through ``torch.from_numpy``; the same reference count ``BufferPool`` uses),
-  checked at every batch taken;
+  nothing holds any of the batch's arrays (``collate.unreferenced``, what ``BufferPool``
+  reuses its buffers by), checked at every batch taken;
 - training on a GPU: copies the batch into pinned memory (an asynchronous copy to the GPU
   needs it) and gives the slot back at once.
 
@@ -28,7 +27,6 @@ each worker's batches arrive in the order it made them.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -37,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.data.batch import Batch, BatchShape, numpy_dtype, round_up
-from myxtts.data.feed.collate import Specs
+from myxtts.data.feed.collate import Specs, unreferenced
 from myxtts.data.feed.stream import BatchGroup
 
 PREFETCH_PER_WORKER = 2  # tasks (a batch, or a group of them) requested ahead from each worker
@@ -54,9 +52,6 @@ def slots_per_worker(group: int = 1) -> int:
 
 ALIGN = 64  # byte alignment of every tensor inside a slot
 FREE, WRITING = 0, -1  # header values; a written slot holds its batch's sequence number (> 0)
-# References to a held slot's array nobody else holds, as ``_dropped`` counts them: the
-# held tuple, the generator's loop variable and ``getrefcount``'s argument.
-_HELD_REFS = 3
 
 
 def slot_bytes(table: Any, n_mels: int, ref_frames: int, transfer: bool = False) -> int:
@@ -134,18 +129,22 @@ class SlotCollator:
         def alloc(specs: Specs) -> dict[str, np.ndarray] | None:
             return _place(slot, specs, layout)
 
-        if getattr(self.collator, "builds_into", False):
-            batch = self.collator(items, alloc=alloc)
-        else:
-            batch = self.collator(items)
-            if batch is not None:
-                specs = {key: (tuple(t.shape), t.dtype) for key, t in batch.items()}
-                arrays = _place(slot, specs, layout)
-                if arrays is not None:
-                    for key, t in batch.items():
-                        # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_
-                        # with a busy second core measures 15x slower than memcpy speed).
-                        np.copyto(arrays[key], t.numpy())
+        try:
+            if getattr(self.collator, "builds_into", False):
+                batch = self.collator(items, alloc=alloc)
+            else:
+                batch = self.collator(items)
+                if batch is not None:
+                    specs = {key: (tuple(t.shape), t.dtype) for key, t in batch.items()}
+                    arrays = _place(slot, specs, layout)
+                    if arrays is not None:
+                        for key, t in batch.items():
+                            # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_
+                            # with a busy second core measures 15x slower than memcpy speed).
+                            np.copyto(arrays[key], t.numpy())
+        except BaseException:
+            header[k] = FREE  # the error reaches the training process; the slot stays usable
+            raise
         if batch is None or not layout:  # nothing to send, or larger than a slot
             header[k] = FREE
             return batch if batch is None or layout else _owned(batch)
@@ -184,7 +183,7 @@ class SlotCollator:
         if not self._held:
             return
         headers = self._views()[1]
-        for key in [key for key, arrays in self._held.items() if _dropped(arrays)]:
+        for key in [key for key, arrays in self._held.items() if unreferenced(arrays)]:
             del self._held[key]
             headers[key] = FREE
 
@@ -227,10 +226,6 @@ def _place(slot: np.ndarray, specs: Specs, layout: list) -> dict[str, np.ndarray
         layout.append((key, dt, tuple(shape), offset))
         offset += round_up(n, ALIGN)
     return arrays
-
-
-def _dropped(arrays: tuple[np.ndarray, ...]) -> bool:
-    return all(sys.getrefcount(a) <= _HELD_REFS for a in arrays)
 
 
 def _owned(batch: Batch | None) -> Batch | None:
