@@ -1,31 +1,32 @@
-"""What myxtts needs from the machine: files written atomically, one writer per folder,
-outputs that are what they say, the CPUs it may use.
+"""What myxtts needs from the machine: files written atomically, one writer per folder, the
+CPUs it may use.
 
 Why atomic writes everywhere: a run killed at any instant (SIGKILL, OOM killer, power
 loss) must leave either the old file or the new one, never half of one. One helper does
 it for every file myxtts writes -- checkpoints, configs, store files, prepare's chunks,
 wavs, bundles -- and ``fsync`` says how much safety the file needs (see :func:`atomic_open`).
 A write that fails (full disk, read-only folder, ``ulimit -f``) is one :class:`WriteFailed`
-line naming the file, and the old file stays. The paths a user names for a command's output
-pass :func:`output_file` / :func:`output_folder` before any work: ``-`` means standard output
-where the command says so, a folder is no file, and an output is never one of the
-command's inputs (also through a link) nor a file of another kind.
+line naming the file, and the old file stays. The temp file a killed writer leaves is
+removed by the next command that takes the folder's lock (:func:`remove_abandoned`). The
+output paths a user names are checked in ``myxtts.outputs``.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import re
+import socket
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
-STDOUT = "-"  # the output name that means standard output, where a command allows it
 
 
 def _umask_at_import() -> int:
@@ -58,12 +59,6 @@ class FolderError(RuntimeError):
 
 class FolderBusy(FolderError):
     """Another live process holds the folder's lock; the message names it."""
-
-
-class OutputError(FolderError):
-    """An output path the user named cannot be used as given (``-`` where standard output
-    makes no sense, a folder for a file, one of the command's own inputs, a file of another
-    kind); the message names the flag, the path and the fix."""
 
 
 class WriteFailed(OSError):
@@ -118,7 +113,8 @@ def atomic_open(path: str | Path, fsync: bool = True) -> Iterator[BinaryIO]:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_writer()}.", suffix=".tmp",
+                                   dir=path.parent)
         _UNFINISHED[tmp] = path
         with os.fdopen(fd, "wb") as fh:
             if hasattr(os, "fchmod"):  # not on Windows, whose files have no such modes
@@ -177,6 +173,36 @@ def remove_unfinished() -> list[Path]:
         _UNFINISHED.pop(tmp, None)
         targets.append(target)
     return targets
+
+
+def _writer() -> str:
+    """Who writes a temp file, as its name says: ``HOST-PID`` (``remove_abandoned``)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def remove_abandoned(folder: str | Path) -> list[Path]:
+    """Remove the temp files in ``folder`` and its subfolders of writers on this host that
+    died mid-write (SIGKILL, the OOM killer: no ``finally`` ran; a checkpoint's is GBs).
+    Files of a live process or another host are kept. :func:`folder_lock` calls it."""
+    pattern = re.compile(rf"\..+\.{re.escape(socket.gethostname())}-(\d+)\.\w+\.tmp")
+    gone = []
+    folder = Path(folder)
+    for f in (*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")):
+        m = pattern.fullmatch(f.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            f.unlink(missing_ok=True)
+            gone.append(f)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists (POSIX)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def atomic_write(path: str | Path, data: bytes | str, fsync: bool = True) -> None:
@@ -249,6 +275,8 @@ def folder_lock(folder: str | Path, command: str) -> Iterator[None]:
         fh.truncate()
         fh.write(f"pid {os.getpid()} (`{command}`)")
         fh.flush()
+        for f in remove_abandoned(folder):
+            log.info("removed %s: an unfinished write of a killed run", f)
         yield
     finally:
         fh.close()  # releases the lock; the file stays (removing it could race a new writer)
@@ -292,109 +320,3 @@ def path_kind(path: str | Path) -> str:
         if test(mode):
             return words
     return "not a regular file"
-
-
-# ---------------------------------------------------------------- outputs the user names
-
-@dataclass(frozen=True)
-class FileKind:
-    """What a command writes, for :func:`output_file`: an existing file is replaced only
-    when ``test(path)`` says it is one (a file of another kind is the user's, never
-    overwritten by something else). ``name`` in words: ``"a WAV file"``."""
-
-    name: str
-    test: Callable[[Path], bool]
-
-
-def same_file(a: str | Path, b: str | Path) -> bool:
-    """``a`` and ``b`` are one file or folder: the same (device, inode) -- a symbolic or hard
-    link to it counts -- or, for paths that do not exist, the same resolved path."""
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-    except OSError:
-        return Path(a).resolve() == Path(b).resolve()
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-def is_inside(path: str | Path, folder: str | Path) -> bool:
-    """``path`` (resolved through links, existing or not) is ``folder`` or lies under it."""
-    p, f = Path(path).expanduser().resolve(), Path(folder).expanduser().resolve()
-    return p == f or f in p.parents or same_file(p, f)
-
-
-Inputs = Iterable[tuple[str, str | Path | None]]  # (what it is, in words; its path)
-
-
-def _refuse_stdout(value: str, flag: str, what: str) -> None:
-    if value == STDOUT:
-        raise OutputError(f"{flag} -: {what}, not standard output; give a name")
-    if not value.strip():
-        raise OutputError(f"{flag} is empty; give a name")
-
-
-def output_file(value: str | Path, flag: str, kind: FileKind, inputs: Inputs = (),
-                stdout: bool = False) -> Path | None:
-    """The file a command will write for ``flag``, checked before any work: ``-`` is
-    standard output where ``stdout`` allows it (then None), else refused; a folder, a
-    device or FIFO, one of ``inputs`` (also through a symbolic or hard link) and an existing
-    file that is not ``kind`` are refused (:class:`OutputError` naming what is there); the
-    folder must take new files (:class:`FolderError`)."""
-    if str(value) == STDOUT and stdout:
-        return None
-    _refuse_stdout(str(value), flag, f"this command writes {kind.name}")
-    path = Path(value)
-    there = path_kind(path)
-    if there == "a folder":
-        raise OutputError(f"{flag} {path} is a folder; give the name of {kind.name} to write")
-    if there not in ("nothing", "a file", "a broken symbolic link"):
-        hint = " (use - for standard output)" if stdout else ""
-        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a file; give the "
-                          f"name of {kind.name} to write{hint}")
-    for what, source in inputs:
-        if source is not None and path_kind(source) == "a file" and same_file(path, source):
-            raise OutputError(f"{flag} {path} is {what} ({source}), which this command reads; "
-                              f"writing it would replace its own input: choose another name")
-    if there == "a file" and path.stat().st_size and not kind.test(path):
-        raise OutputError(f"{flag} {path} exists and is not {kind.name}; it is left alone: "
-                          f"choose another name (or move that file away first)")
-    writable_folder(path.parent, flag)
-    return path
-
-
-def output_folder(value: str | Path, flag: str, inputs: Inputs = (), create: bool = True) -> Path:
-    """The folder a command will write for ``flag``, checked before any work: ``-`` and a
-    file are refused, so is a folder that is one of ``inputs`` or lies inside one (a run or
-    store written into the data it reads); made if need be and checked to take files
-    (unless not ``create``: for commands that make it themselves and remove it again
-    when they fail)."""
-    _refuse_stdout(str(value), flag, "this command writes a folder")
-    path = Path(value)
-    there = path_kind(path)
-    if there not in ("nothing", "a folder"):
-        raise OutputError(f"cannot write {flag} {path}: it is {there}, not a folder; give a "
-                          f"folder to write")
-    for what, source in inputs:
-        if source is not None and path_kind(source) != "nothing" and is_inside(path, source):
-            where = "is" if same_file(path, source) else "lies inside"
-            raise OutputError(f"{flag} {path} {where} {what} ({source}), which this command "
-                              f"reads; writing there would mix its output into its input: "
-                              f"choose a folder outside it")
-    return writable_folder(path, flag) if create else path
-
-
-@contextmanager
-def no_empty_folder_left(folder: str | Path) -> Iterator[None]:
-    """A command that fails (or is stopped) before it wrote anything into ``folder`` leaves
-    no folder of its own behind: created by the block and holding nothing but its lock
-    file, it is removed again. A folder that existed before is never touched."""
-    folder = Path(folder)
-    existed = os.path.lexists(folder)
-    try:
-        yield
-    except BaseException:
-        if not existed and folder.is_dir() and \
-                {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
-            (folder / LOCK_FILE).unlink(missing_ok=True)
-            with suppress(OSError):
-                folder.rmdir()
-        raise

@@ -42,7 +42,8 @@ from myxtts.artifacts.validate import (
 )
 from myxtts.config import config_from_dict
 from myxtts.config.bounds import TooLarge, excerpt, loads_json
-from myxtts.system import FileKind, atomic_write
+from myxtts.outputs import FileKind
+from myxtts.system import atomic_write
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = BUNDLE_FORMAT_KEY, "myxtts.sha256"

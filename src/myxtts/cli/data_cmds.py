@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
-from myxtts.system import STDOUT, FileKind, atomic_write, output_file, output_folder
+from myxtts.outputs import STDOUT, FileKind, output_file, output_folder
+from myxtts.system import atomic_write
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import soundfile as sf
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
-from myxtts.system import output_folder
+from myxtts.outputs import output_folder
 
 DEMO_LANGUAGES = ("en", "fa")
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command
-from myxtts.system import output_file
+from myxtts.outputs import output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:

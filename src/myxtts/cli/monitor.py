@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from myxtts.cli.common import CLIError
-from myxtts.system import is_inside, output_file
+from myxtts.outputs import is_inside, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:

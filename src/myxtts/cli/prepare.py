@@ -7,7 +7,8 @@ import argparse
 
 from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
 from myxtts.data.store import verify_store
-from myxtts.system import available_cpus, output_folder
+from myxtts.outputs import output_folder
+from myxtts.system import available_cpus
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.cli.common import CLIError, add_config_args, config_with_size
 from myxtts.cli.train import add_run_args, run_overrides
-from myxtts.system import output_folder
+from myxtts.outputs import output_folder
 
 MAX_STEPS = 1000  # a profile's figures settle within tens of steps; more is a run, not a profile
 

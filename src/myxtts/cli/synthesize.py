@@ -14,15 +14,8 @@ import soundfile as sf
 
 from myxtts.audio.io import is_wav_file, to_pcm16
 from myxtts.cli.common import CLIError
-from myxtts.system import (
-    STDOUT,
-    FileKind,
-    Inputs,
-    atomic_open,
-    output_file,
-    output_folder,
-    path_kind,
-)
+from myxtts.outputs import STDOUT, FileKind, Inputs, output_file, output_folder
+from myxtts.system import atomic_open, path_kind
 
 if TYPE_CHECKING:
     from myxtts.inference.synthesizer import Synthesizer
@@ -88,7 +81,7 @@ def output_paths(out: str, n_texts: int, stream: bool, inputs: Inputs) -> list[P
     """Where each text goes, checked before minutes of decoding: ``-`` is standard output
     (raw PCM, with --stream only: None); a name ending in .wav is that file (one text); any
     other name is a folder that gets ``000.wav``, ``001.wav``, ... one per text. A target
-    that is one of ``inputs`` or a file other than a WAV is refused (``system.output_file``)."""
+    that is one of ``inputs`` or a file other than a WAV is refused (``outputs.output_file``)."""
     if out == STDOUT:
         if not stream:
             raise CLIError("-o - (standard output) is raw 16-bit PCM while it is generated: it "

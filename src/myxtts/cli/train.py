@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
-from myxtts.system import no_empty_folder_left, output_folder
+from myxtts.outputs import no_empty_folder_left, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import add_config_args, config_from_args
-from myxtts.system import no_empty_folder_left, output_folder
+from myxtts.outputs import no_empty_folder_left, output_folder
 
 DEFAULT_OUTPUT = "runs/vocoder"
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from myxtts.observe.gpu import GpuReading, load_nvml, read_gpus
-from myxtts.system import FileKind, write_failed
+from myxtts.outputs import FileKind
+from myxtts.system import write_failed
 
 GPU_FIELDS = ("util_pct", "mem_used_gib", "mem_total_gib", "power_w", "sm_clock_mhz", "temp_c",
               "pcie_rx_mbs", "pcie_tx_mbs")
