@@ -15,8 +15,6 @@ import yaml
 
 from myxtts.config import Config, config_from_dict, load_config, resolve_device
 from myxtts.config.parse import load_yaml
-from myxtts.data.store import StoreError
-from myxtts.data.store.format import MANIFEST, read_manifest
 
 
 class CLIError(Exception):
@@ -137,6 +135,10 @@ def data_settings(path: str | Path) -> tuple[str, dict[str, dict[str, Any]]] | N
     """The settings a folder was made with: a store's audio and text sections (what its
     features and vocabulary were prepared with), or a run folder's audio, text and model
     sections (its ``config.yaml``). None for anything else (a raw dataset)."""
+    # deferred: the store's modules load numpy, which `myxtts --help` does without
+    from myxtts.data.store import StoreError
+    from myxtts.data.store.format import MANIFEST, read_manifest
+
     path = Path(path)
     if (path / MANIFEST).is_file():
         try:

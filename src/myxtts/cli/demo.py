@@ -15,8 +15,6 @@ import time
 from importlib import resources
 from pathlib import Path
 
-import soundfile as sf
-
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
 from myxtts.outputs import output_folder
 
@@ -104,6 +102,8 @@ def _reference_clip(data: Path, speaker: str) -> Path:
     """The longest clip of ``speaker`` in the metadata: the synthesizer wants a reference of at
     least half the conditioning crop after trimming silence (``Synthesizer.reference``), and
     the longest clip is the one most likely to hold that much of the voice."""
+    import soundfile as sf  # deferred: numpy and libsndfile, not for `myxtts --help`
+
     chosen, best = None, -1
     for line in (data / "metadata.csv").read_text(encoding="utf-8").splitlines():
         cols = line.split("|")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
-from myxtts.data.store import verify_store
 from myxtts.outputs import output_folder
 from myxtts.system import available_cpus
 
@@ -36,6 +35,8 @@ def _run(args: argparse.Namespace) -> int:
     texts, extract log-mels in parallel and pack them into STORE. A killed prepare resumes
     where it stopped when re-run with the same command."""
     if args.verify:
+        from myxtts.data.store import verify_store  # deferred: numpy, not for `myxtts --help`
+
         problems = verify_store(args.verify)
         for line in problems:
             print(f"problem: {line}")

@@ -10,9 +10,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import soundfile as sf
-
-from myxtts.audio.io import is_wav_file, to_pcm16
 from myxtts.cli.common import CLIError
 from myxtts.outputs import STDOUT, FileKind, Inputs, output_file, output_folder
 from myxtts.system import atomic_open, path_kind
@@ -74,7 +71,13 @@ def read_text_file(name: str) -> str:
     return text
 
 
-WAV_FILE = FileKind("a WAV file", is_wav_file)
+def _is_wav(path: Path) -> bool:
+    from myxtts.audio.io import is_wav_file  # deferred: numpy, not for `myxtts --help`
+
+    return is_wav_file(path)
+
+
+WAV_FILE = FileKind("a WAV file", _is_wav)
 
 
 def output_paths(out: str, n_texts: int, stream: bool, inputs: Inputs) -> list[Path | None]:
@@ -136,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
 def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
     """One text into one wav, appended window by window: memory stays flat in the text's
     length and a long text shows its progress."""
+    import soundfile as sf  # deferred: numpy and libsndfile, not for `myxtts --help`
+
+    from myxtts.audio.io import to_pcm16
+
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
 
@@ -157,6 +164,10 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
 def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path | None) -> int:
     """``text`` spoken while it is generated: into the wav ``out`` (through a temp file, as
     ``_write_as_it_goes``), or with ``out`` None as raw 16-bit PCM on standard output."""
+    import soundfile as sf  # deferred: numpy and libsndfile, not for `myxtts --help`
+
+    from myxtts.audio.io import to_pcm16
+
     sr = synth.cfg.audio.sample_rate
     raw = out is None
     if raw and sys.stdout is None:  # started with stdout closed (`>&-`)
