@@ -35,7 +35,6 @@ from myxtts.system import available_cpus
 log = logging.getLogger(__name__)
 
 
-
 def default_num_workers(cpus: int | None = None) -> int:
     """The most loader workers ``data.num_workers = -1`` gives a store: 0 up to 2 CPUs (no
     core to spare beside the training process), else 2 (1 with 3); more would only compete
@@ -77,10 +76,9 @@ def handover_s(nbytes: int) -> float:
 def choose_workers(cpus: int, build_s: float, nbytes: int) -> tuple[int, str]:
     """``(workers, why)`` for a store whose largest batch builds in ``build_s`` seconds here
     and of which the training process copies ``nbytes`` (:func:`handover_s`): workers only
-    where a core is spare and they take at least
-    ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0, which is also
-    the fastest loader by itself on any machine where a worker's batch costs the main
-    process about what building it does (``benchmarks/data_pipeline.py --parts precomputed``)."""
+    where a core is spare beside the training step and they take at least
+    ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0
+    (``benchmarks/data_pipeline.py --parts precomputed`` measures both)."""
     most = default_num_workers(cpus)
     if most == 0:
         return 0, f"{cpus} CPUs: no core to spare for a worker; {batch_cost_note(build_s, nbytes)}"

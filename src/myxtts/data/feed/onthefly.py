@@ -288,8 +288,8 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     collate: Any = WavCollator(sampler.shape_table(), raw.est_frames, featurizer)
     if workers > 0 and featurizer is not None:
         # Finished batches reach the main process through each worker's reused shared-memory
-        # slots (``slots.SlotCollator``; pinned as they are copied out), not through a new
-        # shared-memory segment per tensor per batch.
+        # slots (``slots.SlotCollator``: used as they are by a CPU run, copied into pinned
+        # memory for a GPU), not through a new shared-memory segment per tensor per batch.
         collate = SlotCollator(collate, slot_bytes(sampler.shape_table(), cfg.audio.n_mels,
                                                    cfg.data.ref_frames))
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
