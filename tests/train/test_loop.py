@@ -91,6 +91,26 @@ def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tm
         assert torch.equal(a[k], b[k]), f"{k} differs after resume"
 
 
+def test_store_workers_train_what_the_training_process_alone_trains(micro_store, tmp_path):
+    # Two workers hand their batches over in shared slots (no copy on a CPU run, a slot back
+    # to its worker once its batch is dropped), several to a task, on one stream across
+    # epochs; gradient accumulation holds two batches per step. 10 steps cross epoch ends
+    # and a crash-and-resume restarts the stream mid-epoch: weights and losses must be bit
+    # for bit those of the training process building every batch itself.
+    overrides = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
+                 "train.grad_accum_steps=2")
+    train(micro_config(tmp_path / "alone", *overrides), micro_store, progress=False)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_crashing_at(micro_config(tmp_path / "workers", *overrides, "data.num_workers=2"),
+                          micro_store, call=8)
+    train(micro_config(tmp_path / "workers", *overrides, "data.num_workers=2"), micro_store,
+          progress=False)
+    a, b = _weights(tmp_path / "alone"), _weights(tmp_path / "workers")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    la, lb = _losses(tmp_path / "alone"), _losses(tmp_path / "workers")
+    assert la == lb and len(la) >= 4
+
+
 def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, tmp_path):
     run = tmp_path / "sig"
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
