@@ -172,7 +172,7 @@ def test_auto_workers_are_chosen_and_said_and_a_users_count_is_honoured(store_pa
     assert "store loader: 0 workers" in caplog.text and "1.00 ms" in caplog.text
     mine, _ = build_loader(store_path, _cfg(num_workers=2))
     assert mine.num_workers == 2  # honoured, and the reason it is slower is kept for profile
-    assert "cost the training process more than they save" in mine.worker_note
+    assert "save the training process too little" in mine.worker_note
     monkeypatch.setattr(loader_mod, "batch_cost", lambda *a, **k: (30e-3, 2_000_000))
     assert build_loader(store_path, _cfg(num_workers=-1))[0].num_workers == 2
     assert build_loader(store_path, _cfg(num_workers=2))[0].worker_note is None

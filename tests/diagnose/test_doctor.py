@@ -185,10 +185,10 @@ def test_workers_against_cpus():
 
 
 def test_store_workers_are_weighed_against_the_batch_cost():
-    cheap = (1e-3, 5_000_000)  # builds in 1 ms, a worker's hand-over ~1.2 ms
+    cheap = (1e-3, 5_000_000)  # builds in 1 ms, a GPU run's hand-over of it ~1.2 ms
     slower = dd.check_store_workers(2, cheap)
     assert slower.status == "warn" and slower.fix.startswith("--num-workers 0")
-    assert "more than they save" in slower.found and "1.00 ms" in slower.found
+    assert "save the training process too little" in slower.found and "1.00 ms" in slower.found
     assert dd.check_store_workers(0, cheap).status == "ok"
     assert dd.check_store_workers(2, (30e-3, 5_000_000)).status == "ok"
     assert dd.resolve_workers(load_config(), 16, batch_cost=cheap)[0] == 0

@@ -221,7 +221,8 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
             many = f"{workers} loader worker{'' if workers == 1 else 's'}"
             note = (f"{many} compete with the training process for the {available_cpus()} "
                     f"CPUs (no core to spare)" if default_num_workers() == 0 else
-                    f"{many} cost the training process more than they save on this store: "
+                    f"{many} save the training process too little on this store to pay for "
+                    f"their CPU: "
                     f"{why}")
     # The training process pins as it collates; workers cannot (no CUDA in forked processes):
     # their batches are copied into pinned memory as they leave the shared slots.

@@ -253,8 +253,8 @@ def check_store_workers(workers: int, batch_cost: tuple[float, int]) -> Check:
     if workers == 0 or workers_pay(*batch_cost):
         return Check("store workers", "ok", note)
     return Check("store workers", "warn",
-                 f"{workers} loader worker{'' if workers == 1 else 's'} cost the training "
-                 f"process more than they save on this store: {note}",
+                 f"{workers} loader worker{'' if workers == 1 else 's'} save the training "
+                 f"process too little on this store to pay for their CPU: {note}",
                  "--num-workers 0 (or -1: the loader's own choice)")
 
 

@@ -57,7 +57,7 @@ class Figures:
     num_buckets: int = 16
     recompiles: int = 0
     alloc_retries: int = 0  # the CUDA caching allocator's retries during the window
-    worker_note: str | None = None  # store workers that cost more than they save (the loader's)
+    worker_note: str | None = None  # store workers that save too little (the loader's rule)
 
 
 @dataclass
