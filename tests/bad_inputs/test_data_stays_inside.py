@@ -19,7 +19,7 @@ from myxtts.data.prepare.records import OUTSIDE_DATASET
 from tests.test_bad_inputs import GOOD, _dataset, _wav
 
 HEADER = ["client_id", "path", "sentence", "up_votes", "down_votes", "locale"]
-# Row paths that leave clips/ (the three, then more of the same kind); each names a
+# Row paths that leave clips/ (up, absolute, through a subfolder, by another root); each names a
 # file that exists, so only the rule keeps it out.
 LEAVING = ["../outside.wav", "{elsewhere}/secret.wav", "../../../../../etc/passwd",
            "/etc/passwd", "sub/../../outside.wav", "{root}/outside.wav"]

@@ -36,7 +36,7 @@ def test_compute_bound_when_nothing_else_holds():
 
 
 def test_data_wait_makes_it_input_bound_with_more_workers_first():
-    # the example: data wait 30 % with 2 workers on 16 CPUs -> --num-workers 8
+    # data wait 30 % with 2 workers on 16 CPUs -> --num-workers 8
     v = decide(healthy(data_wait_s=0.030, gpu_util=60.0))
     assert v.kind == INPUT
     assert v.advice[0] == "--num-workers 8"
@@ -93,7 +93,7 @@ def test_input_wins_over_memory_and_memory_over_launch():
 
 
 def test_low_utilisation_with_room_is_launch_bound_and_says_how_big_a_batch():
-    # the example: 6 GiB of 80 in use and utilisation 35 %: raise --batch-frames
+    # 6 GiB of 80 in use and utilisation 35 %: raise --batch-frames
     v = decide(healthy(gpu_util=35.0, mem_peak_gib=6.0, batch_frames="12000",
                        largest_batch_frames=12000))
     assert v.kind == HOST
