@@ -102,3 +102,45 @@ def test_a_failed_save_is_raised_at_the_next_call_and_the_previous_survives(tmp_
     saver.save(_state(3.0), 3)
     saver.wait(report=False)  # a run failing for another reason: forgotten, not raised
     saver.check()
+
+
+def test_the_host_buffers_are_laid_out_once_exactly_and_each_entry_is_its_own():
+    """What a GPU save copies into: one page-locked region of exactly the entries' bytes
+    (each on a 512-byte boundary; torch's pinned allocator would round each up to a power
+    of two), laid out ahead and reused while the entries keep their shapes and dtypes."""
+    from myxtts.artifacts.saver import ALIGN, HostBuffers
+
+    pinned, undone = [], []
+
+    def pin(flat):
+        pinned.append(flat.numel())
+        return lambda: undone.append(flat.numel())
+
+    items = [(("model", "w"), torch.ones(3, 5)), (("model", "step"), torch.tensor(4)),
+             (("optimizer", 0, "exp_avg"), torch.ones(1000, dtype=torch.bfloat16)),
+             (("flags",), torch.ones(7, dtype=torch.bool))]
+    buffers = HostBuffers(pin)
+    buffers.reserve(items)
+    assert pinned == [7 * ALIGN] == [buffers.nbytes]  # 60, 8, 2000 and 7 bytes: 1+1+4+1
+    views = buffers.views(items)
+    assert pinned == [7 * ALIGN]  # the same layout: nothing allocated again
+    for value, (key, t) in enumerate(items):
+        assert views[key].shape == t.shape and views[key].dtype == t.dtype
+        views[key].fill_(value)
+    for value, (key, _) in enumerate(items):  # no entry overlaps another
+        assert torch.equal(views[key], torch.full_like(views[key], value))
+    grown = [*items[:2], (("optimizer", 0, "exp_avg"), torch.ones(1200, dtype=torch.bfloat16))]
+    buffers.views(grown)  # a tensor changed shape: laid out anew, the old region given back
+    assert undone == [7 * ALIGN] and pinned == [7 * ALIGN, 7 * ALIGN]  # 1+1+5
+    buffers.close()
+    assert undone == [7 * ALIGN, 7 * ALIGN] and buffers.nbytes == 0
+
+
+def test_a_cpu_save_hands_no_event_over(tmp_path):
+    """On a CPU the copy is done when save returns: nothing for the writer to wait for."""
+    handed = []
+    saver = BackgroundSaver(CheckpointManager(tmp_path, keep_last=2))
+    saver.reserve(_state(1.0))  # nothing to lay out on a CPU
+    path = saver.save(_state(1.0), 1, writes_after=handed.append)
+    saver.close()
+    assert handed == [] and ck.load(path)["model"]["w"][0, 0] == 1.0

@@ -98,6 +98,10 @@ class RecordingCapture:
 
         return replay
 
+    def problem(self) -> str | None:
+        """What a failed capture left wrong with the device: nothing, on the CPU."""
+        return None
+
 
 def assert_no_host_reads(fn: Callable[[], object]) -> None:
     """Run ``fn`` and fail on any host read of a tensor value inside it (see HOST_READS)."""

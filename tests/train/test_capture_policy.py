@@ -3,12 +3,11 @@
 then 3/4 of the batch (never less); any other failure, or a shape that fits at neither,
 drops every graph and the run trains uncaptured after one warning; a device left unusable
 stops the run naming train.cuda_graphs=off. Shapes are captured largest measured peak
-first. And the CUDA capture's own clean-up after a failure (stream, allocator), with torch's
-CUDA calls stood in."""
+first; the floors (3/4 of the first plan) hold across every attempt. (What a failed CUDA
+capture leaves behind: tests/train/test_capture_recovery.py.)"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import replace
 
@@ -135,15 +134,59 @@ def test_shapes_are_captured_largest_measured_peak_first(tmp_path, one_thread, m
     assert capture.order == [2, 4] and report.peaks == peaks and report.fragmentation == 50
 
 
-def test_a_device_left_unusable_stops_the_run_naming_the_switch(tmp_path, one_thread,
-                                                                 monkeypatch):
+def test_a_device_left_unusable_stops_the_run_naming_the_switch(tmp_path, one_thread):
     _, (_, step) = _pair(tmp_path)
-    monkeypatch.setattr(warmup, "device_problem", lambda device: "the stream is still capturing")
     capture = FailingCapture((2,), RuntimeError("operation not permitted when stream is "
                                                 "capturing"), times=1)
+    capture.problem = lambda: "the capture stream is still capturing"
     with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture of a batch "
                        r"of 2 x 48 frames.*still capturing.*--set train.cuda_graphs=off"):
         warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+
+
+def test_an_attempt_that_starts_shrunk_keeps_the_floor_of_the_first_plan(tmp_path, one_thread):
+    """A later attempt (after the graphs did not fit beside validation) starts from a batch
+    an earlier one shrank: 4 of a plan of 5, whose floor is 4 (3/4 of 5, rounded up).
+    Out of memory twice there drops the graphs; it never captures 3 (3/4 of 3/4)."""
+    _, (_, step) = _pair(tmp_path)
+    capture = FailingCapture((4, 3), OOM, times=2)
+    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None,
+                     floors={BIG: 4, SMALL: 2})
+    assert capture.order == [2, 4, 4] and report.shapes_captured == 0 and step.graphs is None
+
+
+def test_every_prepare_attempt_gets_the_floors_of_the_first_plan(monkeypatch):
+    """prepare_step's attempts (capture, shrink beside the graphs, capture again): each
+    warm-up is given 3/4 of the FIRST plan as its floors, and the sizes never go below."""
+    from types import SimpleNamespace
+
+    from myxtts.train.distributed import DistInfo
+    from myxtts.train.engine import prepare
+    from myxtts.train.engine.budget import shrink_for_graphs
+    from myxtts.train.engine.warmup import WarmupReport
+
+    plan = [16, 8]
+    shapes = [BatchShape(b, 16, 24 * (k + 1), 12, N_MELS) for k, b in enumerate(plan)]
+    seen = []
+
+    def warm_up_buckets(step, shapes_now, work, dist, graphs, floors):
+        seen.append(([s.batch for s in shapes_now], list(floors)))
+        report = WarmupReport()
+        first = shapes_now[0]  # an out-of-memory capture shrinks the first bucket, to its floor
+        report.resized[first] = max(floors[0], -(-first.batch * 3 // 4))
+        return report
+
+    def shrink(step, sizes, floors, reserve):  # graphs never fit beside validation
+        return shrink_for_graphs(sizes, floors, reserved=100, reserve=50, cap=100)
+
+    monkeypatch.setattr(prepare, "warm_up_buckets", warm_up_buckets)
+    monkeypatch.setattr(prepare, "_shrink_beside_graphs", shrink)
+    step = SimpleNamespace(compiled=True, device=torch.device("cpu"),
+                           cfg=SimpleNamespace(data=SimpleNamespace(batch_frames=1200)))
+    done = prepare.prepare_step(step, prepare.Workload(shapes, N_TOKENS, 1), True, DistInfo())
+    assert [floors for _, floors in seen] == [[12, 6]] * len(seen) and len(seen) >= 3
+    assert all(b >= f for sizes, floors in seen for b, f in zip(sizes, floors))
+    assert done.planned == plan and all(b >= f for b, f in zip(done.sizes, [12, 6]))
 
 
 def test_out_of_memory_is_seen_as_the_context_of_a_capture_error():
@@ -163,49 +206,3 @@ def test_out_of_memory_is_seen_as_the_context_of_a_capture_error():
             raise RuntimeError("CUDA error: operation failed due to a previous error")  # noqa: B904
     except RuntimeError as e:
         assert is_out_of_memory(e)
-
-
-def test_a_failed_cuda_capture_puts_the_stream_back_and_ends_the_pool(monkeypatch):
-    """CudaCapture after torch.cuda.graph's __exit__ raised (before it restored the stream
-    and, possibly, before the allocator heard the capture end): the thread's stream is the
-    one current before the capture, and the allocator's capture into the pool is ended.
-    torch's CUDA calls are stood in; the logic is the real one."""
-    from myxtts.train.engine import graphs
-
-    calls = []
-
-    class Stream:
-        def __init__(self, name="capture", *a, **k):
-            self.name = name
-
-        def wait_stream(self, other):
-            pass
-
-    before = Stream("default")
-
-    class BrokenGraph:
-        def __init__(self, *a, **k):
-            pass
-
-        def __enter__(self):
-            calls.append(("set_stream", "capture"))  # what torch.cuda.graph does on entry
-
-        def __exit__(self, *exc):
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-
-    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", 7))
-    monkeypatch.setattr(torch.cuda, "Stream", Stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: before)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
-    monkeypatch.setattr(torch.cuda, "graph", BrokenGraph)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: calls.append(("set_stream", s.name)))
-    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool",
-                        lambda device, pool: calls.append(("end_pool", device, pool)),
-                        raising=False)
-    capture = graphs.CudaCapture(torch.device("cuda", 0))
-    capture._stream_ready = True  # (the first capture's uncaptured run is not the point)
-    with pytest.raises(RuntimeError, match="not permitted"):
-        capture(lambda: None)
-    assert calls == [("set_stream", "capture"), ("set_stream", "default"),
-                     ("end_pool", 0, ("pool", 7))]

@@ -62,3 +62,25 @@ def test_a_cpu_engine_records_no_marker_and_a_gpu_style_one_is_bounded(tmp_path,
     assert engine.read()  # the read waited for everything: no marker left pending
     engine.step(_batches(0, 1))
     assert [kind for kind, _ in events.log[-1:]] == ["record"]  # no wait right after a read
+
+
+def test_the_markers_on_a_gpu_are_blocking_events(monkeypatch):
+    """The host waits in the driver (a sleeping thread), not by spinning a core that the
+    loader's workers and the checkpoint writer need."""
+    made = []
+
+    class Event:
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    lead = StepLead(torch.device("cuda", 0))
+    for _ in range(MAX_LEAD_STEPS + 1):
+        lead.queued()
+    assert made and all(kwargs.get("blocking") is True for kwargs in made)

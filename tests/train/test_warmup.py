@@ -91,3 +91,44 @@ def test_a_bucket_that_does_not_fit_stops_before_step_1_naming_it(tmp_path, one_
     with pytest.raises(TrainError, match=r"out of GPU memory before step 1 .*\(2 x 48 frames, "
                                          r"text 16, .*data.batch_frames=3000\); lower --batch-frames"):
         warm_up(step, SHAPES, N_TOKENS, 1, echo=lambda s: None)
+
+
+def test_fragmentation_is_each_shapes_own_not_the_cache_a_heavier_one_left(monkeypatch):
+    """The warm-up's first pass runs the longest shape first. The reserved memory beyond
+    allocated at a shape's peak is measured after releasing the cache, so the blocks the
+    heavier shape left cached are not counted as the lighter one's fragmentation (which
+    would shrink batches or drop graphs for nothing). Modelled allocator: a shape needs
+    its peak plus its own slack reserved; freed blocks stay cached until released."""
+    from types import SimpleNamespace
+
+    from myxtts.train.engine import warmup
+
+    class Allocator:
+        needs = {4: (100, 10), 2: (20, 5)}  # batch -> (peak allocated, its own slack)
+
+        def __init__(self) -> None:
+            self.cached = self.peak_allocated = self.peak_reserved = 0
+
+        def run(self, batches) -> None:
+            allocated, slack = self.needs[int(batches[0]["mel"].shape[0])]
+            self.peak_allocated = max(self.peak_allocated, allocated)
+            self.cached = max(self.cached, allocated + slack)  # cached blocks are reused
+            self.peak_reserved = max(self.peak_reserved, self.cached)
+
+        def reset_peak(self, device=None) -> None:
+            self.peak_allocated, self.peak_reserved = 0, self.cached
+
+    memory = Allocator()
+    for name, value in {"reset_peak_memory_stats": memory.reset_peak,
+                        "synchronize": lambda device=None: None,
+                        "empty_cache": lambda: setattr(memory, "cached", 0),
+                        "max_memory_allocated": lambda device=None: memory.peak_allocated,
+                        "max_memory_reserved": lambda device=None: memory.peak_reserved}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(warmup, "worst_case_batch",
+                        lambda shape, n, k, device: worst_case_batch(shape, n, k, "cpu"))
+    step = SimpleNamespace(device=torch.device("cuda"), run=memory.run,
+                           cfg=SimpleNamespace(train=SimpleNamespace(grad_accum_steps=1)))
+    heavy, light = BatchShape(4, 16, 48, 12, N_MELS), BatchShape(2, 16, 24, 12, N_MELS)
+    assert warmup._run_worst_case(step, heavy, N_TOKENS, 1) == (100, 10)
+    assert warmup._run_worst_case(step, light, N_TOKENS, 1) == (20, 5)  # not 110 - 20

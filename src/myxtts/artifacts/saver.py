@@ -7,10 +7,11 @@ hash every entry, then the write -- keeps the training thread busy for seconds e
 ``train.ckpt_every`` steps while the GPU waits. :class:`BackgroundSaver` splits a save in two:
 
 1. on the training thread, :func:`host_snapshot`: every tensor of the checkpoint copied to
-   host memory as it is now (on a GPU into pinned buffers reused from save to save, on a
-   side stream that first waits for the queued steps; the training stream then waits for
-   the copies on the GPU -- no host sync -- before the next step changes a weight in place;
-   on a CPU a plain copy). Training goes on at once;
+   host memory as it is now (on a GPU into page-locked buffers laid out once, on a side
+   stream that first waits for the queued steps; a CPU makes a plain copy). Training goes
+   on at once: the next step's forward and backward passes only read the weights and
+   overlap the copy; what writes the saved tensors in place -- the update, swapping the
+   weights' moving average in -- waits for the copies on the GPU first (no host sync);
 2. in one background thread: wait for the copies, then ``CheckpointManager.save`` (the
    same format, checksum, atomic files, retention and pointers as a synchronous save).
 
@@ -24,7 +25,7 @@ file is written.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,37 +33,105 @@ import torch
 
 from myxtts.artifacts.runs import CheckpointManager
 
+ALIGN = 512  # bytes between the starts of two entries in the host buffer (any dtype's view)
+
+
+def _cuda_tensors(value: Any, key: tuple = ()) -> Iterator[tuple[tuple, torch.Tensor]]:
+    """(path, tensor) of every CUDA tensor in nested dicts, lists and tuples, in order."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cuda":
+            yield key, value.detach()
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _cuda_tensors(v, (*key, k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _cuda_tensors(v, (*key, i))
+
+
+def pin_in_place(flat: torch.Tensor) -> Callable[[], None] | None:
+    """Page-lock ``flat``'s bytes where they are (``cudaHostRegister``): exactly its size,
+    where torch's pinned allocator rounds every allocation up to a power of two (up to
+    twice the checkpoint in host memory). Returns the undo, or None where CUDA refused."""
+    cudart = torch.cuda.cudart()
+    ptr, size = flat.data_ptr(), flat.numel() * flat.element_size()
+    if cudart.cudaHostRegister(ptr, size, 0) != cudart.cudaError.success:
+        return None
+    return lambda: cudart.cudaHostUnregister(ptr)
+
 
 class HostBuffers:
-    """Pinned host tensors reused across saves, one per checkpoint entry (same shape and
-    dtype from save to save, so after the first save no host memory is allocated)."""
+    """Page-locked host memory for a checkpoint's GPU tensors: one region of exactly their
+    bytes (each entry starting on an ``ALIGN`` boundary), laid out by :meth:`reserve` --
+    ahead of the first save, so that save does not stall the training thread for the
+    allocation and page-locking (about a second per GB) -- and reused while the
+    checkpoint's tensors keep their paths, shapes and dtypes. ``pin``: how the region is
+    page-locked (:func:`pin_in_place`; where it returns None, torch's pinned copy is used).
+    """
 
-    def __init__(self) -> None:
-        self._buffers: dict[tuple, torch.Tensor] = {}
+    def __init__(self, pin: Callable[[torch.Tensor], Callable[[], None] | None] = pin_in_place
+                 ) -> None:
+        self._pin = pin
+        self._layout: tuple = ()
+        self._views: dict[tuple, torch.Tensor] = {}
+        self._flat: torch.Tensor | None = None
+        self._unpin: Callable[[], None] | None = None
 
-    def get(self, key: tuple, like: torch.Tensor) -> torch.Tensor:
-        buf = self._buffers.get(key)
-        if buf is None or buf.shape != like.shape or buf.dtype != like.dtype:
-            buf = torch.empty(like.shape, dtype=like.dtype, device="cpu", pin_memory=True)
-            self._buffers[key] = buf
-        return buf
+    @property
+    def nbytes(self) -> int:
+        """Host bytes held (0 before the first layout)."""
+        return 0 if self._flat is None else self._flat.numel()
+
+    def reserve(self, items: list[tuple[tuple, torch.Tensor]]) -> None:
+        """Lay the region out for these (path, tensor) pairs (nothing if it already is)."""
+        layout = tuple((k, tuple(t.shape), t.dtype) for k, t in items)
+        if layout == self._layout:
+            return
+        self.close()
+        offsets, total = [], 0
+        for _, t in items:
+            offsets.append(total)
+            total += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+        flat = torch.empty(max(total, ALIGN), dtype=torch.uint8)
+        self._unpin = self._pin(flat)
+        if self._unpin is None:
+            flat = flat.pin_memory()
+        self._flat, self._layout = flat, layout
+        self._views = {k: flat[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+                       for (k, t), o in zip(items, offsets)}
+
+    def views(self, items: list[tuple[tuple, torch.Tensor]]) -> dict[tuple, torch.Tensor]:
+        """The buffer of each (path, tensor) pair, by path (laid out anew if the tensors
+        changed since :meth:`reserve`)."""
+        self.reserve(items)
+        return self._views
+
+    def close(self) -> None:
+        """Give the page-locked memory back (no copy into it may be in flight)."""
+        if self._unpin is not None:
+            self._unpin()
+        self._flat, self._unpin, self._views, self._layout = None, None, {}, ()
+
+    def __del__(self) -> None:  # memory freed while still registered would stay locked
+        self.close()
 
 
 def host_snapshot(state: Any, device: torch.device | None, buffers: HostBuffers | None = None,
-                  stream: Any = None) -> tuple[Any, Callable[[], None]]:
+                  stream: Any = None) -> tuple[Any, Any]:
     """A copy of ``state`` (nested dicts, lists and tuples of tensors and plain values) with
-    every tensor in host memory, and a function that waits until the copies are done. On a
-    CUDA ``device`` the copies of its tensors go into ``buffers`` (pinned) on ``stream``,
-    which first waits for the current stream's queued work, and the current stream then
-    waits for the copies (GPU-side waits: the host does not wait here)."""
+    every tensor in host memory, and the CUDA event that marks the end of the copies (None
+    on a CPU, where the copy is done on return). On a CUDA ``device`` its tensors are
+    copied into ``buffers`` on ``stream``, which first waits for the current stream's
+    queued work; the host does not wait here. Whatever writes one of the copied tensors in
+    place must wait for the event first (``stream.wait_event``: a GPU-side wait)."""
     cuda = device is not None and device.type == "cuda"
-    event = None
+    targets = buffers.views(list(_cuda_tensors(state))) if cuda and buffers is not None else {}
 
     def copy(value: Any, key: tuple) -> Any:
         if isinstance(value, torch.Tensor):
             t = value.detach()
-            if t.device.type == "cuda" and buffers is not None:
-                out = buffers.get(key, t)
+            out = targets.get(key)
+            if out is not None and t.device.type == "cuda":
                 out.copy_(t, non_blocking=True)
                 return out
             return t.to("cpu", copy=True)
@@ -74,15 +143,14 @@ def host_snapshot(state: Any, device: torch.device | None, buffers: HostBuffers 
         return value
 
     if not cuda:
-        return copy(state, ()), lambda: None
+        return copy(state, ()), None
     stream = stream or torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         out = copy(state, ())
-        event = torch.cuda.Event()
+        event = torch.cuda.Event(blocking=True)  # the writer thread sleeps on it, not spins
         event.record(stream)
-    torch.cuda.current_stream(device).wait_event(event)  # later steps write after the copy
-    return out, event.synchronize
+    return out, event
 
 
 class BackgroundSaver:
@@ -96,16 +164,31 @@ class BackgroundSaver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
+    def reserve(self, state: dict[str, Any]) -> None:
+        """Lay out the host buffers for checkpoints like ``state`` now, before training
+        starts, instead of at the first save (a GPU run; nothing on a CPU)."""
+        if self._stream is not None:
+            self._buffers.reserve(list(_cuda_tensors(state)))
+
     def save(self, state: dict[str, Any], step: int, val_loss: float | None = None,
-             is_best: bool = False) -> Path:
+             is_best: bool = False, writes_after: Callable[[Any], None] | None = None) -> Path:
         """Start saving ``state`` as the checkpoint of ``step``; returns the path it will
-        have. Waits for the previous save first (and raises its failure)."""
+        have. Waits for the previous save first (and raises its failure). On a GPU,
+        ``writes_after`` is given the event that ends the copies: whatever writes the
+        saved tensors in place must wait for it (``TrainEngine.after_copy``); without it,
+        the current stream waits for the copies at once."""
         self.wait()
-        snapshot, ready = host_snapshot(state, self.device, self._buffers, self._stream)
+        snapshot, copied = host_snapshot(state, self.device, self._buffers, self._stream)
+        if copied is not None:
+            if writes_after is not None:
+                writes_after(copied)
+            else:
+                torch.cuda.current_stream(self.device).wait_event(copied)
 
         def write() -> None:
             try:
-                ready()
+                if copied is not None:
+                    copied.synchronize()
                 self.manager.save(snapshot, step, val_loss, is_best)
             except BaseException as e:  # reported by the training thread: check()
                 self._error = e
@@ -133,6 +216,13 @@ class BackgroundSaver:
         if report:
             self.check()
         self._error = None
+
+    def close(self, report: bool = True) -> None:
+        """:meth:`wait`, then give the host buffers back (also when the last save failed)."""
+        try:
+            self.wait(report)
+        finally:
+            self._buffers.close()
 
     @property
     def busy(self) -> bool:

@@ -148,7 +148,8 @@ class _LoopContext:
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
         state = ck.compose(r, self.engine.state_dict(), extra, self.device, rng_ranks)
-        return self.saver.save(state, r.step, val_loss, is_best)
+        return self.saver.save(state, r.step, val_loss, is_best,
+                               writes_after=self.engine.after_copy)
 
     def _check_weights(self, step: int) -> None:
         check_finite_weights(self.engine.modules, step, (
@@ -188,6 +189,8 @@ class _LoopContext:
         evaluation = TrainingEvaluation(self.cfg, self.data, self.device, self.out) \
             if t.eval_every else None
         self.engine.model.train()
+        if self.dist.rank == 0:  # the first save's host buffers now, not at that save
+            self.saver.reserve(self.engine.state_dict())
         try:
             while r.step < t.max_steps:
                 self.saver.check()  # a save that failed stops the run here, in one line
@@ -239,7 +242,7 @@ class _LoopContext:
             stream.close()  # closes the feed: stops an on-the-fly data role's producer now
             # the save in flight is written before the run returns (a signal's stop too);
             # its failure is raised unless the run is already failing for another reason
-            self.saver.wait(report=sys.exc_info()[0] is None)
+            self.saver.close(report=sys.exc_info()[0] is None)
         bar.close()
         return last
 

@@ -337,10 +337,11 @@ def shrink_for_graphs(sizes: list[int], floors: list[int], reserved: int, reserv
     """After the warm-up: the graphs' pool (``reserved`` bytes, all this process's allocator
     holds then) plus what runs beside it (``reserve``) must fit in ``cap``. None if they do;
     else every bucket's batch scaled down by the share that is over (and by at least a
-    quarter), never below its ``floors`` entry (:func:`three_quarters` of its plan), for the
-    warm-up to capture again. Sizes that come back unchanged are at their floors already: no
-    capture the plan allows fits, and the caller drops the graphs."""
+    quarter), never below its ``floors`` entry (:func:`three_quarters` of its FIRST plan,
+    whatever an earlier attempt left: a size found below its floor comes back at it), for
+    the warm-up to capture again. Sizes that come back unchanged are at their floors
+    already: no capture the plan allows fits, and the caller drops the graphs."""
     if reserved + reserve <= cap:
         return None
     scale = min(0.75, max(0.0, cap - reserve) / max(1, reserved))
-    return [min(b, max(f, int(b * scale))) for b, f in zip(sizes, floors)]
+    return [max(f, min(b, int(b * scale))) for b, f in zip(sizes, floors)]

@@ -133,6 +133,12 @@ class TrainEngine:
             self._lead.clear()  # the read waited for every queued step
         return values
 
+    def after_copy(self, event: Any) -> None:
+        """A checkpoint's host copy is in flight until the CUDA ``event``: the next update
+        (and swapping the weight average in) waits for it on the GPU, the next forward and
+        backward passes do not (``BackgroundSaver.save``'s ``writes_after``)."""
+        self._step.after_copy(event)
+
     def nonfinite_counts(self) -> tuple[int, int]:
         """(non-finite steps in total, in a row now): what a checkpoint records (a host sync)."""
         return self._step.nonfinite_counts()

@@ -15,21 +15,36 @@ compares it with the eager step.
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from myxtts.train.engine.step import TrainStep
+from myxtts.train.errors import error_summary
 
 Replay = Callable[[], None]
-Capture = Callable[[Callable[[], None]], Replay]  # runs/records fn once, returns its replay
+
+
+class Capture(Protocol):
+    """How :class:`StepGraphs` captures: ``capture(fn)`` runs/records ``fn`` once and returns
+    its replay; after a capture raised, ``problem()`` says what is left wrong with the
+    device (None: training may go on uncaptured)."""
+
+    def __call__(self, fn: Callable[[], None]) -> Replay: ...
+    def problem(self) -> str | None: ...
 
 
 def shape_key(batch: dict[str, torch.Tensor]) -> tuple:
     """What a captured graph is specific to: every field's shape and dtype."""
     return tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(batch.items()))
+
+
+# torch 2.11's CUDA generator after a capture that failed: its state keeps a "capturing"
+# mark that only a successful capture_end clears, and refuses every uncaptured draw
+STUCK_GENERATOR = "outside graph capture encountered unexpectedly"
 
 
 class CudaCapture:
@@ -42,17 +57,23 @@ class CudaCapture:
     would need twice the memory. The run changes the training state like any step; the
     warm-up restores it afterwards.
 
-    A capture that fails leaves nothing behind (:func:`end_failed_capture`): torch's
-    ``graph.__exit__`` raises from ``capture_end()`` before it puts the thread's stream
-    back, and may raise before the caching allocator hears that the capture ended (it
-    would then keep routing this stream's allocations to the pool: freed blocks never
-    reused, prefetched batches leaking until out of memory).
+    A capture that fails leaves nothing behind (:func:`end_failed_capture`). torch's
+    ``graph.__exit__`` raises from ``capture_end()`` at the failing ``cudaStreamEndCapture``,
+    before it puts the thread's stream back, before the caching allocator hears that the
+    capture ended and before the graph counts as captured. Left so, the allocator keeps a
+    capture "underway": it defers every freed block that a side stream used (each
+    prefetched, ``record_stream``-ed batch) and never releases its cache to retry an
+    allocation that ran out of memory; and the pool keeps the use the capture counted, so
+    its memory (the largest shape's activations) is never freed. :meth:`problem` then
+    checks the device, and mends torch 2.11's generator (:func:`unstick_generator`).
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)
+        self.captured = 0  # captures that succeeded into self.pool (each holds one use)
         self._stream_ready = False
 
     def __call__(self, fn: Callable[[], None]) -> Replay:
@@ -70,27 +91,94 @@ class CudaCapture:
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 fn()
         except BaseException:
-            end_failed_capture(self.device, current, self.pool)
+            if end_failed_capture(self.index, current, self.pool) and not self.captured:
+                # the pool's last use is gone: the allocator frees it once its blocks are,
+                # and a capture must not begin on it again before that (torch asserts)
+                self.pool = torch.cuda.graph_pool_handle()
             raise
+        self.captured += 1
         current.wait_stream(self.stream)
         return graph.replay
 
-
-def end_failed_capture(device: torch.device, stream: torch.cuda.Stream, pool: Any) -> None:
-    """After a capture raised: ``stream`` is the thread's current stream again, and the
-    caching allocator's capture into ``pool`` is over (torch's private call: no public one
-    ends it; where it already ended, the allocator refuses the call, which is fine)."""
-    torch.cuda.set_stream(stream)
-    for name in ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool"):
-        end = getattr(torch._C, name, None)
-        if end is None:
-            continue
+    def problem(self) -> str | None:
+        """After a capture raised: what is wrong with the device, or None. The capture
+        stream still capturing; torch 2.11's generator left refusing draws and not mended
+        by :func:`unstick_generator`; or a random draw, an allocation, a sync or releasing
+        the allocator's cache failing (what every training step needs; an allocator that
+        still believes a capture is under way fails the release)."""
         try:
-            end(device.index if device.index is not None else torch.cuda.current_device(),
-                pool)
-        except RuntimeError:  # "not currently recording to" the pool: it had ended
-            pass
-        break
+            with torch.cuda.stream(self.stream):
+                if torch.cuda.is_current_stream_capturing():
+                    return "the capture stream is still capturing"
+            stuck = unstick_generator(self.device, self.stream)
+            if stuck is not None:
+                return stuck
+            torch.randn(16, device=self.device)
+            torch.empty(1 << 20, dtype=torch.uint8, device=self.device)
+            gc.collect()
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        except Exception as e:
+            return error_summary(e)
+        return None
+
+
+def end_failed_capture(index: int, stream: torch.cuda.Stream, pool: Any) -> bool:
+    """After a capture raised: ``stream`` is the thread's current stream again, and if the
+    caching allocator still routed the capture into ``pool`` (torch's ``capture_end`` did
+    not get that far), that capture ends and its use of the pool is given back (torch's
+    private calls, the pair its own pool context manager ends with; no public call does
+    this). Returns whether it had to: False where the capture never began allocating or
+    torch ended it (the allocator refuses to end it twice, which is fine)."""
+    torch.cuda.set_stream(stream)
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(
+        torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
+    if end is None:  # pragma: no cover - every torch >= 2.4 has one of the two
+        return False
+    try:
+        end(index, pool)
+    except RuntimeError:  # "not currently recording to" the pool: nothing to end
+        return False
+    torch._C._cuda_releasePool(index, pool)
+    return True
+
+
+def _draws(device: torch.device) -> str | None:
+    """None if a random draw on ``device`` works; the error if it fails."""
+    try:
+        torch.empty(4, device=device).uniform_()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def unstick_generator(device: torch.device, stream: torch.cuda.Stream) -> str | None:
+    """torch 2.11: after a failed capture the default CUDA generator refuses every draw
+    (:data:`STUCK_GENERATOR`), so dropout outside a graph and the training step with it
+    fail. A capture that succeeds clears the mark: one of a single in-place kernel, with no
+    draw, on ``stream`` (its own pool, freed with it). The generator keeps its state
+    object, so graphs captured before still advance it; its seed and offset are put back
+    from before the check (a draw that works moves the offset), so a resumed run stays
+    exact. Returns None when draws work (afterwards), else why not. Newer torch keeps
+    capture state per capture, and nothing happens there."""
+    saved = torch.cuda.get_rng_state(device)
+    try:
+        failed = _draws(device)
+        if failed is not None and STUCK_GENERATOR in failed:
+            scratch = torch.zeros(1, device=device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                scratch.add_(1)
+            del graph
+            failed = _draws(device)
+            if failed is not None:
+                return f"the CUDA random generator refuses draws after the failed capture " \
+                       f"({failed.splitlines()[0]})"
+        elif failed is not None:
+            return failed.splitlines()[0]
+    finally:
+        torch.cuda.set_rng_state(saved, device)
+    return None
 
 
 class StepGraphs:
@@ -118,6 +206,10 @@ class StepGraphs:
     def __len__(self) -> int:
         """Bucket shapes captured."""
         return len(self.micro)
+
+    def problem(self) -> str | None:
+        """After a capture raised: what is left wrong with the device (``Capture.problem``)."""
+        return self._capture.problem()
 
     def _graphs_for(self, batches: list[dict[str, torch.Tensor]]) -> list | None:
         """Each batch's (replay, static inputs), or None if any shape was not captured."""
@@ -156,6 +248,7 @@ class StepGraphs:
                 static[k].copy_(v)
             run()
             self.step.mark("forward+backward")  # one graph: the two cannot be told apart
+        self.step.before_writes()  # a checkpoint's host copy in flight ends first
         self._update()  # type: ignore[misc]  # (set whenever _graphs_for found graphs)
         self.step.mark("optimizer")
         return True

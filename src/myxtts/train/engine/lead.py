@@ -7,12 +7,15 @@ until the kernels that read them ran): prefetched batches would pile up far beyo
 the memory plan counted. After queuing a step, :class:`StepLead` records a CUDA event and
 waits on the event of the step ``MAX_LEAD_STEPS`` before it: the host stays a couple of
 steps ahead -- enough to keep the GPU's queue full -- and the batches in flight stay
-bounded. Costs nothing when the GPU is the slower side, which is the point of the loop.
+bounded. Costs nothing when the GPU is the slower side, which is the point of the loop:
+the markers are blocking events, so the waiting host thread sleeps in the driver instead
+of spinning a core that the loader's workers and the checkpoint writer could use.
 On a CPU every step is synchronous: nothing to bound.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +36,7 @@ class StepLead:
             raise ValueError(f"the host must be allowed at least one step ahead, got {max_lead}")
         self.enabled = event is not None or device.type == "cuda"
         self.max_lead = max_lead
-        self._event = event or torch.cuda.Event
+        self._event = event or functools.partial(torch.cuda.Event, blocking=True)
         self._pending: deque[Any] = deque()
 
     def queued(self) -> None:

@@ -7,12 +7,16 @@
 2. ``data.batch_frames=auto`` on a GPU: each bucket's largest batch that fits, less that
    room (``budget.auto_batch_sizes``, cached in the run folder);
 3. the warm-up of every shape (``warmup.warm_up``: compile, capture the CUDA graphs; an
-   out-of-memory capture shrinks its bucket);
+   out-of-memory capture shrinks its bucket, never below 3/4 of its plan);
 4. after a graphed warm-up, the graphs' pool plus the room beside it plus the warm-up's
-   measured fragmentation (reserved beyond allocated while shapes interleave) must fit the
-   GPU's share; else every bucket shrinks, never below 3/4 of its plan, and the warm-up
-   captures again; when no capture within that fits (three tries), the run goes without
-   CUDA graphs at the planned sizes, said in one warning.
+   measured fragmentation (reserved beyond allocated at a shape's peak) must fit the GPU's
+   share; else every bucket shrinks, never below 3/4 of its plan, and the warm-up captures
+   again; when no capture within that fits (three tries), the run goes without CUDA graphs
+   at the planned sizes, said in one warning.
+
+The floors (3/4 of each bucket's plan, :func:`budget.three_quarters`) are those of the
+first plan in every attempt: an attempt that starts from sizes an earlier one shrank still
+stops where the plan's floor is, never at 3/4 of 3/4.
 
 It returns each bucket's final batch size; the caller rebuilds its loader with them. On a
 CPU with eager blocks nothing runs and the planned sizes come back unchanged.
@@ -68,10 +72,13 @@ class Workload:
 @dataclass
 class Prepared:
     """What :func:`prepare_step` did: each bucket's batch size (in ``Workload.shapes``'
-    order), the last warm-up's report (None: none ran), the room kept beside the graphs and
-    the seconds the batch sizes took (measured or read from the run folder)."""
+    order) and the plan it started from (the measured or configured sizes, before any
+    shrinking for the graphs), the last warm-up's report (None: none ran), the room kept
+    beside the graphs and the seconds the batch sizes took (measured or read from the run
+    folder)."""
 
     sizes: list[int]
+    planned: list[int]
     report: WarmupReport | None = None
     reserve_bytes: int = 0
     sizing_s: float = 0.0
@@ -82,7 +89,7 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
     cfg, cuda = step.cfg, step.device.type == "cuda"
     sizes = [s.batch for s in work.shapes]
     if not (step.compiled or cuda):
-        return Prepared(sizes)
+        return Prepared(sizes, list(sizes))
     echo = log.info if dist.rank == 0 else (lambda _: None)
     started = time.perf_counter()
     reserve = graphs_reserve(step, work) if graphs and cuda else 0
@@ -95,7 +102,7 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
     floors = [three_quarters(b) for b in plan]
     for attempt in range(CAPTURE_TRIES):
         shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
-        report = warm_up_buckets(step, shapes, work, dist, graphs)
+        report = warm_up_buckets(step, shapes, work, dist, graphs, floors)
         sizes = [report.resized.get(s, s.batch) for s in shapes]
         smaller = _shrink_beside_graphs(step, sizes, floors, reserve + report.fragmentation)
         if smaller is None:
@@ -109,11 +116,11 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
                         "front)", reserve / GIB)
             sizes = plan
             shapes = [replace(s, batch=b) for s, b in zip(work.shapes, sizes)]
-            report = warm_up_buckets(step, shapes, work, dist, graphs=False)
+            report = warm_up_buckets(step, shapes, work, dist, False, floors)
             sizes = [report.resized.get(s, s.batch) for s in shapes]
             break
         sizes = smaller
-    return Prepared(sizes, report, reserve, sizing_s)
+    return Prepared(sizes, plan, report, reserve, sizing_s)
 
 
 def graphs_reserve(step: TrainStep, work: Workload) -> int:
@@ -150,19 +157,24 @@ def _shrink_beside_graphs(step: TrainStep, sizes: list[int], floors: list[int], 
 
 
 def warm_up_buckets(step: TrainStep, shapes: list[BatchShape], work: Workload, dist: DistInfo,
-                    graphs: bool) -> WarmupReport:
+                    graphs: bool, floors: list[int]) -> WarmupReport:
     """Every bucket shape before step 1: compile and capture now, with a progress line per
     shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
     fits (``warmup.warm_up``). Under DDP the ranks warm up without DDP's gradient hooks, like
     the auto budget's probe: a rank that runs out of memory must not leave the others
-    waiting in an all-reduce; every rank then stops with its error (``agree``)."""
+    waiting in an all-reduce; every rank then stops with its error (``agree``). ``floors``:
+    each bucket's smallest batch (in ``shapes``' order)."""
     unique = sorted(set(shapes), key=lambda s: s.frames)
+    floor_of: dict[BatchShape, int] = {}
+    for shape, floor in zip(shapes, floors):  # (buckets of one shape: the lowest floor)
+        floor_of[shape] = min(floor, floor_of.get(shape, floor))
     echo = log.info if dist.rank == 0 else (lambda _: None)
     report, failure = None, None
     try:
         with step.without_ddp():
             report = warm_up(step, unique, work.n_tokens, work.n_languages,
-                             capture=CudaCapture(step.device) if graphs else None, echo=echo)
+                             capture=CudaCapture(step.device) if graphs else None, echo=echo,
+                             floors=floor_of)
     except TrainError as e:
         failure = e
     agree(dist, failure)

@@ -94,6 +94,7 @@ class TrainStep:
         self.self_feed = z() if cfg.train.self_feed > 0 else None
         # the weights' moving average (train.ema_decay), updated inside update()
         self.ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay > 0 else None
+        self._copies: list[Any] = []  # CUDA events of host copies of the state in flight
 
     @property
     def compiled(self) -> bool:
@@ -153,6 +154,24 @@ class TrainStep:
             yield
         finally:
             self.runner = runner
+
+    def after_copy(self, event: Any) -> None:
+        """The next in-place write of the trained state waits on the GPU for ``event`` (a
+        checkpoint's host copy in flight: ``artifacts.saver``). The writes are the update
+        (weights, AdamW state, the weight average) and swapping the average in for
+        validation; forward and backward passes only read the weights, so the next step's
+        overlap the copy."""
+        self._copies.append(event)
+
+    def before_writes(self) -> None:
+        """The current stream waits for the copies :meth:`after_copy` was given (a GPU-side
+        wait; never inside a capture: callers run it before a replay or an uncaptured
+        update)."""
+        if self._copies:
+            stream = torch.cuda.current_stream(self.device)
+            for event in self._copies:
+                stream.wait_event(event)
+            self._copies.clear()
 
     # ------------------------------------------------------------------ accumulator state
     def _counters(self) -> list[torch.Tensor]:
@@ -214,6 +233,7 @@ class TrainStep:
         evaluate. Put back, bit for bit, on leaving."""
         if self.ema is None or raw:
             return contextlib.nullcontext()
+        self.before_writes()  # the swap writes the weights in place
         return self.ema.swapped_in()
 
     def eager(self) -> contextlib.AbstractContextManager:
@@ -285,6 +305,7 @@ class TrainStep:
         n = len(batches)
         for i, batch in enumerate(batches):
             self.micro(batch, n, last=i == n - 1)
+        self.before_writes()
         self.update()
 
     def micro(self, batch: dict[str, torch.Tensor], n_micro: int, last: bool = True) -> None:

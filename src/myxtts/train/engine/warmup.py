@@ -10,12 +10,13 @@ and the random streams back IN PLACE: training starts as if no warm-up had run, 
 captured graphs still point at the live tensors.
 
 What a failed capture does (:func:`_capture_shape`): out of memory is retried at the same
-size (the allocator's cache released), then once at 3/4 of the batch (never smaller: a
-bucket keeps at least 3/4 of its planned batch); any other failure, or a shape that does
-not fit even so, drops EVERY graph and the run trains uncaptured, with one warning -- a
-shape left uncaptured would run beside the graphs' pool with memory nothing budgeted.
-After a failure the device must pass :func:`device_problem`, else the run stops naming
-``train.cuda_graphs=off``.
+size (the allocator's cache released), then once at 3/4 of the batch, never below the
+bucket's floor (3/4 of its FIRST plan, whatever earlier attempts shrank it to); any other
+failure, or a shape that does not fit even so, drops EVERY graph and the run trains
+uncaptured, with one warning -- a shape left uncaptured would run beside the graphs' pool
+with memory nothing budgeted. After a failure the device must pass the capture's check
+(``graphs.CudaCapture.problem``: the capture stream, the random generator, an allocation,
+the cache), else the run stops naming ``train.cuda_graphs=off``.
 """
 
 
@@ -54,7 +55,7 @@ class WarmupReport:
     graphs_compiled: int = 0
     shapes_captured: int = 0
     peaks: dict[BatchShape, int] = field(default_factory=dict)
-    fragmentation: int = 0  # reserved beyond allocated at a shape's peak, interleaved shapes
+    fragmentation: int = 0  # reserved beyond allocated at a shape's peak, the largest
     capture_error: str | None = None
     resized: dict[BatchShape, int] = field(default_factory=dict)
 
@@ -68,11 +69,13 @@ class CaptureAbandoned(Exception):
 
 
 def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_languages: int,
-            capture: Capture | None = None, echo: Callable[[str], None] = log.info
-            ) -> WarmupReport:
+            capture: Capture | None = None, echo: Callable[[str], None] = log.info,
+            floors: dict[BatchShape, int] | None = None) -> WarmupReport:
     """Run every training shape (longest first) through ``step`` and, with ``capture``
     (``graphs.CudaCapture``), capture its CUDA graphs. The training state is restored
-    afterwards; a compile failure leaves the step eager (``TrainStep.loss``).
+    afterwards; a compile failure leaves the step eager (``TrainStep.loss``). ``floors``:
+    the smallest batch an out-of-memory capture may shrink each shape to (default 3/4 of
+    the shape's batch; the engine passes 3/4 of the first plan).
 
     Two passes, for memory: first every shape runs uncaptured (compiling it, proving its
     worst case fits and measuring its peak), then, with the allocator's cache released,
@@ -99,7 +102,8 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
         try:
             for i, shape in enumerate(by_peak if graphs is not None else [], len(order) + 1):
                 t0 = time.perf_counter()
-                done = _capture_shape(step, graphs, shape, n_tokens, n_languages, report)
+                floor = (floors or {}).get(shape, three_quarters(shape.batch))
+                done = _capture_shape(step, graphs, shape, floor, n_tokens, n_languages, report)
                 report.shape_seconds.append(time.perf_counter() - t0)
                 echo(f"warm-up {i}/{total}: captured a batch of {_describe(done)} as a CUDA "
                      f"graph in {report.shape_seconds[-1]:.1f} s")
@@ -116,12 +120,12 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
     return report
 
 
-def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, n_tokens: int,
-                   n_languages: int, report: WarmupReport) -> BatchShape:
-    """Capture ``shape`` (the module docstring's rules); returns the shape captured or
-    raises :class:`CaptureAbandoned` (after one warning) or a TrainError (the device is
-    left unusable)."""
-    smaller = replace(shape, batch=three_quarters(shape.batch))
+def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, floor: int,
+                   n_tokens: int, n_languages: int, report: WarmupReport) -> BatchShape:
+    """Capture ``shape`` (the module docstring's rules), shrinking it to no fewer than
+    ``floor`` utterances; returns the shape captured or raises :class:`CaptureAbandoned`
+    (after one warning) or a TrainError (the device is left unusable)."""
+    smaller = replace(shape, batch=max(floor, three_quarters(shape.batch)))
     tries = [shape, shape] + ([smaller] if smaller.batch < shape.batch else [])
     for k, attempt in enumerate(tries):
         try:
@@ -135,15 +139,15 @@ def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, n_tok
             cause = error_summary(e)
             oom = is_out_of_memory(e)
         # (handled outside the except block: its traceback holds tensors)
-        problem = device_problem(step.device)  # (which releases the allocator's cache)
+        problem = graphs.problem()  # (which releases the allocator's cache)
         if problem is not None:
             raise TrainError(f"the GPU is unusable after a failed CUDA graph capture of a "
                              f"batch of {_describe(attempt)} ({cause}; then: {problem}); "
                              f"restart with --set train.cuda_graphs=off")
         report.capture_error = report.capture_error or cause
         if not oom or k == len(tries) - 1:
-            why = ("does not fit beside the graphs' pool even at 3/4 of its batch" if oom
-                   else f"failed ({cause})")
+            why = ("does not fit beside the graphs' pool even at 3/4 of its planned batch"
+                   if oom else f"failed ({cause})")
             log.warning("CUDA graph capture of a batch of %s %s; training without CUDA graphs "
                         "(the %s step)", _describe(shape), why,
                         StepMode.of(step.compiled, graphed=False))
@@ -151,34 +155,18 @@ def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, n_tok
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def device_problem(device: torch.device) -> str | None:
-    """What is wrong with ``device`` after a failed capture, or None: the thread's stream
-    still capturing, or a random draw, an allocation, a sync or releasing the allocator's
-    cache failing (what every training step needs; an allocator that still believes a
-    capture is under way fails the release). None on the CPU."""
-    if device.type != "cuda":
-        return None
-    try:
-        if torch.cuda.is_current_stream_capturing():
-            return "the stream is still capturing"
-        torch.randn(16, device=device)
-        torch.empty(1 << 20, dtype=torch.uint8, device=device)
-        _release(device)
-    except Exception as e:
-        return error_summary(e)
-    return None
-
-
 def _run_worst_case(step: TrainStep, shape: BatchShape, n_tokens: int, n_languages: int
                     ) -> tuple[int, int]:
     """One uncaptured step on the worst case of ``shape``: its peak allocated bytes, and how
-    far the allocator's reserved memory peaked beyond that (fragmentation: shapes run one
-    after the other without releasing the cache, as training interleaves them); (0, 0) on
-    a CPU. Out of memory is a TrainError naming the bucket and the fix."""
-    batch = worst_case_batch(shape, n_tokens, n_languages, step.device)
+    far the allocator's reserved memory peaked beyond that (this shape's fragmentation);
+    (0, 0) on a CPU. The cache is released first: cached blocks a heavier shape left would
+    count as this one's reserve and inflate the margin the engine keeps beside the graphs.
+    Out of memory is a TrainError naming the bucket and the fix."""
     cuda = step.device.type == "cuda"
     if cuda:
+        _release(step.device)
         torch.cuda.reset_peak_memory_stats(step.device)
+    batch = worst_case_batch(shape, n_tokens, n_languages, step.device)
     try:
         step.run([batch] * step.cfg.train.grad_accum_steps)
         if cuda:

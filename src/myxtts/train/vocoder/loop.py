@@ -134,7 +134,7 @@ class _LoopContext:
         try:
             last = self._loop(stop, stream, timer, bar)
         finally:  # the save in flight is written before the run returns (see train.loop)
-            self.saver.wait(report=sys.exc_info()[0] is None)
+            self.saver.close(report=sys.exc_info()[0] is None)
         bar.close()
         return last
 
