@@ -78,8 +78,10 @@ def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
 
 
 def test_dropout_stays_random_across_replays(tmp_path):
-    (step,) = _steps(tmp_path, 1, "model.dropout=0.2")
+    """In the mode training runs on a GPU: compiled blocks, dropout 0.1, graphed."""
+    (step,) = _steps(tmp_path, 1, "model.dropout=0.1", compiled=True)
     warm_up(step, SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    assert step.mode == "graphed" and step.compiled
     for group in step.opt.param_groups:
         group["lr"] = 0.0  # replays read it: the weights stay, only dropout can differ
     totals = []
