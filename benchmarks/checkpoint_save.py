@@ -101,6 +101,8 @@ def arm(name: str, state: dict, tmp: Path, args: argparse.Namespace, device: obj
 
     manager = CheckpointManager(tmp / name / "checkpoints", keep_last=2)
     saver = BackgroundSaver(manager, device) if name == "background" else None
+    if saver is not None:
+        saver.reserve(state)  # as training does before step 1: the host buffers laid out
     ordinary, saving = [], []
     begin = time.perf_counter()
     for i in range(1, args.steps + 1):
@@ -117,7 +119,7 @@ def arm(name: str, state: dict, tmp: Path, args: argparse.Namespace, device: obj
         else:
             ordinary.append(time.perf_counter() - start)
     if saver is not None:
-        saver.wait()
+        saver.close()
     return {"ordinary": statistics.median(ordinary), "saving": statistics.median(saving),
             "whole": time.perf_counter() - begin, "saves": len(saving), "folder": manager.dir}
 

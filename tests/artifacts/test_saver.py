@@ -104,36 +104,40 @@ def test_a_failed_save_is_raised_at_the_next_call_and_the_previous_survives(tmp_
     saver.check()
 
 
-def test_the_host_buffers_are_laid_out_once_exactly_and_each_entry_is_its_own():
-    """What a GPU save copies into: one page-locked region of exactly the entries' bytes
-    (each on a 512-byte boundary; torch's pinned allocator would round each up to a power
-    of two), laid out ahead and reused while the entries keep their shapes and dtypes."""
-    from myxtts.artifacts.saver import ALIGN, HostBuffers
+def test_the_host_buffers_are_laid_out_once_in_chunks_and_each_entry_is_its_own(monkeypatch):
+    """What a GPU save copies into: the entries (512-byte multiples) packed largest first
+    into chunks of at most CHUNK bytes, each allocated at a power of two (what torch's
+    pinned allocator would round it to anyway), so the region is not a doubling of the
+    checkpoint; laid out ahead and reused while the entries keep their shapes and dtypes."""
+    from myxtts.artifacts import saver
 
-    pinned, undone = [], []
+    monkeypatch.setattr(saver, "CHUNK", 4096)
+    made = []
 
-    def pin(flat):
-        pinned.append(flat.numel())
-        return lambda: undone.append(flat.numel())
+    def alloc(nbytes):
+        made.append(nbytes)
+        return torch.empty(nbytes, dtype=torch.uint8)
 
-    items = [(("model", "w"), torch.ones(3, 5)), (("model", "step"), torch.tensor(4)),
-             (("optimizer", 0, "exp_avg"), torch.ones(1000, dtype=torch.bfloat16)),
-             (("flags",), torch.ones(7, dtype=torch.bool))]
-    buffers = HostBuffers(pin)
+    items = [(("model", "w"), torch.ones(3, 5)),  # 60 bytes: 512
+             (("model", "step"), torch.tensor(4)),  # 512
+             (("optimizer", 0, "exp_avg"), torch.ones(1000, dtype=torch.bfloat16)),  # 2048
+             (("optimizer", 1, "exp_avg"), torch.ones(1500)),  # 6000 bytes: its own chunk
+             (("flags",), torch.ones(7, dtype=torch.bool))]  # 512
+    buffers = saver.HostBuffers(alloc)
     buffers.reserve(items)
-    assert pinned == [7 * ALIGN] == [buffers.nbytes]  # 60, 8, 2000 and 7 bytes: 1+1+4+1
+    assert made == [8192, 4096] and buffers.nbytes == 12288  # 6144 alone; 2048+512x3 = 3584
     views = buffers.views(items)
-    assert pinned == [7 * ALIGN]  # the same layout: nothing allocated again
+    assert made == [8192, 4096]  # the same layout: nothing allocated again
     for value, (key, t) in enumerate(items):
         assert views[key].shape == t.shape and views[key].dtype == t.dtype
         views[key].fill_(value)
     for value, (key, _) in enumerate(items):  # no entry overlaps another
         assert torch.equal(views[key], torch.full_like(views[key], value))
     grown = [*items[:2], (("optimizer", 0, "exp_avg"), torch.ones(1200, dtype=torch.bfloat16))]
-    buffers.views(grown)  # a tensor changed shape: laid out anew, the old region given back
-    assert undone == [7 * ALIGN] and pinned == [7 * ALIGN, 7 * ALIGN]  # 1+1+5
+    buffers.views(grown)  # a tensor changed shape: laid out anew
+    assert made[2:] == [4096] and buffers.nbytes == 4096  # 2560 + 512 + 512
     buffers.close()
-    assert undone == [7 * ALIGN, 7 * ALIGN] and buffers.nbytes == 0
+    assert buffers.nbytes == 0
 
 
 def test_a_cpu_save_hands_no_event_over(tmp_path):

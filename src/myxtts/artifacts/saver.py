@@ -33,7 +33,8 @@ import torch
 
 from myxtts.artifacts.runs import CheckpointManager
 
-ALIGN = 512  # bytes between the starts of two entries in the host buffer (any dtype's view)
+ALIGN = 512  # bytes between the starts of two entries in a host chunk (any dtype's view)
+CHUNK = 64 << 20  # bytes of one page-locked host chunk (a power of two: torch rounds to one)
 
 
 def _cuda_tensors(value: Any, key: tuple = ()) -> Iterator[tuple[tuple, torch.Tensor]]:
@@ -49,56 +50,60 @@ def _cuda_tensors(value: Any, key: tuple = ()) -> Iterator[tuple[tuple, torch.Te
             yield from _cuda_tensors(v, (*key, i))
 
 
-def pin_in_place(flat: torch.Tensor) -> Callable[[], None] | None:
-    """Page-lock ``flat``'s bytes where they are (``cudaHostRegister``): exactly its size,
-    where torch's pinned allocator rounds every allocation up to a power of two (up to
-    twice the checkpoint in host memory). Returns the undo, or None where CUDA refused."""
-    cudart = torch.cuda.cudart()
-    ptr, size = flat.data_ptr(), flat.numel() * flat.element_size()
-    if cudart.cudaHostRegister(ptr, size, 0) != cudart.cudaError.success:
-        return None
-    return lambda: cudart.cudaHostUnregister(ptr)
+def _pinned(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 class HostBuffers:
-    """Page-locked host memory for a checkpoint's GPU tensors: one region of exactly their
-    bytes (each entry starting on an ``ALIGN`` boundary), laid out by :meth:`reserve` --
-    ahead of the first save, so that save does not stall the training thread for the
-    allocation and page-locking (about a second per GB) -- and reused while the
-    checkpoint's tensors keep their paths, shapes and dtypes. ``pin``: how the region is
-    page-locked (:func:`pin_in_place`; where it returns None, torch's pinned copy is used).
-    """
+    """Page-locked host memory for a checkpoint's GPU tensors, laid out by :meth:`reserve`
+    ahead of the first save (so that save does not stall the training thread on the
+    allocation and page-locking, about a second per GB) and reused while the checkpoint's
+    tensors keep their paths, shapes and dtypes.
 
-    def __init__(self, pin: Callable[[torch.Tensor], Callable[[], None] | None] = pin_in_place
-                 ) -> None:
-        self._pin = pin
+    torch's pinned allocator rounds every allocation up to a power of two: one buffer per
+    entry, or one for the whole checkpoint, can cost up to twice its bytes. Here the entries
+    (each taking a multiple of ``ALIGN`` bytes) are packed, largest first, into the first
+    chunk of ``CHUNK`` bytes with room, and each chunk is allocated at the power of two that
+    holds what it got: what is lost is the chunks' unfilled ends and the last chunk's
+    rounding, not a doubling (an entry larger than a chunk gets a chunk of its own,
+    rounded).
+    ``alloc``: makes a page-locked byte tensor (tests pass a plain one)."""
+
+    def __init__(self, alloc: Callable[[int], torch.Tensor] = _pinned) -> None:
+        self._alloc = alloc
         self._layout: tuple = ()
         self._views: dict[tuple, torch.Tensor] = {}
-        self._flat: torch.Tensor | None = None
-        self._unpin: Callable[[], None] | None = None
+        self._chunks: list[torch.Tensor] = []
 
     @property
     def nbytes(self) -> int:
         """Host bytes held (0 before the first layout)."""
-        return 0 if self._flat is None else self._flat.numel()
+        return sum(c.numel() for c in self._chunks)
 
     def reserve(self, items: list[tuple[tuple, torch.Tensor]]) -> None:
-        """Lay the region out for these (path, tensor) pairs (nothing if it already is)."""
+        """Lay the chunks out for these (path, tensor) pairs (nothing if they already are)."""
         layout = tuple((k, tuple(t.shape), t.dtype) for k, t in items)
         if layout == self._layout:
             return
         self.close()
-        offsets, total = [], 0
-        for _, t in items:
-            offsets.append(total)
-            total += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
-        flat = torch.empty(max(total, ALIGN), dtype=torch.uint8)
-        self._unpin = self._pin(flat)
-        if self._unpin is None:
-            flat = flat.pin_memory()
-        self._flat, self._layout = flat, layout
-        self._views = {k: flat[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
-                       for (k, t), o in zip(items, offsets)}
+        sizes = [-(-t.numel() * t.element_size() // ALIGN) * ALIGN for _, t in items]
+        used: list[int] = []  # bytes taken in each chunk
+        place: dict[int, tuple[int, int]] = {}  # entry -> (chunk, offset)
+        for i in sorted(range(len(items)), key=lambda i: -sizes[i]):
+            k = next((c for c, u in enumerate(used) if u + sizes[i] <= CHUNK), len(used))
+            if k == len(used):
+                used.append(0)
+            place[i], used[k] = (k, used[k]), used[k] + sizes[i]
+        self._chunks = [self._alloc(_power_of_two(u)) for u in used]
+        for i, (key, t) in enumerate(items):
+            k, offset = place[i]
+            nbytes = t.numel() * t.element_size()
+            self._views[key] = self._chunks[k][offset:offset + nbytes].view(t.dtype).view(t.shape)
+        self._layout = layout
 
     def views(self, items: list[tuple[tuple, torch.Tensor]]) -> dict[tuple, torch.Tensor]:
         """The buffer of each (path, tensor) pair, by path (laid out anew if the tensors
@@ -107,13 +112,8 @@ class HostBuffers:
         return self._views
 
     def close(self) -> None:
-        """Give the page-locked memory back (no copy into it may be in flight)."""
-        if self._unpin is not None:
-            self._unpin()
-        self._flat, self._unpin, self._views, self._layout = None, None, {}, ()
-
-    def __del__(self) -> None:  # memory freed while still registered would stay locked
-        self.close()
+        """Give the host memory back (no copy into it may be in flight)."""
+        self._chunks, self._views, self._layout = [], {}, ()
 
 
 def host_snapshot(state: Any, device: torch.device | None, buffers: HostBuffers | None = None,
