@@ -77,11 +77,15 @@ def test_a_capture_torch_ended_itself_is_not_released_twice(cuda):
     def oom():
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
+    pool = capture.pool
     with pytest.raises(torch.cuda.OutOfMemoryError):
         capture(oom)
     gc.collect()
-    assert cuda.underway == [] and cuda.uses[capture.pool] == 0
+    assert cuda.underway == [] and cuda.uses[pool] == 0
     assert not any(entry[0] == "release" for entry in cuda.log)
+    assert capture.pool != pool  # the retry must not begin on a pool whose uses reached 0
+    replay = capture(lambda: None)
+    assert cuda.uses[capture.pool] == 1 and replay is not None
 
 
 def test_the_health_check_looks_at_the_capture_stream(cuda):

@@ -42,11 +42,6 @@ def shape_key(batch: dict[str, torch.Tensor]) -> tuple:
     return tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(batch.items()))
 
 
-# torch 2.11's CUDA generator after a capture that failed: its state keeps a "capturing"
-# mark that only a successful capture_end clears, and refuses every uncaptured draw
-STUCK_GENERATOR = "outside graph capture encountered unexpectedly"
-
-
 class CudaCapture:
     """Captures a function as a CUDA graph in a memory pool shared by all its captures.
 
@@ -91,9 +86,11 @@ class CudaCapture:
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 fn()
         except BaseException:
-            if end_failed_capture(self.index, current, self.pool) and not self.captured:
-                # the pool's last use is gone: the allocator frees it once its blocks are,
-                # and a capture must not begin on it again before that (torch asserts)
+            end_failed_capture(self.index, current, self.pool)
+            if not self.captured:
+                # no graph holds the pool: once the failed one goes, its uses are 0 and the
+                # allocator frees it when its blocks are; a capture must not begin on it
+                # before that (torch asserts), so the next one takes a new pool
                 self.pool = torch.cuda.graph_pool_handle()
             raise
         self.captured += 1
@@ -153,29 +150,28 @@ def _draws(device: torch.device) -> str | None:
 
 
 def unstick_generator(device: torch.device, stream: torch.cuda.Stream) -> str | None:
-    """torch 2.11: after a failed capture the default CUDA generator refuses every draw
-    (:data:`STUCK_GENERATOR`), so dropout outside a graph and the training step with it
-    fail. A capture that succeeds clears the mark: one of a single in-place kernel, with no
-    draw, on ``stream`` (its own pool, freed with it). The generator keeps its state
-    object, so graphs captured before still advance it; its seed and offset are put back
-    from before the check (a draw that works moves the offset), so a resumed run stays
-    exact. Returns None when draws work (afterwards), else why not. Newer torch keeps
-    capture state per capture, and nothing happens there."""
+    """torch 2.11: after a failed capture the default CUDA generator keeps a "capturing"
+    mark that only a successful end of a capture clears, and refuses every uncaptured draw
+    ("Offset increment outside graph capture encountered unexpectedly"), so dropout outside
+    a graph, and the training step with it, fail. Where a draw fails, a capture that
+    succeeds clears the mark: one of a single in-place kernel, with no draw, on ``stream``
+    (its own pool, freed with it). The generator keeps its state object, so graphs captured
+    before still advance it; its seed and offset are put back from before the check (a draw
+    that works moves the offset), so a resumed run stays exact. Returns None when draws
+    work (afterwards), else why not. Newer torch keeps capture state per capture: the draw
+    works and nothing else happens."""
     saved = torch.cuda.get_rng_state(device)
     try:
+        if _draws(device) is None:
+            return None
+        scratch = torch.zeros(1, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            scratch.add_(1)
+        del graph
         failed = _draws(device)
-        if failed is not None and STUCK_GENERATOR in failed:
-            scratch = torch.zeros(1, device=device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                scratch.add_(1)
-            del graph
-            failed = _draws(device)
-            if failed is not None:
-                return f"the CUDA random generator refuses draws after the failed capture " \
-                       f"({failed.splitlines()[0]})"
-        elif failed is not None:
-            return failed.splitlines()[0]
+        if failed is not None:
+            return f"the CUDA random generator refuses draws ({failed.splitlines()[0]})"
     finally:
         torch.cuda.set_rng_state(saved, device)
     return None
