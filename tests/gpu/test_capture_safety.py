@@ -138,6 +138,24 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     assert step.uncaptured_steps == 0 and torch.isfinite(torch.tensor(step.read()["loss"]))
 
 
+def test_the_health_check_sees_a_capture_stream_that_is_still_capturing():
+    """A capture left running on the capture stream while the thread's current stream is
+    the default one (what a capture that failed before ending leaves): the check names it,
+    instead of asking the default stream and going on to sync in the middle of a capture."""
+    capture = CudaCapture(CUDA)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(capture.stream):
+        graph.capture_begin()
+    try:
+        assert not torch.cuda.is_current_stream_capturing()
+        assert capture.problem() == "the capture stream is still capturing"
+    finally:
+        with torch.cuda.stream(capture.stream):
+            graph.capture_end()
+    del graph
+    assert capture.problem() is None
+
+
 def test_out_of_memory_inside_a_capture_is_recognised_and_the_shrunk_bucket_replays(tmp_path,
                                                                                    monkeypatch):
     """The batch-4 shape's capture runs out of memory twice (an allocation inside the capture

@@ -9,6 +9,7 @@ and whether compiled checkpointed blocks with dropout replay exactly inside a ca
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 import torch
@@ -88,11 +89,12 @@ def test_sixteen_auto_sized_buckets_prepare_and_soak_with_memory_reserved_flat(s
 
 
 def test_the_host_stays_at_most_max_lead_steps_ahead_of_a_slowed_gpu(tmp_path):
-    """Each step first puts ~10 ms of sleep on the GPU (``torch.cuda._sleep``), so the host,
+    """Each step first puts ~40 ms of sleep on the GPU (``torch.cuda._sleep``), so the host,
     left alone, would queue all 40 steps at once. When ``engine.step`` returns, the earlier
     steps not yet finished on the GPU (an event recorded behind each) are never more than
     MAX_LEAD_STEPS; and there are some: the GPU was the slower side, the bound held the
-    host back."""
+    host back. Meanwhile the process used well under half a core: the host waits on
+    blocking events, asleep."""
     cfg = micro_config(tmp_path, "train.device=cuda", "train.cuda_graphs=off",
                        "train.compile=off")
     torch.manual_seed(0)
@@ -108,16 +110,40 @@ def test_the_host_stays_at_most_max_lead_steps_ahead_of_a_slowed_gpu(tmp_path):
     end.synchronize()
     per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)  # sleep cycles per ms
     done, behind = [], []
+    wall, cpu = time.perf_counter(), time.process_time()
     for batch in batches[1:]:
-        torch.cuda._sleep(int(10 * per_ms))
+        torch.cuda._sleep(int(40 * per_ms))
         engine.step([batch])
         behind.append(sum(not e.query() for e in done))  # earlier steps still on the GPU
         marker = torch.cuda.Event()
         marker.record()
         done.append(marker)
+    torch.cuda.synchronize()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert max(behind) <= MAX_LEAD_STEPS, behind
     assert max(behind) >= 1, behind  # the GPU was the slower side: the bound was needed
+    # the host waited ~1.5 s for the GPU asleep in a blocking event, not spinning a core
+    assert cpu < 0.5 * wall, (cpu, wall)
     assert torch.isfinite(torch.tensor(engine.read()["loss"]))
+
+
+def test_a_light_shape_after_a_heavy_one_measures_its_own_fragmentation(tmp_path):
+    """The warm-up runs the heavy shape first; the light one's margin (reserved beyond
+    allocated at its peak) is measured after the cache is released, so the heavy shape's
+    cached blocks (about the difference of their peaks) are not counted as its own."""
+    from myxtts.train.engine import warmup
+
+    cfg = micro_config(tmp_path, "train.device=cuda", "train.cuda_graphs=off",
+                       "train.compile=off")
+    torch.manual_seed(0)
+    engine = TrainEngine(cfg, build_model(cfg, 40, 1, None, None).to(CUDA), CUDA, DistInfo())
+    step = engine._step
+    heavy = BatchShape(32, 40, 800, cfg.data.ref_frames, cfg.audio.n_mels)
+    light = BatchShape(2, 20, 64, cfg.data.ref_frames, cfg.audio.n_mels)
+    peak_heavy, _ = warmup._run_worst_case(step, heavy, 40, 1)
+    peak_light, frag_light = warmup._run_worst_case(step, light, 40, 1)
+    assert peak_heavy - peak_light > 64 * 2**20  # the heavy shape leaves that much cached
+    assert frag_light < (peak_heavy - peak_light) / 4, (frag_light, peak_heavy, peak_light)
 
 
 def test_a_delayed_background_save_holds_the_state_of_its_step_while_graphs_replay(
