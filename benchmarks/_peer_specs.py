@@ -10,16 +10,18 @@ import argparse
 import json
 from pathlib import Path
 
+from _plans import digest, otf_config, raw_train, store_plan
+
 PLAN_EPOCHS = 40  # epochs of batches a peer is given (cycled if a run outlasts them)
 
 
-def _audio(cfg) -> dict:
+def audio_settings(cfg) -> dict:
     a = cfg.audio
     return {"sample_rate": a.sample_rate, "n_fft": a.n_fft, "hop_length": a.hop_length,
             "win_length": a.win_length, "n_mels": a.n_mels, "fmin": a.fmin, "fmax": a.fmax}
 
 
-def _texts(data: Path, cfg, ids: list[str]) -> list[str]:
+def texts_of(data: Path, cfg, ids: list[str]) -> list[str]:
     from myxtts.data.prepare.readers import read_dataset
 
     text = {u.id: u.text for u in read_dataset(data, cfg).all}
@@ -27,37 +29,20 @@ def _texts(data: Path, cfg, ids: list[str]) -> list[str]:
 
 
 def part_coqui_spec(args: argparse.Namespace) -> dict:
-    """The on-the-fly loader's train clips and batches (``_pipelines._raw_train``)."""
-    from _pipelines import _digest, _otf_cfg, _raw_train
-
-    cfg = _otf_cfg()
-    _, raw, sampler, durations, plan = _raw_train(args.data, cfg)
-    spec = {"peer": "coqui", "audio": _audio(cfg), "paths": [str(p) for p in raw.paths],
-            "texts": _texts(args.data, cfg, raw.ids), "durations": durations.tolist(),
-            "plan": [sampler.batches(e) for e in range(PLAN_EPOCHS)], "digest": _digest(plan)}
+    """The on-the-fly loader's train clips and batches (``_plans.raw_train``)."""
+    cfg = otf_config()
+    _, raw, sampler, durations, plan = raw_train(args.data, cfg)
+    spec = {"peer": "coqui", "audio": audio_settings(cfg), "paths": [str(p) for p in raw.paths],
+            "texts": texts_of(args.data, cfg, raw.ids), "durations": durations.tolist(),
+            "plan": [sampler.batches(e) for e in range(PLAN_EPOCHS)], "digest": digest(plan)}
     args.out.write_text(json.dumps(spec))
     return {"spec": str(args.out), "digest": spec["digest"]}
-
-
-def store_plan(store: Path, cfg, epochs: int = 3) -> tuple:
-    """The store's train split, its sampler as ``build_loader`` builds it and the first
-    ``epochs`` epochs' batches."""
-    import numpy as np
-
-    from myxtts.data.feed.loader import build_sampler
-    from myxtts.data.store import FeatureStore
-
-    train = FeatureStore.open(store, "train", cfg)
-    sampler = build_sampler(train.mel_lengths, train.token_lengths, cfg,
-                            seed=cfg.data.shuffle_seed)
-    return train, sampler, [sampler.batches(e) for e in range(epochs)], np.asarray(train.mel_lengths)
 
 
 def part_lhotse_spec(args: argparse.Namespace) -> dict:
     """The store's train mels (float32, one .npy, with offsets), token ids and batches."""
     import numpy as np
 
-    from _pipelines import _digest
     from myxtts.config import Config
 
     cfg = Config()
@@ -65,11 +50,11 @@ def part_lhotse_spec(args: argparse.Namespace) -> dict:
     mels = np.concatenate([np.asarray(train.mel(i), np.float32) for i in range(len(train))])
     np.save(args.out.with_suffix(".npy"), mels)
     offsets = np.concatenate([[0], np.cumsum(frames)]).tolist()
-    spec = {"peer": "lhotse", "storage": args.storage, "audio": _audio(cfg),
+    spec = {"peer": "lhotse", "storage": args.storage, "audio": audio_settings(cfg),
             "mels": str(args.out.with_suffix(".npy")), "offsets": offsets,
             "texts": [f"utterance {i}" for i in range(len(train))],
             "tokens": [np.asarray(train.tokens(i), np.int64).tolist() for i in range(len(train))],
             "durations": (frames / cfg.audio.frames_per_second).tolist(),
-            "plan": [sampler.batches(e) for e in range(PLAN_EPOCHS)], "digest": _digest(plan)}
+            "plan": [sampler.batches(e) for e in range(PLAN_EPOCHS)], "digest": digest(plan)}
     args.out.write_text(json.dumps(spec))
     return {"spec": str(args.out), "digest": spec["digest"]}

@@ -5,7 +5,6 @@ a process and its loader workers, timed epochs, and the per-item librosa loader 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -13,6 +12,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _peer_specs import part_coqui_spec, part_lhotse_spec
+from _plans import digest, otf_config, raw_train, store_plan
 
 LJSPEECH_SIZE = 13100
 
@@ -114,49 +116,19 @@ def part_naive(args: argparse.Namespace) -> dict:
     return out
 
 
-def _raw_train(data: Path, cfg) -> tuple:
-    """The on-the-fly loader's train split, its bucket sampler (as ``build_onthefly_loader``
-    builds it) and the clips' source durations; ``plan``: the first epochs' batches."""
-    import numpy as np
-
-    from myxtts.audio.io import audio_info
-    from myxtts.data.feed.loader import build_sampler
-    from myxtts.data.feed.onthefly import read_raw_splits
-
-    splits = read_raw_splits(data, cfg)
-    raw = splits[0]["train"]
-    sampler = build_sampler(raw.est_frames, np.array([len(t) for t in raw.tokens], np.int64), cfg,
-                            seed=cfg.data.shuffle_seed)
-    durations = np.array([audio_info(p).duration_s for p in raw.paths])
-    plan = [sampler.batches(e) for e in range(3)]
-    return splits, raw, sampler, durations, plan
-
-
-def _digest(plan: list) -> str:
-    import hashlib
-
-    return hashlib.sha1(json.dumps(plan).encode()).hexdigest()[:12]
-
-
-def _otf_cfg():
-    from myxtts.config import load_config
-
-    return load_config(overrides=["data.data_device=cpu"])
-
-
 def part_onthefly(args: argparse.Namespace) -> dict:
     """``build_onthefly_loader`` over the raw clips: decode + trim in workers, log-mels batched."""
     from myxtts.data.feed.onthefly import build_onthefly_loader
 
-    cfg = _otf_cfg()
-    splits, raw, _, durations, plan = _raw_train(args.data, cfg)
+    cfg = otf_config()
+    splits, raw, _, durations, plan = raw_train(args.data, cfg)
     loader, sampler = build_onthefly_loader(args.data, cfg, num_workers=args.workers,
                                             raw_splits=splits)
     if [sampler.batches(e) for e in range(3)] != plan:
         raise RuntimeError("the on-the-fly sampler's batches differ from the peers' plan")
     out = timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
     in_workers = args.workers > 0 and getattr(loader, "workers_featurize", False)
-    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths),
+    return {**out, "workers": args.workers, "plan": digest(plan), "clips": len(raw.paths),
             "mels_in": "the workers' collate" if in_workers else "the main process"}
 
 
@@ -166,14 +138,14 @@ def part_peritem(args: argparse.Namespace) -> dict:
     batches (same clips, same utterances per batch, epoch by epoch), same worker count."""
     from myxtts.data.feed.loader import worker_init
 
-    cfg = _otf_cfg()
-    _, raw, sampler, durations, plan = _raw_train(args.data, cfg)
+    cfg = otf_config()
+    _, raw, sampler, durations, plan = raw_train(args.data, cfg)
     extra = (dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=worker_init)
              if args.workers else {})
     loader = librosa_loader(list(zip(raw.paths, raw.tokens)), cfg.audio,
                             batch_sampler=sampler, num_workers=args.workers, **extra)
     out = timed_epochs(loader, args.seconds, durations, cfg.audio.n_mels)
-    return {**out, "workers": args.workers, "plan": _digest(plan), "clips": len(raw.paths)}
+    return {**out, "workers": args.workers, "plan": digest(plan), "clips": len(raw.paths)}
 
 
 def part_padding(args: argparse.Namespace) -> dict:
@@ -202,8 +174,7 @@ def part_padding(args: argparse.Namespace) -> dict:
 
 def part_store(args: argparse.Namespace) -> dict:
     """``build_loader`` over the store, timed like the peers (``timed_epochs``) on the
-    batches ``_peer_specs.store_plan`` gives them."""
-    from _peer_specs import store_plan
+    batches ``_plans.store_plan`` gives them."""
     from myxtts.config import Config
     from myxtts.data.feed.loader import build_loader
 
@@ -215,21 +186,13 @@ def part_store(args: argparse.Namespace) -> dict:
         raise RuntimeError("the store sampler's batches differ from the peers' plan")
     out = timed_epochs(loader, args.seconds, frames / cfg.audio.frames_per_second,
                        cfg.audio.n_mels)
-    return {**out, "workers": loader.num_workers, "plan": _digest(plan)}
-
-
-def _spec_part(name: str):
-    def run(args: argparse.Namespace) -> dict:
-        import _peer_specs
-
-        return getattr(_peer_specs, f"part_{name}")(args)
-    return run
+    return {**out, "workers": loader.num_workers, "plan": digest(plan)}
 
 
 PARTS = {"prepare": part_prepare, "baseline": part_baseline, "loader": part_loader,
          "naive": part_naive, "padding": part_padding, "onthefly": part_onthefly,
-         "peritem": part_peritem, "store": part_store, "coqui_spec": _spec_part("coqui_spec"),
-         "lhotse_spec": _spec_part("lhotse_spec")}
+         "peritem": part_peritem, "store": part_store, "coqui_spec": part_coqui_spec,
+         "lhotse_spec": part_lhotse_spec}
 
 
 # ---------------------------------------------------------------- measurement

@@ -1,4 +1,5 @@
-"""The package's shape: layers import only downward, modules stay readable in size.
+"""The package's shape: layers import only downward, modules stay readable in size; and the
+benchmarks' (no circles, no private names across files).
 
 Layers, top to bottom (a module may import its own concern and anything below it):
 
@@ -90,9 +91,15 @@ def _imports(path: Path, package: Path = PACKAGE) -> set[str]:
 
 
 def _circles(package: Path = PACKAGE) -> list[list[str]]:
-    """Every set of modules that import each other round a circle (Tarjan's strongly
-    connected components of more than one module), each as a path that closes it."""
-    graph = {name: _imports(path, package) - {name} for name, path in _modules(package)}
+    """Every set of modules that import each other round a circle, each as a path that
+    closes it."""
+    return _graph_circles({name: _imports(path, package) - {name}
+                           for name, path in _modules(package)})
+
+
+def _graph_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one node, each as a path that
+    closes it."""
     order: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -299,3 +306,76 @@ def test_the_command_line_starts_without_torch(tmp_path):
                           env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+def _bench_modules(folder: Path = BENCHMARKS) -> dict[str, Path]:
+    return {path.stem: path for path in sorted(folder.glob("*.py"))}
+
+
+def _bench_uses(path: Path, siblings: set[str]) -> tuple[set[str], list[str]]:
+    """The sibling modules ``path`` imports (at any depth), and its uses of another file's
+    private names: ``from sibling import _x``, ``sibling._x``, or a private name of the
+    package (``from myxtts.a import _x``, a module ``myxtts.a._b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported, aliases, private = set(), {}, []
+
+    def is_private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in siblings:
+                    imported.add(a.name)
+                    aliases[a.asname or a.name] = a.name
+                elif a.name.startswith("myxtts.") and any(map(is_private, a.name.split("."))):
+                    private.append(f"{path.name}:{node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            ours = node.module in siblings
+            if ours:
+                imported.add(node.module)
+            if ours or node.module.startswith("myxtts"):
+                names = [node.module, *(a.name for a in node.names)] if not ours else \
+                    [a.name for a in node.names]
+                if any(is_private(part) for name in names for part in name.split(".")):
+                    private.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and is_private(node.attr)
+                and isinstance(node.value, ast.Name) and node.value.id in aliases):
+            private.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return imported - {path.stem}, private
+
+
+def _bench_problems(folder: Path = BENCHMARKS) -> list[str]:
+    modules = _bench_modules(folder)
+    graph, problems = {}, []
+    for name, path in modules.items():
+        graph[name], private = _bench_uses(path, set(modules))
+        problems += [f"private name of another file: {p}" for p in private]
+        problems += [f"private attribute written: {w}" for w in _private_writes(path)]
+    problems += ["circle: " + " -> ".join(c) for c in _graph_circles(graph)]
+    return problems
+
+
+def test_benchmarks_have_no_circles_and_use_no_private_names_across_files():
+    problems = _bench_problems()
+    assert len(_bench_modules()) > 10 and not problems, "\n".join(problems)
+
+
+def test_the_benchmark_check_sees_circles_and_private_names(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from b import g\n")
+    (tmp_path / "b.py").write_text("import a\nfrom c import _hidden\n")
+    (tmp_path / "c.py").write_text("import a as first\nfrom myxtts.train.engine import _x\n"
+                                   "first._cache = 1\nprint(first._name)\n"
+                                   "from myxtts.text import _shared\n")
+    assert sorted(_bench_problems(tmp_path)) == sorted([
+        "circle: a -> b -> a",
+        "private name of another file: b.py:2: from c import _hidden",
+        "private name of another file: c.py:2: from myxtts.train.engine import _x",
+        "private name of another file: c.py:5: from myxtts.text import _shared",
+        "private name of another file: c.py:3: first._cache",
+        "private name of another file: c.py:4: first._name",
+        "private attribute written: c.py:3: first._cache"])
