@@ -63,6 +63,33 @@ def test_the_readme_layout_names_every_package_folder():
                              f"not in the tree {sorted(named - actual)}")
 
 
+def _module_map() -> set[str]:
+    """The modules and folders docs/architecture.md's module map names, as dotted paths
+    (a folder ends in "/")."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text[text.index("```\nmyxtts/\n", text.index("## Modules")) + 4:]
+    block = block[:block.index("\n```")]
+    named, parents = set(), []
+    for line in block.splitlines()[1:]:
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name = line.split()[0]
+        parents = parents[:depth - 1] + [name.rstrip("/")]
+        named.add(".".join(parents) + ("/" if name.endswith("/") else ""))
+    return named
+
+
+def test_the_module_map_names_every_module_and_no_other():
+    actual = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if path.name != "__init__.py":
+            actual.add(".".join(rel.with_suffix("").parts))
+        actual |= {".".join(rel.parts[:k]) + "/" for k in range(1, len(rel.parts))}
+    named = _module_map()
+    assert named == actual, (f"docs/architecture.md's module map vs src/myxtts: missing "
+                             f"{sorted(actual - named)}, not in the tree {sorted(named - actual)}")
+
+
 def test_ci_runs_the_readmes_test_command():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     marker = next(i for i, line in enumerate(ci) if "--- the README's test command" in line)
