@@ -9,6 +9,7 @@ fails. Each refusal is one :class:`OutputError` line naming the flag, the path a
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -127,3 +128,53 @@ def no_empty_folder_left(folder: str | Path) -> Iterator[None]:
             with suppress(OSError):
                 folder.rmdir()
         raise
+
+
+MAX_NAME_CHARS = 200  # an utterance id, or a file name made of one (most file systems: 255 bytes)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` (an utterance id) cannot stand as a name inside a folder, or None: a
+    path separator, ``..``, a NUL or another control character, nothing but dots or
+    blanks, or more than ``MAX_NAME_CHARS`` characters. Output file names are built from
+    ids, so an id that is a path could write anywhere."""
+    if not name.strip(" ."):
+        return f"id {name!r} is empty or only dots"
+    if "/" in name or "\\" in name:
+        return f"id {name!r} holds a path separator"
+    if ".." in name:
+        return f"id {name!r} holds '..'"
+    bad = sorted({c for c in name if ord(c) < 32 or ord(c) == 127})
+    if bad:
+        return f"id {name!r} holds control characters ({', '.join(repr(c) for c in bad)})"
+    if len(name) > MAX_NAME_CHARS:
+        return f"id of {len(name)} characters (at most {MAX_NAME_CHARS})"
+    return None
+
+
+def safe_name(name: str) -> str:
+    """``name`` made into one file name that cannot leave its folder: path separators,
+    control characters and runs of dots become ``_``, a leading dot too, and it is cut to
+    ``MAX_NAME_CHARS`` characters. A name that passes :func:`name_problem` (and does not
+    start with a dot) comes back unchanged."""
+    out = "".join("_" if c in "/\\" or ord(c) < 32 or ord(c) == 127 else c for c in name)
+    while ".." in out:
+        out = out.replace("..", "_")
+    out = ("_" + out[1:] if out.startswith(".") else out)[:MAX_NAME_CHARS]
+    return out if out.strip() else "_"
+
+
+_SEPARATOR_OR_CONTROL = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def first_bad_name(names: list[str]) -> int | None:
+    """The index of the first of ``names`` :func:`name_problem` refuses, or None. Scans of
+    the names joined by spaces (a space ends any ".."), so a store's hundreds of thousands
+    of ids are checked in tens of milliseconds; one by one only where one is bad."""
+    if not names:
+        return None
+    joined = " ".join(names)
+    if (_SEPARATOR_OR_CONTROL.search(joined) is None and ".." not in joined
+            and max(map(len, names)) <= MAX_NAME_CHARS and all(n.strip(" .") for n in names)):
+        return None
+    return next(i for i, n in enumerate(names) if name_problem(n) is not None)

@@ -40,6 +40,7 @@ from myxtts.evaluate import EvaluationError
 from myxtts.evaluate.scorer import ClipScores, Scorer
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.outputs import safe_name
 from myxtts.text import clean_text
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
             continue
         if audio_dir is not None:
             for row, name in (("model", "model"), ("truth, vocoded", "vocoded")):
-                save_wav(audio_dir / f"{case.id}.{name}.wav", clips[row][0], cfg.audio.sample_rate)
+                save_wav(audio_dir / safe_name(f"{case.id}.{name}.wav"), clips[row][0],
+                         cfg.audio.sample_rate)
         unstopped += clips["unstopped"]
         text = clean_text(case.text, case.language, cfg.text)
         ref = scorer.embed(clips["reference"][0])

@@ -35,6 +35,7 @@ OUTSIDE_DATASET = "outside the dataset"  # a row's clip path leads out of its fo
 MISPLACED_AUDIO = "clips outside the layout"  # audio where the layout never reads it
 TOO_SHORT = "too short"
 TOO_LONG = "too long"
+BAD_ID = "id is not a name"  # a path separator, "..", a control character, or too long
 NONFINITE_FEATURES = "non-finite features"  # a clip whose mels came out NaN or infinite
 
 

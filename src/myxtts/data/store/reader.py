@@ -34,6 +34,7 @@ from myxtts.data.store.format import (
     diff_sections,
     read_manifest,
 )
+from myxtts.outputs import first_bad_name, name_problem
 
 if TYPE_CHECKING:
     from myxtts.config import Config
@@ -85,6 +86,11 @@ class FeatureStore:
         if len(self.ids) != len(index) or self.ref_table.shape[0] != len(index):
             raise StoreError(f"{split_dir}: {IDS_FILE}/{REFS_FILE}/{INDEX_FILE} disagree on the "
                              f"number of utterances; rebuild the store with --force")
+        bad = first_bad_name(self.ids)
+        if bad is not None:  # prepare never writes one: the file was changed by hand
+            raise StoreError(f"{split_dir / IDS_FILE}: utterance {bad} "
+                             f"{name_problem(self.ids[bad])}, and output files are named after "
+                             f"ids; rebuild the store with `myxtts prepare ... --force`")
         self.has_audio = stores_audio(manifest)
         self._load_audio_index()
         self._check_sizes()

@@ -31,6 +31,7 @@ from myxtts.config import Config, save_config
 from myxtts.observe.loggers import build_logger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
+from myxtts.outputs import safe_name
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.vocoder.data import SegmentBatches
@@ -102,8 +103,9 @@ class _LoopContext:
         for k, i in enumerate(self.val_ids[:SAMPLE_UTTERANCES]):
             mel = torch.from_numpy(r.val.mel(i).astype("float32"))[None].to(r.device)
             wav = self.vocode(mel)[0].float().cpu().numpy()
-            save_wav(self.out / "samples" / f"step_{step:08d}" / f"val{k}_{r.val.ids[i]}.wav",
-                     wav, self.cfg.audio.sample_rate)
+            name = safe_name(f"val{k}_{r.val.ids[i]}.wav")  # an id is never a path
+            save_wav(self.out / "samples" / f"step_{step:08d}" / name, wav,
+                     self.cfg.audio.sample_rate)
             self.logger.audio(f"vocoder/{k}", wav, self.cfg.audio.sample_rate, step)
 
     def save(self, val_loss: float | None = None, is_best: bool = False) -> Path:

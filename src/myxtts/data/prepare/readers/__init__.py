@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from myxtts.config import Config
-from myxtts.data.prepare.readers.common import LAYOUTS_HINT, MANIFEST_EXTS, Row, check_transcripts
+from myxtts.data.prepare.readers.common import (
+    LAYOUTS_HINT,
+    MANIFEST_EXTS,
+    Row,
+    check_ids,
+    check_transcripts,
+)
 from myxtts.data.prepare.readers.common_voice import (
     declared_languages as declared_common_voice,
 )
@@ -149,7 +155,8 @@ def _read(path: Path, cfg: Config) -> tuple[DatasetSplits, Path | None]:
     else:
         split_kind, where = "seeded", path
         fmt, rows = _read_part(path, forced, cfg, report, default_speaker)
-    train_rows, checked_val = _dedupe(rows, val_rows or [], report)
+    train_rows, checked_val = _dedupe(check_ids(rows, report), check_ids(val_rows or [], report),
+                                      report)
     train_rows = check_transcripts(train_rows, cfg.text, report)
     checked_val = check_transcripts(checked_val, cfg.text, report)
     origins = {u.id: (source, line) for u, source, line in train_rows + checked_val}

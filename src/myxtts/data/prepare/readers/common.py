@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.data.prepare.records import (
+    BAD_ID,
     NOT_UTF8,
     NOTHING_TO_SAY,
     OUTSIDE_DATASET,
@@ -32,6 +33,7 @@ from myxtts.data.prepare.records import (
     DataReport,
     Utterance,
 )
+from myxtts.outputs import MAX_NAME_CHARS, name_problem, safe_name
 from myxtts.system import path_kind
 from myxtts.text import clean_text
 from myxtts.text.scripts import (
@@ -241,6 +243,22 @@ def row_language(text: str, text_cfg: Any) -> str:
         return default
     fits = languages_by_script(text, text_cfg.languages)
     return fits[0] if len(fits) == 1 and default not in fits else default
+
+
+def check_ids(rows: list[Row], report: DataReport) -> list[Row]:
+    """Rows whose id is a name (``outputs.name_problem``); the others are reported with
+    file and line and left out: output files (evaluation audio, vocoder samples) are named
+    after ids, and an id that is a path would write outside its folder."""
+    kept = []
+    for utt, source, line in rows:
+        problem = name_problem(utt.id)
+        if problem is None:
+            kept.append((utt, source, line))
+        else:
+            report.add(source, line, safe_name(utt.id), BAD_ID, "give the row an id "
+                       "without '/', '\\', '..' or control characters, of at most "
+                       f"{MAX_NAME_CHARS} characters", problem[:300])
+    return kept
 
 
 def check_transcripts(rows: list[Row], text_cfg: Any, report: DataReport) -> list[Row]:
