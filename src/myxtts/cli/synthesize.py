@@ -151,6 +151,8 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
             print(f"synthesised {done}/{total} sentences ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
 
+    _say_planning(text)
+
     # a temp file renamed over ``out`` at the end: a failed, interrupted or terminated
     # synthesis leaves no half-written wav (and says so); an old ``out`` stays as it was
     with atomic_open(out) as fh, sf.SoundFile(fh, "w", synth.cfg.audio.sample_rate, 1,
@@ -159,6 +161,17 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
             sink.write(to_pcm16(audio))
     print(out)
     return 0
+
+
+LONG_TEXT_CHARS = 100_000  # a text this long takes seconds to clean and plan: said first
+
+
+def _say_planning(text: str) -> None:
+    """Before a long text's seconds of cleaning and sentence planning, one line, so the
+    command is not silent (the first progress line follows once it is planned)."""
+    if len(text) >= LONG_TEXT_CHARS:
+        print(f"cleaning and splitting {len(text):,} characters into sentences",
+              file=sys.stderr, flush=True)
 
 
 def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path | None) -> int:
@@ -176,6 +189,7 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path |
     voice = synth.voice(args.reference)
     t0 = time.perf_counter()
     first, n_samples = None, 0
+    _say_planning(text)
     with contextlib.ExitStack() as stack:  # the wav: closed, then renamed into place
         sink = None if raw else stack.enter_context(sf.SoundFile(
             stack.enter_context(atomic_open(out)), "w", sr, 1, "PCM_16", format="WAV"))

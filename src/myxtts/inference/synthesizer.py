@@ -251,8 +251,8 @@ class Synthesizer:
         """``(text index, audio)`` in text order, one piece (with its pause) at a time, decoded
         window by window (``inference.longform.windows``) and vocoded ``MAX_BATCH`` pieces at
         a time: memory holds one window, not the text. Without ``language`` each sentence
-        is spoken in its own (:meth:`sentence_language`). ``progress(done, total)`` after
-        each window, in sentences."""
+        is spoken in its own (:meth:`sentence_language`). ``progress(done, total)`` once the
+        text is planned (done 0) and after each window, in sentences."""
         latents = reference if isinstance(reference, torch.Tensor) else self.voice(reference)
         languages = self._languages(texts, language)
         self.encode(texts, languages)  # user errors (language, nothing to say) before decoding
@@ -261,6 +261,8 @@ class Synthesizer:
                                           self.tokenizer.languages)
         else:
             pieces = longform.plan_pieces(texts, languages)
+        if progress is not None:  # planned: a long text's first line before its first window
+            progress(0, len(pieces))
         guard = longform.StopGuard(self.max_frames, self.cfg.audio.frames_per_second)
         sr, done = self.cfg.audio.sample_rate, 0
         for window in longform.windows(pieces):

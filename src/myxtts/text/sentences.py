@@ -41,16 +41,29 @@ def _end_re(language: str) -> re.Pattern[str]:
     return _END_RE_CACHE[ends]
 
 
+def _word_after(text: str, at: int) -> str:
+    """The word of whitespace-normalised ``text`` that starts after the space at ``at`` (if
+    any), found in place: slicing the rest of a paragraph at every end mark would make
+    splitting a long text quadratic."""
+    start = at + 1 if text.startswith(" ", at) else at
+    end = text.find(" ", start)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def _word_before(text: str, at: int) -> str:
+    """The word of ``text`` that ends at ``at``, found in place (see :func:`_word_after`)."""
+    return text[text.rfind(" ", 0, at) + 1:at]
+
+
 def _is_end(text: str, m: re.Match[str]) -> bool:
     """Whether the end-mark run ``m`` in whitespace-normalised ``text`` ends a sentence."""
     mark = m.group("mark")
-    rest = text[m.end():].lstrip()
-    next_word = rest.split(" ", 1)[0].lstrip(_OPENERS)
+    next_word = _word_after(text, m.end()).lstrip(_OPENERS)
     if set(mark) <= {".", "\u2026"} and (len(mark) > 1 or mark == "\u2026"):  # an ellipsis
         return not (next_word[:1].isalpha() and next_word[:1].islower())
     if mark != ".":  # ! ? ?! ؟ ۔ and mixes end, but not a quoted question before "she asked"
         return not (m.group("close") and next_word[:1].isalpha() and next_word[:1].islower())
-    word = text[:m.start()].rsplit(" ", 1)[-1].lstrip(_OPENERS)
+    word = _word_before(text, m.start()).lstrip(_OPENERS)
     low = word.lower()
     if low in _ABBREVIATIONS:
         return False
@@ -130,5 +143,8 @@ def _halve(text: str, max_chars: int) -> list[str]:
     if len(text) <= max_chars or " " not in text:
         return [text]
     middle = len(text) / 2
-    cut = min((i for i, ch in enumerate(text) if ch == " "), key=lambda i: (abs(i - middle), i))
+    left = text.rfind(" ", 0, int(middle) + 1)  # the spaces either side of the middle,
+    right = text.find(" ", int(middle) + 1)  # found in place (a scan of every space per
+    cut = min((i for i in (left, right) if i >= 0),  # level would be slow on a long text)
+              key=lambda i: (abs(i - middle), i))
     return _halve(text[:cut], max_chars) + _halve(text[cut + 1:], max_chars)
