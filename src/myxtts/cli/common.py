@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from myxtts.config import Config, config_from_dict, load_config, resolve_device
+from myxtts.config.checks import MAX_SEED
 from myxtts.config.parse import load_yaml
 
 
@@ -28,6 +29,18 @@ def add_command(sub: argparse._SubParsersAction, name: str, run: Callable[[argpa
     p = sub.add_parser(name, help=summary, description=inspect.getdoc(run))
     p.set_defaults(func=run)
     return p
+
+
+def seed_arg(text: str) -> int:
+    """An argparse type: a seed in [0, 2**32 - 1] (numpy's range), else the usual one-line
+    argparse error naming the flag."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is in [0, {MAX_SEED}], got {text[:40]}")
+    return value
 
 
 def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
@@ -47,7 +60,7 @@ def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
     g.add_argument("--num-workers", type=int, help="loader worker processes (data.num_workers; -1 = auto)")
     g.add_argument("--max-steps", type=int, help="optimizer steps (train.max_steps)")
     g.add_argument("--output-dir", help="run folder (train.output_dir)")
-    g.add_argument("--seed", type=int, help="train.seed")
+    g.add_argument("--seed", type=seed_arg, help="train.seed")
 
 
 # Configs that come with myxtts (src/myxtts/presets/NAME.yaml), for --config NAME.

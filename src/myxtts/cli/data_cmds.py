@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args
+from myxtts.cli.common import CLIError, add_command, add_config_args, config_from_args, seed_arg
 from myxtts.outputs import STDOUT, FileKind, output_file, output_folder
 from myxtts.system import atomic_write
 
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("out", metavar="OUT", help="folder to create (must be empty or absent)")
     p.add_argument("--speakers", type=int, default=4, help="number of voices (default 4)")
     p.add_argument("--utterances", type=int, default=300, help="utterances per speaker (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the texts and variations (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the texts and variations (default 0)")
     p.add_argument("--sample-rate", type=int, default=22050, help="Hz (default 22050)")
     p.add_argument("--languages", default="en", metavar="LANGS",
                    help="comma-separated demo languages: en, fa or en,fa (default en). With two, "

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from myxtts.cli.common import CLIError, add_command
+from myxtts.cli.common import CLIError, add_command, seed_arg
 from myxtts.evaluate import require
 
 
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "vocoded truth in DIR/audio/")
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of "
                    "the table")
-    p.add_argument("--seed", type=int, default=0, help="seed of the utterance and reference "
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the utterance and reference "
                    "choice and of the prenet dropout")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 

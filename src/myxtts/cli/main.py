@@ -32,7 +32,14 @@ if os.path.basename(sys.argv[0]).removesuffix(".exe") == "myxtts":  # pragma: no
     signal.signal(signal.SIGINT, _quiet_exit)
 
 from myxtts import __version__  # noqa: E402
-from myxtts.cli.signals import EXIT_CODES, Terminated, handled_signals, one_line, stopped_by  # noqa: E402
+from myxtts.cli.signals import (  # noqa: E402
+    EXIT_CODES,
+    Terminated,
+    handled_signals,
+    one_line,
+    quiet_stdout,
+    stopped_by,
+)
 from myxtts.system import default_allocator_settings  # noqa: E402
 
 # Modules are imported lazily by name so `myxtts --help` stays fast (no torch import).
@@ -118,7 +125,12 @@ def _run(argv: list[str] | None) -> int:
                 return 0
             command = f"myxtts {args.command}"
             try:
-                return int(args.func(args) or 0)
+                code = int(args.func(args) or 0)
+                sys.stdout.flush()  # a reader gone (`| head`) is seen here, not at exit
+                return code
+            except BrokenPipeError:  # the reader took what it wanted: quietly, every command
+                quiet_stdout()
+                return 0
             except _user_errors() as e:
                 print(f"{command}: error: {one_line(str(e))}", file=sys.stderr)
                 return 2

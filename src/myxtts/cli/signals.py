@@ -1,5 +1,6 @@
 """How every command ends when it is stopped: Ctrl-C, SIGTERM and SIGHUP (its terminal
-closed) are one quiet line, at any moment, and leave no half-written file behind.
+closed) are one quiet line, at any moment, and leave no half-written file behind; a reader
+that stops reading the output (``| head``) ends the command quietly (:func:`quiet_stdout`).
 
 Why a handler of our own rather than Python's default: an interrupt raised in the middle of
 an import (torch takes ~0.2-2 s to import, most commands import it lazily) leaves that
@@ -111,3 +112,16 @@ def handled_signals(command: Callable[[], str], restore: bool = True) -> Iterato
         for s, h in old.items():
             if h is not signal.SIG_IGN:
                 signal.signal(s, h if restore else leave)
+
+
+def quiet_stdout() -> None:
+    """After the reader of standard output went away (``| head -1``: a BrokenPipeError):
+    point stdout at /dev/null, so nothing more written there -- nor the interpreter's
+    flush at exit -- fails again. What the reader took, it has: the command ends quietly,
+    exit code 0, whichever command it was."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

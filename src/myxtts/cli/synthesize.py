@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from myxtts.cli.common import CLIError
+from myxtts.cli.common import CLIError, seed_arg
+from myxtts.cli.signals import quiet_stdout
 from myxtts.outputs import STDOUT, FileKind, Inputs, output_file, output_folder
 from myxtts.system import atomic_open, path_kind
 
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "without letters)")
     p.add_argument("--stream", action="store_true", help="write audio while it is generated and "
                    "report time to first audio and real-time factor")
-    p.add_argument("--seed", type=int, default=0, help="seed of the prenet dropout (repeatable output)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the prenet dropout (repeatable output)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.set_defaults(func=run)
 
@@ -204,12 +204,12 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path |
                 else:
                     sink.write(to_pcm16(chunk))
         except BrokenPipeError:  # the reader stopped (`| head -c 100`): what it took, it has
-            _quiet_stdout()
+            quiet_stdout()
             return 0
         except OSError as e:
             if not raw:
                 raise
-            _quiet_stdout()
+            quiet_stdout()
             raise CLIError(f"-o -: cannot write to standard output ({e.strerror or e}); "
                            f"stopped after {n_samples / sr:.2f} s of audio") from None
     total = time.perf_counter() - t0
@@ -221,11 +221,3 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path |
     return 0
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's flush at exit does not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass

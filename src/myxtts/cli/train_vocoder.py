@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from myxtts.cli.common import add_config_args, config_from_args
+from myxtts.cli.common import add_config_args, config_from_args, seed_arg
 from myxtts.outputs import no_empty_folder_left, output_folder
 
 DEFAULT_OUTPUT = "runs/vocoder"
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", dest="vocoder_batch", type=int,
                    help="segments per batch (vocoder.batch_size)")
     p.add_argument("--output-dir", help=f"run folder (train.output_dir; default {DEFAULT_OUTPUT})")
-    p.add_argument("--seed", type=int, help="train.seed")
+    p.add_argument("--seed", type=seed_arg, help="train.seed")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--compile", dest="compile", action="store_const", const="on",
                    help="torch.compile generator and discriminators (train.compile=on)")

@@ -12,6 +12,7 @@ from myxtts.config.bounds import excerpt
 from myxtts.config.sections import GUIDED_SIGMA_RANGE, Config, ConfigError, FreezePart
 
 MAX_LR = 1.0  # Adam/AdamW learning rates above this move weights by more than their scale
+MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 
 
 def validate(cfg: Config) -> None:
@@ -80,8 +81,15 @@ def validate(cfg: Config) -> None:
              "ckpt_every", "guided_attn_sigma", "stop_pos_weight", "max_nonfinite_in_row",
              "eval_utterances")
     positive("train", t, "warmup_steps", "weight_decay", "grad_clip", "synth_every",
-             "synth_sentences", "eval_every", "keep_last", "mel_l2_weight", "guided_attn_weight",
+             "synth_sentences", "eval_every", "mel_l2_weight", "guided_attn_weight",
              "min_lr_ratio", "self_feed_after", "peak_tflops", allow_zero=True)
+    if t.keep_last < 1:  # (a base-size checkpoint is ~1.7 GB: keeping "all" is never a default)
+        raise ConfigError(f"train.keep_last is how many of the newest checkpoints stay, >= 1 "
+                          f"(best.pt is kept besides), got {t.keep_last}")
+    for key, seed in (("train.seed", t.seed), ("data.split_seed", dt.split_seed),
+                      ("data.shuffle_seed", dt.shuffle_seed)):
+        if not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"{key} must be in [0, {MAX_SEED}], got {excerpt(str(seed))}")
     lo, hi = GUIDED_SIGMA_RANGE
     if not lo <= t.guided_attn_sigma <= hi:
         raise ConfigError(f"train.guided_attn_sigma must be in [{lo}, {hi}] (the range the guided "

@@ -1,0 +1,54 @@
+"""What the machine or the shell does to a command, in one line or none: a reader that stops
+reading the output (``| head -1``) ends every command quietly, exit 0, no traceback; a seed
+no generator takes is refused by the argument parser (or the config check, for
+``--set``) naming it, before any work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from myxtts.cli.main import main
+from tests.bad_inputs.test_files_and_folders import _error
+from tests.helpers import REPO
+
+
+@pytest.mark.parametrize("argv", [["config", "show"], ["inspect-data", "{data}"],
+                                  ["doctor", "{store}"], ["config", "show", "--preset", "base"]])
+def test_a_reader_that_stops_reading_ends_every_command_quietly(argv, micro_store):
+    argv = [a.format(data=micro_store.parent / "data", store=micro_store) for a in argv]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "myxtts.cli.main", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader is gone before the first line: every write is EPIPE
+    _, err = proc.communicate(timeout=120)
+    err = err.decode(errors="replace")
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "{store}", "--seed", "99999999999999999999999"],
+    ["train", "{store}", "--seed", "-1"],
+    ["synthesize", "-c", "{store}", "-t", "hi", "-r", "x.wav", "-o", "o.wav", "--seed",
+     "99999999999999999999999"],
+    ["evaluate", "{store}", "{store}", "--seed", "-5"],
+    ["make-demo-data", "{tmp}/d", "--seed", "4294967296"],
+])
+def test_a_seed_no_generator_takes_is_refused_by_the_parser(argv, micro_store, tmp_path,
+                                                            capsys):
+    argv = [a.format(store=micro_store, tmp=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as e:  # argparse's own one-line error, exit code 2
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument --seed: a seed is in [0, 4294967295]" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("key", ["train.seed", "data.split_seed", "data.shuffle_seed"])
+def test_a_seed_set_in_the_config_is_bounded_too(key, micro_store, tmp_path, capsys):
+    _error(["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--set",
+            f"{key}=99999999999999999999999"], capsys, key, "4294967295")
