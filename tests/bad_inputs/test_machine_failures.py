@@ -6,12 +6,14 @@ no generator takes is refused by the argument parser (or the config check, for
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from myxtts.cli.main import main
+from myxtts.data.prepare.chunks import _mp_context, _worker_init
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import REPO
 
@@ -52,3 +54,27 @@ def test_a_seed_no_generator_takes_is_refused_by_the_parser(argv, micro_store, t
 def test_a_seed_set_in_the_config_is_bounded_too(key, micro_store, tmp_path, capsys):
     _error(["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--set",
             f"{key}=99999999999999999999999"], capsys, key, "4294967295")
+
+
+def test_prepare_workers_end_by_the_signal_not_by_the_clis_handler():
+    """The CLI turns SIGTERM into an exception; prepare's forked workers must not inherit
+    that, or the pool's terminate() at the end prints a traceback per idle worker."""
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)  # as the CLI's handler does
+    try:
+        pool = _mp_context().Pool(1, initializer=_worker_init, initargs=(os.getpid(),))
+        try:
+            inherited = pool.apply(signal.getsignal, (signal.SIGTERM,))
+        finally:
+            pool.terminate()
+            pool.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert inherited == signal.SIG_DFL
+
+
+@pytest.mark.parametrize("source", ["store", "raw"])
+def test_a_worker_count_in_the_thousands_is_refused_before_any_worker_starts(source, micro_store,
+                                                                            tmp_path, capsys):
+    data = micro_store if source == "store" else micro_store.parent / "data"
+    _error(["train", str(data), "--output-dir", str(tmp_path / "run"), "--num-workers",
+            "100000"], capsys, "data.num_workers=100000", "per CPU")

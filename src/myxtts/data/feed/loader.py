@@ -44,6 +44,22 @@ def default_num_workers(cpus: int | None = None) -> int:
     return 0 if cpus <= 2 else min(2, cpus - 2)
 
 
+WORKERS_PER_CPU = 4  # more loader workers than this per CPU only compete for it
+
+
+def worker_count(requested: int, cpus: int | None = None) -> int:
+    """``data.num_workers`` as asked, once it is bounded: at most ``WORKERS_PER_CPU`` per CPU
+    this process may use (each worker is a process holding shared-memory batch slots: a
+    count in the thousands would ask for terabytes), else a ConfigError naming it."""
+    cpus = available_cpus() if cpus is None else cpus
+    most = WORKERS_PER_CPU * cpus
+    if requested > most:
+        raise ConfigError(f"data.num_workers={requested}: at most {most} on this machine "
+                          f"({WORKERS_PER_CPU} per CPU of the {cpus} this process may use); "
+                          f"-1 chooses for you")
+    return requested
+
+
 # What a batch from a worker costs the training process instead of building it: the
 # DataLoader's queue (tasks of several batches) and the views of the worker's shared slot
 # (``slots``: no copy when training on the CPU), plus, for a GPU, the copy into pinned
@@ -203,7 +219,7 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     pin = transfer and torch.cuda.is_available()
     dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,
                            vocab_map=vocab_map)
-    workers = cfg.data.num_workers if num_workers is None else int(num_workers)
+    workers = worker_count(cfg.data.num_workers if num_workers is None else int(num_workers))
     note, group = None, 1
     if workers != 0:
         # Measured once per loader (a few ms): what decides workers for -1, and what

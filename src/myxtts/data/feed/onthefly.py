@@ -29,7 +29,7 @@ from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
 from myxtts.data.feed.dataset import EpochBatches
 from myxtts.data.feed.features import Featurizer
-from myxtts.data.feed.loader import build_sampler, worker_init
+from myxtts.data.feed.loader import build_sampler, worker_count, worker_init
 from myxtts.data.feed.protocol import FeatureWork, real_frames
 from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.feed.ring import SlotRing
@@ -273,7 +273,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
                             max_utterances=max_utterances)
     if isinstance(mel_stats, FeatureStore):
         mel_stats = (mel_stats.mel_mean, mel_stats.mel_std)
-    workers = cfg.data.num_workers if num_workers is None else int(num_workers)
+    workers = worker_count(cfg.data.num_workers if num_workers is None else int(num_workers))
     if workers < 0:
         workers = default_onthefly_workers()
     extra: dict[str, Any] = {}

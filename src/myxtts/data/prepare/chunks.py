@@ -178,6 +178,11 @@ def _worker_init(parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # a forked worker inherits the CLI's handlers, which turn SIGTERM and SIGHUP into an
+    # exception: the pool's terminate() at the end would print each idle worker's traceback
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     _limit_threads()
 
 
