@@ -3,18 +3,24 @@ imports (an interrupt there leaves torch half-registered, and a later import of 
 with "duplicate registrations for aten.linspace"), and while a file is being written
 (its temp file is removed and the line says the file was not written). Each case runs in a
 process of its own, since the interrupt ends it; the interrupt is sent from inside the
-import, so it lands there whatever the machine's speed.
+import, so it lands there whatever the machine's speed. A training run stopped by SIGTERM
+or SIGHUP saves and exits 143 or 129 (128 + the signal), as Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
-from tests.helpers import REPO
+import pytest
+
+from myxtts.artifacts.runs import CheckpointManager
+from tests.helpers import MICRO_MODEL, REPO
 
 # sends SIGINT to its own process when ``name`` is about to be imported (torch's C extension
 # is imported from the middle of torch/__init__.py, so torch is half-initialised then)
@@ -79,3 +85,28 @@ def test_ctrl_c_before_any_import_and_after_torch_is_quiet(tmp_path):
         proc = _python(code, tmp_path)
         assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "interrupted" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_training_run_stopped_by_a_signal_saves_and_exits_128_plus_the_signal(
+        micro_store, tmp_path, signum, code):
+    """What docs/protections.md promises: SIGTERM exits 143, SIGHUP 129 (Ctrl-C 130), after
+    the checkpoint of the step it stopped at."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
+           "--output-dir", str(run), "--max-steps", "100000", "--set", "train.ckpt_every=100000",
+           "--set", "train.val_every=100000"]
+    for item in [*MICRO_MODEL, "data.num_workers=0", "train.tensorboard=false",
+                 "train.log_every=1", "train.synth_every=0", "train.device=cpu"]:
+        cmd += ["--set", item]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    metrics, deadline = run / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text()):
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == code, out
+    assert "Traceback" not in out and CheckpointManager(run / "checkpoints", 1).latest(), out

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.signals import EXIT_CODES
 from myxtts.outputs import output_folder
 
 DEMO_LANGUAGES = ("en", "fa")
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     result = train(cfg, store, progress=not args.quiet)
     if result.stopped_by_signal:
         print("stopped; run the same command again to continue")
-        return 130
+        return EXIT_CODES[result.stopped_by]  # 128 + the signal, as for train
 
     print("[4/4] speaking a sentence of each language in two voices")
     synth = Synthesizer.from_checkpoint(result.output_dir / "checkpoints", device=args.device)

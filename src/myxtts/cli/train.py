@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
+from myxtts.cli.signals import EXIT_CODES
 from myxtts.outputs import no_empty_folder_left, output_folder
 
 
@@ -78,4 +79,4 @@ def run(args: argparse.Namespace) -> int:
                        init_from=args.init_from)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
-    return 130 if result.stopped_by_signal else 0
+    return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal

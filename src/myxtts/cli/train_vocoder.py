@@ -7,6 +7,7 @@ import argparse
 import logging
 
 from myxtts.cli.common import add_config_args, config_from_args, seed_arg
+from myxtts.cli.signals import EXIT_CODES
 from myxtts.outputs import no_empty_folder_left, output_folder
 
 DEFAULT_OUTPUT = "runs/vocoder"
@@ -65,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
         result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)
     print(f"trained the vocoder to step {result.step}; run folder {result.output_dir}; use it "
           f"with `myxtts synthesize --vocoder {result.output_dir} ...`")
-    return 130 if result.stopped_by_signal else 0
+    return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal

@@ -83,7 +83,7 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
             last = ctx.run(stop, progress and dist.rank == 0)
         finished = True
         return TrainResult(record.step, out, last, record.best_val_loss,
-                           stopped_by_signal=stop.signum is not None)
+                           stopped_by=stop.signum)
     finally:
         logger.close()
         dist.close(wait_for_all=finished)

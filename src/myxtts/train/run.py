@@ -36,7 +36,11 @@ class TrainResult:
     output_dir: Path
     last_checkpoint: Path | None
     best_val_loss: float
-    stopped_by_signal: bool = False
+    stopped_by: int | None = None  # the signal that stopped the run (it saved first), if one
+
+    @property
+    def stopped_by_signal(self) -> bool:
+        return self.stopped_by is not None
 
 
 class StopFlag:

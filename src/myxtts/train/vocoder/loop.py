@@ -69,7 +69,7 @@ def _train_vocoder(cfg: Config, data: str | Path, resume: str | Path | None = No
         with StopFlag() as stop:
             last = ctx.run(stop, progress)
         return TrainResult(run.record.step, out, last, run.record.best_val_loss,
-                           stopped_by_signal=stop.signum is not None)
+                           stopped_by=stop.signum)
     finally:
         logger.close()
 
