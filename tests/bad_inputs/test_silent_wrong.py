@@ -1,11 +1,18 @@
-"""Settings that would quietly do something else than the user meant are refused naming the
-key: ``train.keep_last=0`` would keep every checkpoint (about 1.7 GB each at the base
-size) until the disk fills."""
+"""Nothing silently wrong or misleading: a setting that would quietly do something else than
+the user meant is refused naming the key (``train.keep_last=0`` would keep every checkpoint,
+about 1.7 GB each at the base size, until the disk fills), and a failure names the file
+that failed and what survived."""
 
 from __future__ import annotations
 
-import pytest
+import errno
 
+import pytest
+import torch
+
+from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.runs import CheckpointManager
 from tests.bad_inputs.test_files_and_folders import _error
 
 
@@ -14,3 +21,28 @@ def test_keeping_no_checkpoint_is_refused_naming_the_key(value, micro_store, tmp
     _error(["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--set",
             f"train.keep_last={value}"], capsys, "train.keep_last", ">= 1")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_disk_that_fills_after_the_step_checkpoint_names_the_file_that_failed(tmp_path,
+                                                                               monkeypatch):
+    """The step checkpoint and latest.txt were written, then best.pt hit the full disk: the
+    line names best.pt and says which checkpoint a resume takes (not that the step's
+    checkpoint failed and an older one survives)."""
+    manager = CheckpointManager(tmp_path / "checkpoints", keep_last=2)
+    state = {"model": {"w": torch.ones(3)}, ck.PROGRESS: {"step": 2}}
+    manager.save(state, 2)
+    real = ck.atomic_write
+
+    def full_at_best(path, data, *a, **k):
+        if str(path).endswith("best.pt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(ck, "atomic_write", full_at_best)
+    with pytest.raises(ArtifactError) as e:
+        manager.save(state, 4, val_loss=1.0, is_best=True)
+    said = str(e.value)
+    assert said.startswith(f"cannot write {manager.dir / 'best.pt'} at step 4 (the disk is full)")
+    assert "ckpt_00000004.pt was written" in said and said.endswith(
+        f"{manager.path_of(4)} is the one a resume takes")
+    assert manager.latest() == manager.path_of(4)

@@ -79,18 +79,27 @@ class CheckpointManager:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.path_of(step)
         previous = self.latest()
+        writing = path  # the file a failure names: the one that was being written
         try:
             save(path, state)
-            atomic_write(self.dir / "latest.txt", path.name)
+            writing = self.dir / "latest.txt"
+            atomic_write(writing, path.name)
             if is_best:
-                save(self.dir / "best.pt", state)
-                atomic_write(self.dir / "best.txt", f"{path.name} val_loss={val_loss}\n")
+                writing = self.dir / "best.pt"
+                save(writing, state)
+                writing = self.dir / "best.txt"
+                atomic_write(writing, f"{path.name} val_loss={val_loss}\n")
         except OSError as e:
             why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-            kept = (f"the previous checkpoint {previous} survives" if previous is not None
-                    else "no earlier checkpoint exists")
-            raise ArtifactError(f"cannot write checkpoint {path} at step {step} ({why}); "
-                                f"{kept}") from e
+            if writing == path:
+                kept = (f"the previous checkpoint {previous} survives" if previous is not None
+                        else "no earlier checkpoint exists")
+                raise ArtifactError(f"cannot write checkpoint {path} at step {step} ({why}); "
+                                    f"{kept}") from e
+            latest = self.latest()
+            raise ArtifactError(f"cannot write {writing} at step {step} ({why}); the checkpoint "
+                                f"{path} was written, and {latest} is the one a resume takes"
+                                ) from e
         for old in self.step_paths()[: -self.keep_last] if self.keep_last > 0 else []:
             if old != path:
                 old.unlink(missing_ok=True)
