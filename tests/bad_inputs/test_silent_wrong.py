@@ -46,3 +46,16 @@ def test_a_disk_that_fills_after_the_step_checkpoint_names_the_file_that_failed(
     assert "ckpt_00000004.pt was written" in said and said.endswith(
         f"{manager.path_of(4)} is the one a resume takes")
     assert manager.latest() == manager.path_of(4)
+
+
+@pytest.mark.parametrize("command", ["train", "inspect-data"])
+def test_a_store_copied_without_its_manifest_is_named_as_such(command, micro_store, tmp_path,
+                                                              capsys):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(micro_store, store)
+    (store / "manifest.json").unlink()
+    argv = [command, str(store)] + (["--output-dir", str(tmp_path / "run")]
+                                    if command == "train" else [])
+    _error(argv, capsys, "a feature store without its manifest.json", "copy the whole store")

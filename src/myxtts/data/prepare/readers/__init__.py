@@ -39,6 +39,8 @@ from myxtts.data.prepare.readers.ljspeech import is_ljspeech_csv, read_ljspeech
 from myxtts.data.prepare.readers.manifest import manifests_in, read_manifest
 from myxtts.data.prepare.readers.speakers import read_speakers, speaker_dirs, vctk_dirs
 from myxtts.data.prepare.records import DUPLICATE_ID, DataReport, DatasetError, Utterance
+from myxtts.data.store.format import MANIFEST as STORE_MANIFEST
+from myxtts.data.store.format import MEL_FILE, SPLITS
 from myxtts.system import path_kind
 
 
@@ -120,6 +122,10 @@ def read_dataset(path: str | Path, cfg: Config) -> DatasetSplits:
     if kind not in ("a file", "a folder"):  # never opened: reading a FIFO blocks
         raise DatasetError(f"dataset path {path} is {kind}, not a dataset folder or manifest "
                            f"file; {LAYOUTS_HINT}")
+    if kind == "a folder" and any((path / split / MEL_FILE).is_file() for split in SPLITS):
+        raise DatasetError(f"{path}: a feature store without its {STORE_MANIFEST} (copied or "
+                           f"moved in part?); copy the whole store folder, or prepare the "
+                           f"dataset again (`myxtts prepare DATA --out NEW_STORE`)")
     splits, empty_at = _read(path, cfg)
     report = splits.report
     report.language_fix = find_language_fix(cfg, report, lambda c: _read(path, c))
