@@ -59,3 +59,13 @@ def test_a_store_copied_without_its_manifest_is_named_as_such(command, micro_sto
     argv = [command, str(store)] + (["--output-dir", str(tmp_path / "run")]
                                     if command == "train" else [])
     _error(argv, capsys, "a feature store without its manifest.json", "copy the whole store")
+
+
+def test_a_reference_that_is_no_audio_gets_a_references_fix(micro_run, tmp_path, capsys):
+    """A text file named .wav given with -r: the line names it and asks for another
+    recording of the voice, not to "remove it from the dataset" (there is none)."""
+    notes = tmp_path / "notes.txt.wav"
+    notes.write_text("some notes, not audio\n", encoding="utf-8")
+    line = _error(["synthesize", "-c", str(micro_run), "-t", "hello", "-r", str(notes), "-o",
+                   str(tmp_path / "out.wav")], capsys, str(notes), "another recording of the voice")
+    assert "dataset" not in line and not (tmp_path / "out.wav").exists()

@@ -23,7 +23,7 @@ from myxtts.artifacts.bundle import Trained
 from myxtts.artifacts.trained import load_trained
 from myxtts.artifacts.vocoder import build_vocoder, load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
-from myxtts.audio.io import audio_info, load_audio, save_wav
+from myxtts.audio.io import AudioError, audio_info, load_audio, save_wav
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.inference import longform
@@ -79,7 +79,12 @@ class Synthesizer:
     def reference(self, path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
         """Reference mel [1, R, n_mels] and length [1] of one clip, cropped around its middle
         to ``data.ref_frames`` (the length the conditioning encoder was trained on)."""
-        wav = load_audio(path, self.cfg.audio)
+        try:
+            wav = load_audio(path, self.cfg.audio)
+        except AudioError as e:  # the clip's own problem, with a reference's fix (the
+            # loader's fix speaks of a dataset: "remove it from the dataset")
+            raise SynthesisError(f"reference {str(e).rsplit('; ', 1)[0]}; use another "
+                                 f"recording of the voice (WAV, FLAC or OGG, 3-10 s)") from None
         self._check_bandwidth(path)
         return self.reference_of(wav, path)
 
