@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command, seed_arg
 from myxtts.evaluate import require
+from myxtts.outputs import no_empty_folder_left, output_folder
+from myxtts.system import writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,22 +67,61 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--max {args.max_utterances}: give at least 1")
     if args.keep_audio and not args.out:
         raise CLIError("--keep-audio needs --out DIR (the clips go to DIR/audio/)")
+    out = _out_folder(args) if args.out else None  # before minutes of scoring, not after
     require(*packages(args.asr))  # before any model loads: one line naming what is missing
 
     # deferred: torch and the model; `myxtts --help` starts without them
     from myxtts.inference.evaluation import evaluate
-    from myxtts.inference.evaluation_report import text_report, to_json, write
+    from myxtts.inference.evaluation_report import AUDIO_DIR, staging, text_report, to_json, write
 
-    out = Path(args.out) if args.out else None
-    ev = evaluate(args.model, args.data, vocoder=args.vocoder, max_utterances=args.max_utterances,
-                  split=args.split, asr=args.asr, device=args.device, seed=args.seed,
-                  audio_dir=out / "audio" if out and args.keep_audio else None,
-                  progress=_progress)
-    print(json.dumps(to_json(ev), indent=1, ensure_ascii=False) if args.json else text_report(ev))
-    if out is not None:
-        written = write(ev, out)
-        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    stage = staging(out) if out is not None else None
+    with no_empty_folder_left(out) if out is not None else contextlib.nullcontext():
+        if out is not None:
+            writable_folder(out, "--out")  # (made here: a failed run removes it again)
+        try:
+            ev = evaluate(args.model, args.data, vocoder=args.vocoder,
+                          max_utterances=args.max_utterances, split=args.split, asr=args.asr,
+                          device=args.device, seed=args.seed,
+                          audio_dir=stage / AUDIO_DIR if stage and args.keep_audio else None,
+                          progress=_progress)
+            print(json.dumps(to_json(ev), indent=1, ensure_ascii=False) if args.json
+                  else text_report(ev))
+            if out is not None:
+                written = write(ev, out)
+                print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+        finally:  # stopped or failed half-way: the previous evaluation's files stay as they were
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
     return 0
+
+
+def _out_folder(args: argparse.Namespace) -> Path:
+    """``--out``, checked before any scoring: a folder (not a file, not standard output)
+    that takes files and is none of the command's inputs, nor a run folder, a store or a
+    dataset of its own (each holds an evaluation.json or a table of its own that this
+    command must not replace)."""
+    from myxtts.data.store.format import MANIFEST  # deferred: numpy, not for `myxtts --help`
+
+    inputs = [("MODEL", args.model), ("DATA", args.data), ("--vocoder", args.vocoder)]
+    path = output_folder(args.out, "--out", inputs, create=False)
+    marks = {"checkpoints": "a training run", MANIFEST: "a feature store",
+             "metadata.csv": "a dataset", "metrics.jsonl": "a training run"}
+    for name, what in marks.items():
+        if (path / name).exists():
+            raise CLIError(f"--out {path} is {what} (it holds {name}); evaluate writes "
+                           f"evaluation.json there: choose a folder of its own")
+    if path.exists():
+        writable_folder(path, "--out")
+    else:  # made once the checks passed (a failed run removes it again): its parent now
+        writable_folder(_existing_parent(path), "--out")
+    return path
+
+
+def _existing_parent(path: Path) -> Path:
+    for folder in path.absolute().parents:
+        if folder.exists():
+            return folder
+    return Path("/")  # pragma: no cover - the root exists
 
 
 def _progress(done: int, total: int, utterance: str) -> None:

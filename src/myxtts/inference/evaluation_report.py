@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +80,36 @@ def csv_text(ev: Evaluation) -> str:
     return buf.getvalue()
 
 
+AUDIO_DIR = "audio"  # the clips --keep-audio keeps, in the output folder
+
+
+def staging(out: Path) -> Path:
+    """Where an evaluation into ``out`` writes until it is done: a hidden folder in ``out``
+    (same file system, so moving it in is a rename)."""
+    return out / f".evaluation-{os.getpid()}.partial"
+
+
 def write(ev: Evaluation, out: Path) -> list[Path]:
-    """``evaluation.json`` and ``utterances.csv`` in ``out`` (atomically)."""
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / JSON_FILE, json.dumps(to_json(ev), indent=1, ensure_ascii=False) + "\n")
-    atomic_write(out / CSV_FILE, csv_text(ev))
-    return [out / JSON_FILE, out / CSV_FILE]
+    """``evaluation.json`` and ``utterances.csv`` (and the clips ``staging(out)/audio`` holds,
+    if any) into ``out``, as one set: everything is written into the staging folder first
+    and moved in at the end, so an evaluation stopped half-way leaves the previous one's
+    files as they were, never new clips beside an old table. Returns what it wrote."""
+    stage = staging(out)
+    stage.mkdir(parents=True, exist_ok=True)
+    atomic_write(stage / JSON_FILE, json.dumps(to_json(ev), indent=1, ensure_ascii=False) + "\n")
+    atomic_write(stage / CSV_FILE, csv_text(ev))
+    written = [out / JSON_FILE, out / CSV_FILE]
+    if (stage / AUDIO_DIR).is_dir():
+        old = out / f".{AUDIO_DIR}-{os.getpid()}.old"
+        if (out / AUDIO_DIR).is_dir():
+            os.replace(out / AUDIO_DIR, old)
+        os.replace(stage / AUDIO_DIR, out / AUDIO_DIR)
+        shutil.rmtree(old, ignore_errors=True)
+        written.append(out / AUDIO_DIR)
+    for name in (JSON_FILE, CSV_FILE):
+        os.replace(stage / name, out / name)
+    shutil.rmtree(stage, ignore_errors=True)
+    return written
 
 
 def _csv_value(value: Any) -> Any:
