@@ -1,8 +1,9 @@
-"""``myxtts evaluate`` guards its outputs: ``--out`` is checked before any scoring -- never one
-of its inputs (the run it scores holds the evaluation.json its bundle carries), never another
-run folder, store or dataset, never a file, always writable -- and an evaluation stopped
-half-way leaves the previous one's table, CSV and clips as they were, with nothing of its own
-beside them."""
+"""``myxtts evaluate`` guards its outputs and says what it scored: ``--out`` is checked before
+any scoring -- never one of its inputs (the run it scores holds the evaluation.json its bundle
+carries), never another run folder, store or dataset, never a file, always writable -- an
+evaluation stopped half-way leaves the previous one's table, CSV and clips as they were;
+``--max`` spreads its choice over the languages, a reference that cannot be used gives way to
+another clip of the speaker, and nothing evaluated is one line, not an empty table."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import json
 import numpy as np
 import pytest
 
+from myxtts.audio.io import load_audio
 from myxtts.cli.main import main
+from myxtts.config import load_config
 from myxtts.inference import evaluation
+from myxtts.inference.errors import SynthesisError
+from myxtts.inference.synthesizer import Synthesizer
 from tests.bad_inputs.conftest import snapshot
 from tests.bad_inputs.test_files_and_folders import _error
+from tests.test_bad_inputs import _wav
 
 
 @pytest.mark.parametrize("where, needles", [
@@ -58,3 +64,50 @@ def test_an_evaluation_stopped_half_way_leaves_the_previous_one_whole(micro_run,
                "--keep-audio", "--asr", "none", "--device", "cpu"])
     assert rc == 130
     assert snapshot(out) == before  # no new clip beside the old table, no staging left
+
+
+def _lj(root, rows: dict[str, tuple[str, str, float]]):
+    """An LJSpeech folder with speaker and language columns: id -> (speaker, language, s)."""
+    texts = {"en": "the cat sat on the mat", "fa": "سلام دنیا خوب است"}
+    lines = []
+    for uid, (speaker, language, seconds) in rows.items():
+        _wav(root / "wavs" / f"{uid}.wav", seconds)
+        lines.append(f"{uid}|{texts[language]}|{texts[language]}|{speaker}|{language}")
+    (root / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_max_spreads_the_choice_over_the_languages(tmp_path):
+    """4 English and 16 Persian utterances, --max 4: both languages are scored (a plain
+    seeded draw gave 4 Persian ones: no English row, no CER anywhere)."""
+    rows = {f"en{i}": ("anna", "en", 1.0) for i in range(4)}
+    rows |= {f"fa{i}": ("babak", "fa", 1.0) for i in range(16)}
+    data = _lj(tmp_path / "data", rows)
+    cfg = load_config(overrides=["text.languages=[en,fa]"])
+    for seed in range(10):
+        cases, _ = evaluation.pick_cases(data, cfg, "all", ["en", "fa"], 4, seed)
+        assert sorted({c.language for c in cases}) == ["en", "fa"], (seed, cases)
+        assert len(cases) == 4
+
+
+def test_a_reference_that_cannot_be_used_gives_way_to_another_clip_of_the_speaker(micro_run,
+                                                                                 tmp_path):
+    synth = Synthesizer.from_checkpoint(micro_run, device="cpu")
+    short, long = _wav(tmp_path / "short.wav", 0.3), _wav(tmp_path / "long.wav", 2.0)
+    sr = synth.cfg.audio.sample_rate
+    load = {p: (lambda p=p: load_audio(p, synth.cfg.audio)) for p in (short, long)}
+    case = evaluation.Case("u1", "the cat sat", "en", "anna", "short", load[long], load[short],
+                           [("long", load[long])])
+    chosen = evaluation._with_usable_reference(synth, case)
+    assert chosen.reference_id == "long" and len(chosen.load_reference()) > sr
+    with pytest.raises(SynthesisError, match="no usable reference clip of speaker anna among 1"):
+        evaluation._with_usable_reference(synth, evaluation.Case(
+            "u1", "t", "en", "anna", "short", load[long], load[short]))
+
+
+def test_nothing_evaluated_is_one_line_and_a_failure(micro_run, tmp_path, capsys):
+    """Every clip too short to clone a voice from: no empty table with exit code 0, but one
+    line saying why."""
+    data = _lj(tmp_path / "data", {f"u{i}": ("anna", "en", 0.35) for i in range(4)})
+    _error(["evaluate", str(micro_run), str(data), "--split", "all", "--asr", "none",
+            "--device", "cpu"], capsys, "nothing could be evaluated", "reference")

@@ -19,6 +19,7 @@ scores per language and writes the table, JSON and the per-utterance CSV.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -50,10 +51,15 @@ MAX_LENGTH_RATIO = 3.0  # decoding stops at this multiple of the true clip's len
 SPLIT_CHOICES = ("val", "all")
 
 
+MORE_REFERENCES = 3  # other clips of the speaker tried when a reference cannot be used
+
+
 @dataclass
 class Case:
     """One utterance to evaluate: its text, the true clip and another clip of its speaker
-    (``load_truth`` / ``load_reference`` give float32 audio at the model's sample rate)."""
+    (``load_truth`` / ``load_reference`` give float32 audio at the model's sample rate);
+    ``more_references``: (id, loader) of further clips of the speaker, tried in turn when
+    the reference is too short, silent or unreadable."""
 
     id: str
     text: str
@@ -62,6 +68,7 @@ class Case:
     reference_id: str
     load_truth: Callable[[], np.ndarray]
     load_reference: Callable[[], np.ndarray]
+    more_references: list[tuple[str, Callable[[], np.ndarray]]] = field(default_factory=list)
 
 
 @dataclass
@@ -104,6 +111,7 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
         if progress is not None:
             progress(k, len(cases), case.id)
         try:
+            case = _with_usable_reference(synth, case)
             if not warm:
                 _warm_up(synth, case, seed)
                 warm = True
@@ -127,6 +135,9 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
             result.scores[row].append(scores)
     if progress is not None:
         progress(len(cases), len(cases), "")
+    if not result.cases:
+        raise EvaluationError(f"nothing could be evaluated in {data}: " + "; ".join(
+            result.notes[-3:]) + ("; try --split all or another DATA" if split == "val" else ""))
     if unstopped:
         result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: cut "
                             f"at {MAX_LENGTH_RATIO:g}x the true length or at "
@@ -138,6 +149,24 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
                                 f"recognize {lang!r} (--asr whisper[:SIZE] does, with its "
                                 f"weights on disk)")
     return result
+
+
+def _with_usable_reference(synth: Synthesizer, case: Case) -> Case:
+    """``case`` with the first of its references (the drawn one, then the others of its
+    speaker) that conditions the model: long enough, not silent, readable. A
+    SynthesisError naming the first reference's problem when none does."""
+    tried = [(case.reference_id, case.load_reference), *case.more_references]
+    first = None
+    for ref_id, load in tried:
+        try:
+            synth.reference_of(load(), ref_id)
+        except (AudioError, SynthesisError) as e:
+            first = first or e
+            continue
+        return dataclasses.replace(case, reference_id=ref_id, load_reference=load,
+                                   more_references=[])
+    raise SynthesisError(f"no usable reference clip of speaker {case.speaker} among "
+                         f"{len(tried)} tried ({first})")
 
 
 def _warm_up(synth: Synthesizer, case: Case, seed: int, frames: int = 24) -> None:
@@ -197,7 +226,7 @@ def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
                      f"out: the model speaks {', '.join(languages)}")
     rng = np.random.default_rng(seed)
     if len(known) > max_utterances:
-        known = [known[i] for i in sorted(rng.choice(len(known), max_utterances, replace=False))]
+        known = _spread(known, max_utterances, rng)
     by_speaker: dict[str, list[dict[str, Any]]] = {}
     for r in rows["pool"]:
         by_speaker.setdefault(r["speaker"], []).append(r)
@@ -207,9 +236,10 @@ def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
         if not others:
             alone.append(r["id"])
             continue
-        ref = others[int(rng.integers(len(others)))]
+        order = rng.permutation(len(others))[:1 + MORE_REFERENCES]
+        ref, more = others[int(order[0])], [others[int(i)] for i in order[1:]]
         cases.append(Case(r["id"], r["text"], r["language"], r["speaker"], ref["id"],
-                          r["load"], ref["load"]))
+                          r["load"], ref["load"], [(o["id"], o["load"]) for o in more]))
     if alone:
         notes.append(f"{len(alone)} utterances left out (e.g. {alone[0]}): their speaker has no "
                      f"other clip to clone the voice from")
@@ -218,6 +248,23 @@ def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
                               + ("; ".join(notes) or "it has no utterances")
                               + ("; try --split all" if split == "val" else ""))
     return cases, notes
+
+
+def _spread(rows: list[dict[str, Any]], n: int, rng: np.random.Generator
+            ) -> list[dict[str, Any]]:
+    """``n`` of ``rows`` spread over their languages (each language's rows in a seeded
+    order, taken one language after the other, so a split of 4 English and 16 Persian
+    rows gives both at --max 4), in the rows' own order."""
+    by_language: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_language.setdefault(r["language"], []).append(i)
+    queues = [list(rng.permutation(idx)) for _, idx in sorted(by_language.items())]
+    chosen: list[int] = []
+    while len(chosen) < n:
+        for queue in queues:
+            if queue and len(chosen) < n:
+                chosen.append(int(queue.pop(0)))
+    return [rows[i] for i in sorted(chosen)]
 
 
 def _dataset_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], list[str]]:
