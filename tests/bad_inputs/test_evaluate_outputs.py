@@ -111,3 +111,28 @@ def test_nothing_evaluated_is_one_line_and_a_failure(micro_run, tmp_path, capsys
     data = _lj(tmp_path / "data", {f"u{i}": ("anna", "en", 0.35) for i in range(4)})
     _error(["evaluate", str(micro_run), str(data), "--split", "all", "--asr", "none",
             "--device", "cpu"], capsys, "nothing could be evaluated", "reference")
+
+
+def test_rows_left_out_or_doubtful_are_each_said(tmp_path):
+    """A raw dataset evaluated as prepare would train it: a row in a language the model does
+    not speak, a clip beyond data.max_duration_s and one below data.min_duration_s are left
+    out, and a clip recorded at 8 kHz is named as a muffled reference -- each in a note."""
+    rows = {f"u{i}": ("anna", "en", 1.0) for i in range(4)}
+    data = _lj(tmp_path / "data", rows)
+    meta = data / "metadata.csv"
+    _wav(data / "wavs" / "fr0.wav", 1.0)
+    _wav(data / "wavs" / "long0.wav", 40.0)
+    _wav(data / "wavs" / "short0.wav", 0.1)
+    _wav(data / "wavs" / "tel0.wav", 1.0, sr=8000)
+    meta.write_text(meta.read_text(encoding="utf-8") + "".join(
+        f"{uid}|{text}|{text}|anna|{lang}\n" for uid, text, lang in [
+            ("fr0", "le chat est noir", "fr"), ("long0", "a long one", "en"),
+            ("short0", "a short one", "en"), ("tel0", "over the phone", "en")]),
+        encoding="utf-8")
+    cfg = load_config(overrides=["data.max_duration_s=20"])
+    cases, notes = evaluation.pick_cases(data, cfg, "all", ["en"], 20, 0)
+    said = " | ".join(notes)
+    assert sorted(c.id for c in cases) == ["tel0", "u0", "u1", "u2", "u3"], said
+    assert "1 utterances in fr left out: the model speaks en" in said
+    assert "2 clips outside data.min_duration_s..max_duration_s" in said
+    assert "1 clips are recorded below 16000 Hz" in said

@@ -32,9 +32,10 @@ import soxr
 import torch
 
 from myxtts.artifacts.trained import load_trained
-from myxtts.audio.io import AudioError, load_audio, save_wav
+from myxtts.audio.io import AudioError, audio_info, load_audio, save_wav
 from myxtts.config import Config, config_from_dict
 from myxtts.data.prepare.readers import read_dataset
+from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.data.store.format import SPLITS
 from myxtts.evaluate import EvaluationError
@@ -268,15 +269,41 @@ def _spread(rows: list[dict[str, Any]], n: int, rng: np.random.Generator
 
 
 def _dataset_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], list[str]]:
+    """A raw dataset's rows, with what ``prepare`` would leave out left out here too, each
+    said in a note: rows in a language the model does not speak (the reader drops them),
+    clips outside the duration limits (``data.min_duration_s`` / ``max_duration_s``); and a
+    note on references recorded at too low a rate for the model's mel range."""
     splits = read_dataset(path, cfg)
-    rows = {name: [{"id": u.id, "text": u.text, "language": u.language, "speaker": u.speaker,
-                    "load": _file_loader(u.audio_path, cfg)} for u in utts]
-            for name, utts in (("train", splits.train), ("val", splits.val))}
+    notes = []
+    unspoken = sum(p.reason == UNKNOWN_LANGUAGE for p in splits.report)
+    if unspoken:
+        notes.append(f"{unspoken} utterances in {', '.join(sorted(splits.report.unknown_languages))}"
+                     f" left out: the model speaks {', '.join(cfg.text.languages)}")
+    lo, hi, fmax = cfg.data.min_duration_s, cfg.data.max_duration_s, cfg.audio.fmax
+    rows: dict[str, list] = {}
+    outside, low_rate = 0, 0
+    for name, utts in (("train", splits.train), ("val", splits.val)):
+        rows[name] = []
+        for u in utts:
+            info = audio_info(u.audio_path)
+            if not lo <= info.duration_s <= hi:
+                outside += 1
+                continue
+            low_rate += info.sample_rate / 2 < fmax
+            rows[name].append({"id": u.id, "text": u.text, "language": u.language,
+                               "speaker": u.speaker, "load": _file_loader(u.audio_path, cfg)})
+    if outside:
+        notes.append(f"{outside} clips outside data.min_duration_s..max_duration_s ({lo:g}.."
+                     f"{hi:g} s) left out, as prepare leaves them out")
+    if low_rate:
+        notes.append(f"{low_rate} clips are recorded below {2 * fmax:.0f} Hz: as references "
+                     f"they hold nothing up to audio.fmax={fmax:.0f} Hz, so those voices may "
+                     f"come out muffled")
     if split == "val" and not rows["val"]:
         raise EvaluationError(f"{path} has no validation utterances (data.val_fraction="
                               f"{cfg.data.val_fraction}); pass --split all to evaluate on all")
     pool = rows["train"] + rows["val"]
-    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, []
+    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, notes
 
 
 def _file_loader(audio_path: Path, cfg: Config) -> Callable[[], np.ndarray]:
@@ -289,6 +316,11 @@ def _store_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], l
         raise EvaluationError(f"the store {path} has no audio (prepared without --audio), so "
                               f"no ground-truth clips: pass the dataset it was prepared from as "
                               f"DATA, or prepare it again with --audio")
+    notes = []
+    rate, fmax = stores["train"].audio_sample_rate, cfg.audio.fmax
+    if rate / 2 < fmax:
+        notes.append(f"the store's audio is at {rate} Hz: as references its clips hold nothing "
+                     f"up to audio.fmax={fmax:.0f} Hz, so the voices may come out muffled")
     rows: dict[str, list] = {}
     for name, store in stores.items():
         tok = store.tokenizer
@@ -299,7 +331,7 @@ def _store_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list], l
     if split == "val" and not rows["val"]:
         raise EvaluationError(f"the store {path} has no validation utterances; pass --split all")
     pool = rows["train"] + rows["val"]
-    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, []
+    return {"chosen": rows["val"] if split == "val" else pool, "pool": pool}, notes
 
 
 def _store_loader(store: FeatureStore, i: int, cfg: Config) -> Callable[[], np.ndarray]:
