@@ -12,14 +12,19 @@ import json
 import numpy as np
 import pytest
 
+from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.audio.io import load_audio
 from myxtts.cli.main import main
 from myxtts.config import load_config
+from myxtts.data.store import FeatureStore
+from myxtts.evaluate.truth import MAX_LENGTH_RATIO
 from myxtts.inference import evaluation
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.train.loop import train
 from tests.bad_inputs.conftest import snapshot
 from tests.bad_inputs.test_files_and_folders import _error
+from tests.helpers import micro_config
 from tests.test_bad_inputs import _wav
 
 
@@ -136,3 +141,19 @@ def test_rows_left_out_or_doubtful_are_each_said(tmp_path):
     assert "1 utterances in fr left out: the model speaks en" in said
     assert "2 clips outside data.min_duration_s..max_duration_s" in said
     assert "1 clips are recorded below 16000 Hz" in said
+
+
+def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_cap(micro_store,
+                                                                               tmp_path):
+    """``train.eval_every`` over a validation split of 2 utterances asked for 8: 2 scored
+    (the validation sampler repeats utterances to fill its batches; a repeat is no new
+    utterance), and a model that never stops is cut at 3x the true length, as
+    ``myxtts evaluate`` cuts it, so "duration ratio" means one thing in both printouts."""
+    n_val = len(FeatureStore.open(micro_store, "val"))
+    run = tmp_path / "run"
+    train(micro_config(run, "train.max_steps=2", "train.eval_every=2", "train.eval_utterances=8",
+                       "model.max_decoder_frames=2000", "data.batch_frames=2400"), micro_store,
+          progress=False)
+    done = read_evaluation(run)
+    assert done["utterances"] == n_val < 8
+    assert done["metrics"]["duration_ratio"] <= MAX_LENGTH_RATIO + 0.05

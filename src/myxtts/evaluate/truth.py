@@ -21,6 +21,16 @@ from myxtts.config import AudioConfig
 from myxtts.evaluate.cepstrum import mcd, mel_cepstra
 from myxtts.evaluate.pitch import f0_errors, yin
 
+# A synthesized utterance is decoded up to this multiple of its true length (in frames),
+# then cut: a model that never stops is scored at most this long, and ``duration_ratio``
+# means the same in `myxtts evaluate` and in training's evaluation.
+MAX_LENGTH_RATIO = 3.0
+
+
+def length_cap(true_frames: int) -> int:
+    """The frames a synthesis of an utterance of ``true_frames`` frames may last."""
+    return int(MAX_LENGTH_RATIO * true_frames) + 1
+
 
 @dataclass
 class TruthScores:

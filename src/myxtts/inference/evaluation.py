@@ -40,6 +40,7 @@ from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.data.store.format import SPLITS
 from myxtts.evaluate import EvaluationError
 from myxtts.evaluate.scorer import ClipScores, Scorer
+from myxtts.evaluate.truth import MAX_LENGTH_RATIO, length_cap
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.outputs import safe_name
@@ -48,7 +49,6 @@ from myxtts.text import clean_text
 log = logging.getLogger(__name__)
 
 ROWS = ("model", "truth, vocoded", "truth")
-MAX_LENGTH_RATIO = 3.0  # decoding stops at this multiple of the true clip's length
 SPLIT_CHOICES = ("val", "all")
 
 
@@ -191,7 +191,7 @@ def _clips(synth: Synthesizer, case: Case, seed: int) -> dict[str, Any]:
     with torch.inference_mode():
         latents = synth.model.condition(*synth.reference_of(reference, case.reference_id))
     # a model that never stops decodes up to MAX_LENGTH_RATIO x the truth, not for minutes
-    cap = int(MAX_LENGTH_RATIO * len(truth) / synth.cfg.audio.hop_length) + 1
+    cap = length_cap(len(truth) // synth.cfg.audio.hop_length)
     keep, synth.max_frames = synth.max_frames, min(synth.max_frames, cap)
     try:
         start = time.perf_counter()

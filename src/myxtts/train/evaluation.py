@@ -1,10 +1,11 @@
 """Evaluation during training (``train.eval_every``): the speech metrics that cost little,
 on a fixed set of validation utterances, logged and kept as the run's last evaluation.
 
-The first ``train.eval_utterances`` validation utterances (the same at every evaluation)
-are decoded free-running as the trainer's samples are (``validate.free_running``: the
-weights' average, eager blocks, fp32, a forked RNG, here always seeded alike) and voiced by
-the samples' vocoder. Each is scored against its ground-truth mel voiced by the SAME
+The first ``train.eval_utterances`` validation utterances (the same at every evaluation,
+each once) are decoded free-running as the trainer's samples are (``validate.free_running``:
+the weights' average, eager blocks, fp32, a forked RNG, here always seeded alike), cut at
+``evaluate.truth.MAX_LENGTH_RATIO`` times their true length as ``myxtts evaluate`` cuts
+them, and voiced by the samples' vocoder. Each is scored against its ground-truth mel voiced by the SAME
 vocoder (``evaluate.scorer``): MCD after DTW, log-F0 RMSE, voicing error, duration ratio
 and, with resemblyzer installed, speaker similarity to that vocoded truth. Voicing both
 sides alike measures the model, not the vocoder. ASR and DNSMOS are left to ``myxtts
@@ -29,6 +30,7 @@ from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.evaluate import missing
 from myxtts.evaluate.scorer import Scorer, summarize
+from myxtts.evaluate.truth import length_cap
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
 from myxtts.train.validate import free_running, sample_vocoder
@@ -58,11 +60,18 @@ class TrainingEvaluation:
                         "evaluated")
             return
         self.data.val_sampler.set_epoch(0)
-        for batch in self.data.val_loader:
-            take = min(want, batch["tokens"].shape[0])
-            self.batches.append(to_model_dtypes({k: v[:take].cpu() for k, v in batch.items()
-                                                 if isinstance(v, torch.Tensor)}))
-            want -= take
+        seen: set[int] = set()
+        for batch in self.data.val_loader:  # each utterance once: the sampler repeats some
+            rows = []
+            for i, u in enumerate(batch["indices"].tolist()):
+                if u not in seen and len(rows) < want:
+                    seen.add(u)
+                    rows.append(i)
+            if rows:
+                keep = torch.tensor(rows)
+                self.batches.append(to_model_dtypes({k: v[keep].cpu() for k, v in batch.items()
+                                                     if isinstance(v, torch.Tensor)}))
+            want -= len(rows)
             if want == 0:
                 break
         self.data.val_sampler.set_epoch(0)  # validation starts its pass where it always does
@@ -94,8 +103,11 @@ class TrainingEvaluation:
         clips: list[np.ndarray] = []
         for batch in self.batches:
             on_device = {k: v.to(self.device) for k, v in batch.items()}
+            caps = torch.tensor([length_cap(int(n)) for n in batch["mel_lengths"]])
             mels, lengths, _ = free_running(engine, on_device, self.device, EVAL_SEED,
-                                            alignment=False)
+                                            alignment=False, max_frames=int(caps.max()))
+            # each cut at its own cap, as `myxtts evaluate` cuts: one duration ratio
+            lengths = torch.minimum(lengths, caps.to(lengths.device))
             clips += self.vocoder.waveforms(mels, lengths)
         scores = [self.scorer.score(c, truth=t, reference=v)
                   for c, t, v in zip(clips, self.truths, self.voices)]

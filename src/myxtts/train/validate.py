@@ -103,13 +103,13 @@ def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: Metr
 
 
 def free_running(engine: TrainEngine, batch: dict[str, torch.Tensor], device: torch.device,
-                 seed: int, alignment: bool = True
+                 seed: int, alignment: bool = True, max_frames: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(log-mels, lengths, alignment or None) of ``batch`` decoded free-running, as every
     sample of a run is: by the weights' moving average when the run keeps one, compiled
     blocks eager (``TrainEngine.evaluating``: generation's one-frame steps would otherwise
     compile graphs of their own in the middle of the run). ``alignment``: also the
-    teacher-forced attention map."""
+    teacher-forced attention map; ``max_frames``: a cap below the model's own."""
     model = engine.model
     # Generation draws prenet-dropout noise: fork the RNG so a run that synthesises samples
     # and one resumed from a checkpoint see the same random stream afterwards.
@@ -124,7 +124,7 @@ def free_running(engine: TrainEngine, batch: dict[str, torch.Tensor], device: to
             torch.manual_seed(seed)
             mels, lengths = model.generate(batch["tokens"], batch["token_lengths"],
                                            batch["language_ids"], batch["ref_mel"],
-                                           batch["ref_lengths"])
+                                           batch["ref_lengths"], max_frames=max_frames)
         if alignment:
             with torch.no_grad(), torch.autocast(device.type, enabled=False):
                 align = model.alignment(batch)
