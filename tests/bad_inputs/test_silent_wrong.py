@@ -6,6 +6,7 @@ that failed and what survived."""
 from __future__ import annotations
 
 import errno
+import shutil
 
 import pytest
 import torch
@@ -13,7 +14,10 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.cli.main import main
+from myxtts.train.engine import step as step_module
 from tests.bad_inputs.test_files_and_folders import _error
+from tests.helpers import MICRO_MODEL
 
 
 @pytest.mark.parametrize("value", ["0", "-2"])
@@ -51,8 +55,6 @@ def test_a_disk_that_fills_after_the_step_checkpoint_names_the_file_that_failed(
 @pytest.mark.parametrize("command", ["train", "inspect-data"])
 def test_a_store_copied_without_its_manifest_is_named_as_such(command, micro_store, tmp_path,
                                                               capsys):
-    import shutil
-
     store = tmp_path / "store"
     shutil.copytree(micro_store, store)
     (store / "manifest.json").unlink()
@@ -69,3 +71,27 @@ def test_a_reference_that_is_no_audio_gets_a_references_fix(micro_run, tmp_path,
     line = _error(["synthesize", "-c", str(micro_run), "-t", "hello", "-r", str(notes), "-o",
                    str(tmp_path / "out.wav")], capsys, str(notes), "another recording of the voice")
     assert "dataset" not in line and not (tmp_path / "out.wav").exists()
+
+
+def test_steps_skipped_for_nan_are_counted_in_a_closing_line(micro_store, tmp_path, capsys,
+                                                             monkeypatch):
+    """A NaN in the data that the store's finite-check record missed makes some steps
+    non-finite; they are skipped (the run goes on), and the run's last lines say how many
+    and how to check the store -- also with --quiet, where no "loss nan" is ever shown."""
+    real, calls = step_module.compute_losses, [0]
+
+    def every_fourth_nan(*args, **kwargs):
+        calls[0] += 1
+        losses = real(*args, **kwargs)
+        return {k: v * float("nan") for k, v in losses.items()} if calls[0] % 4 == 0 else losses
+
+    monkeypatch.setattr(step_module, "compute_losses", every_fourth_nan)
+    argv = ["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--max-steps", "8",
+            "--quiet"]
+    for item in [*MICRO_MODEL, "train.val_every=100", "train.synth_every=0",
+                 "train.tensorboard=false", "data.num_workers=0", "train.device=cpu"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "2 step(s) of this run were skipped for a non-finite loss" in err, err
+    assert f"myxtts prepare --verify {micro_store}" in err

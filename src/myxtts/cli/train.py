@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
 from myxtts.cli.signals import EXIT_CODES
@@ -79,4 +81,13 @@ def run(args: argparse.Namespace) -> int:
                        init_from=args.init_from)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
+    if result.skipped_steps:  # said also with --quiet: "loss nan" in a bar may go unseen
+        from myxtts.data.store.format import store_state  # deferred: numpy
+
+        check = (f"`myxtts prepare --verify {args.data}`" if store_state(Path(args.data)) ==
+                 "complete" else "`myxtts inspect-data` on the data")
+        print(f"{result.skipped_steps} step(s) of this run were skipped for a non-finite loss "
+              f"or gradient: if the data may hold NaN or infinite values, check it with "
+              f"{check}; else lower train.lr or try --set train.precision=fp32",
+              file=sys.stderr)
     return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal

@@ -82,8 +82,9 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         with StopFlag() as stop:
             last = ctx.run(stop, progress and dist.rank == 0)
         finished = True
+        skipped, _ = engine.nonfinite_counts()  # (the end: one sync)
         return TrainResult(record.step, out, last, record.best_val_loss,
-                           stopped_by=stop.signum)
+                           stopped_by=stop.signum, skipped_steps=skipped)
     finally:
         logger.close()
         dist.close(wait_for_all=finished)

@@ -37,6 +37,7 @@ class TrainResult:
     last_checkpoint: Path | None
     best_val_loss: float
     stopped_by: int | None = None  # the signal that stopped the run (it saved first), if one
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in the whole run
 
     @property
     def stopped_by_signal(self) -> bool:
