@@ -6,6 +6,7 @@ that failed and what survived."""
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 
 import pytest
@@ -15,6 +16,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
+from myxtts.data.store.verify import verify_store
 from myxtts.train.engine import step as step_module
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import MICRO_MODEL
@@ -95,3 +97,33 @@ def test_steps_skipped_for_nan_are_counted_in_a_closing_line(micro_store, tmp_pa
     err = capsys.readouterr().err
     assert "2 step(s) of this run were skipped for a non-finite loss" in err, err
     assert f"myxtts prepare --verify {micro_store}" in err
+
+
+def _edited_store(micro_store, tmp_path, key: str, band: int, value: float):
+    store = tmp_path / "store"
+    shutil.copytree(micro_store, store)
+    manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+    manifest["mel_stats"][key][band] = value
+    (store / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return store
+
+
+@pytest.mark.parametrize("value", [1e-30, -1.0, float("nan")])
+def test_mel_statistics_no_prepare_writes_are_named_field_and_band(value, micro_store, tmp_path,
+                                                                   capsys):
+    """A std of 1e-30 trained at a loss in the thousands, -1 was called "features hold NaN"
+    (they did not): both, and NaN, name the manifest field and band, in train and verify."""
+    store = _edited_store(micro_store, tmp_path, "std", 3, value)
+    _error(["train", str(store), "--output-dir", str(tmp_path / "run")], capsys,
+           "manifest.json: mel_stats.std of band 3", "rebuild the store")
+    problems = verify_store(store)
+    assert len(problems) == 1 and "mel_stats.std of band 3" in problems[0], problems
+    assert "hold NaN" not in problems[0]
+
+
+def test_verify_recomputes_the_statistics_and_names_a_field_that_differs(micro_store, tmp_path):
+    store = _edited_store(micro_store, tmp_path, "mean", 5, 0.5)
+    problems = verify_store(store)
+    said = "mel_stats.mean does not match the train mels (band 5: 0.5 recorded"
+    assert len(problems) == 1 and said in problems[0], problems
+    assert verify_store(micro_store) == []

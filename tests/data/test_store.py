@@ -202,6 +202,7 @@ def test_nan_statistics_are_refused(store_copy):
     manifest = json.loads((store_copy / "manifest.json").read_text())
     manifest["mel_stats"]["std"][0] = float("nan")
     (store_copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(StoreError, match="mel statistics in manifest.json are not finite"):
+    with pytest.raises(StoreError, match=r"manifest.json: mel_stats.std of band 0 is nan, not "
+                                         r"a finite number"):
         FeatureStore.open(store_copy).check_statistics()
-    assert any("not finite" in p for p in verify_store(store_copy))
+    assert any("mel_stats.std of band 0 is nan" in p for p in verify_store(store_copy))

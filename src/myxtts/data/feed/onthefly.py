@@ -36,9 +36,10 @@ from myxtts.data.feed.ring import SlotRing
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
 from myxtts.data.feed.stream import BatchStream, StreamPasses
-from myxtts.data.prepare.plan import choose_refs, mel_mean_std, plan_texts
+from myxtts.data.prepare.plan import choose_refs, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
+from myxtts.data.store.format import mel_mean_std
 from myxtts.system import available_cpus
 
 log = logging.getLogger(__name__)

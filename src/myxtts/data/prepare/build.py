@@ -24,7 +24,7 @@ import numpy as np
 
 from myxtts.config import Config
 from myxtts.data.prepare import chunks
-from myxtts.data.prepare.plan import Planned, choose_refs, mel_mean_std, plan_texts
+from myxtts.data.prepare.plan import Planned, choose_refs, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.prepare.report import count_reasons, format_counts, report_blob, summary_lines
 from myxtts.data.store.audio import format_size
@@ -38,6 +38,7 @@ from myxtts.data.store.format import (
     StoreError,
     config_sections,
     diff_sections,
+    mel_mean_std,
     read_manifest,
     store_state,
 )

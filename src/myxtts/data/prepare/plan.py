@@ -21,7 +21,6 @@ from myxtts.data.prepare.records import EMPTY_TEXT, SPLITS, UNKNOWN_LANGUAGE
 from myxtts.text import Tokenizer, clean_text
 
 TOO_MANY_TOKENS = "too many tokens"  # rejection reason (the others live in data.records)
-MIN_MEL_STD = 1e-2  # floor of the per-band std (log-mel units): a constant band must not divide by 0
 
 
 @dataclass(frozen=True)
@@ -101,14 +100,3 @@ def choose_refs(speaker_ids: np.ndarray, refs_per_utterance: int, seed: list[int
             pick = rng.choice(m - 1, size=k, replace=False)  # positions among the others
             refs[i, :k] = members[pick + (pick >= j)]  # skip position j (the utterance itself)
     return refs
-
-
-def mel_mean_std(mel_sum: np.ndarray, mel_sq_sum: np.ndarray, n_frames: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-band mean and std (float64 [n_mels]) from sums over ``n_frames`` frames, the std
-    floored at ``MIN_MEL_STD``. Sums in float64: over millions of frames float32 would lose
-    the small variance of quiet bands."""
-    n = max(int(n_frames), 1)
-    mean = np.asarray(mel_sum, np.float64) / n
-    var = np.maximum(np.asarray(mel_sq_sum, np.float64) / n - mean**2, 0.0)
-    return mean, np.maximum(np.sqrt(var), MIN_MEL_STD)

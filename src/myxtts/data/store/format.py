@@ -153,3 +153,17 @@ def inside(store: Path, rel: str) -> bool:
         return False
     root = Path(store).resolve()
     return (root / rel).resolve().is_relative_to(root)
+
+
+MIN_MEL_STD = 1e-2  # floor of the per-band std (log-mel units): a constant band must not divide by 0
+
+
+def mel_mean_std(mel_sum: np.ndarray, mel_sq_sum: np.ndarray, n_frames: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band mean and std (float64 [n_mels]) from sums over ``n_frames`` frames, the std
+    floored at ``MIN_MEL_STD``. Sums in float64: over millions of frames float32 would lose
+    the small variance of quiet bands."""
+    n = max(int(n_frames), 1)
+    mean = np.asarray(mel_sum, np.float64) / n
+    var = np.maximum(np.asarray(mel_sq_sum, np.float64) / n - mean**2, 0.0)
+    return mean, np.maximum(np.sqrt(var), MIN_MEL_STD)

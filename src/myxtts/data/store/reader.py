@@ -24,6 +24,7 @@ from myxtts.data.store.format import (
     MANIFEST,
     MEL_DTYPE,
     MEL_FILE,
+    MIN_MEL_STD,
     REFS_FILE,
     SPLITS,
     TOKEN_DTYPE,
@@ -200,13 +201,21 @@ class FeatureStore:
         return len(self.ids)
 
     def check_statistics(self) -> None:
-        """The per-band mel mean/std the model normalises with must be finite (std > 0):
-        NaN statistics would train a model of NaNs with no other notice."""
-        if not (np.isfinite(self.mel_mean).all() and np.isfinite(self.mel_std).all()
-                and (self.mel_std > 0).all()):
-            raise StoreError(f"{self.path}: the mel statistics in {MANIFEST} are not finite (or a "
-                             f"std is 0): its features hold NaN or infinity; run `myxtts prepare "
-                             f"--verify {self.path}`, then rebuild it with --force")
+        """The per-band mel mean/std the model normalises with must be finite, and every std
+        at least the floor prepare writes (``MIN_MEL_STD``): NaN statistics would train a
+        model of NaNs, and a std of 1e-30 a loss in the thousands, with no other notice.
+        The error names the manifest field and band."""
+        for key, values in (("mean", self.mel_mean), ("std", self.mel_std)):
+            bad = np.flatnonzero(~np.isfinite(values) | ((values < MIN_MEL_STD * 0.999)
+                                                          if key == "std" else False))
+            if bad.size:
+                k = int(bad[0])
+                rule = (f"a finite number, at least {MIN_MEL_STD:g} (the floor prepare writes)"
+                        if key == "std" else "a finite number")
+                raise StoreError(f"{self.path / MANIFEST}: mel_stats.{key} of band {k} is "
+                                 f"{float(values[k]):g}, not {rule} ({bad.size} band(s) so): the "
+                                 f"manifest was edited or damaged; rebuild the store with "
+                                 f"`myxtts prepare ... --force`")
 
     def mel(self, i: int) -> np.ndarray:
         """float16 [T, n_mels] view into the memmap (zero-copy; do not write to it)."""

@@ -23,6 +23,8 @@ from myxtts.data.store.format import (
     AUDIO_INDEX_FILE,
     INDEX_FILE,
     MANIFEST,
+    MEL_DTYPE,
+    MEL_FILE,
     REFS_FILE,
     SPLIT_FILES,
     SPLITS,
@@ -30,6 +32,7 @@ from myxtts.data.store.format import (
     TOKENS_FILE,
     VOCAB,
     StoreError,
+    mel_mean_std,
     read_manifest,
     sha256_file,
 )
@@ -99,11 +102,36 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
         if split == "train":
             try:
                 store.check_statistics()
+                problems += _check_statistics_match(store)
             except StoreError as e:
                 problems.append(str(e))
         if store.has_audio:
             problems += _check_audio(store)
     return problems
+
+
+def _check_statistics_match(store: FeatureStore) -> list[str]:
+    """The manifest's mel_stats against the statistics of the train split's mels as stored
+    (a second pass in bounded memory; prepare computed them from the same float16 frames,
+    so they agree to rounding): an edited or damaged manifest is named, field and band."""
+    total = np.zeros(store.n_mels, np.float64)
+    total_sq = np.zeros(store.n_mels, np.float64)
+    for _, block in read_rows(store.path / store.split / MEL_FILE, MEL_DTYPE, store.n_mels,
+                              store.total_frames):
+        rows = block.astype(np.float64)
+        total += rows.sum(axis=0)
+        total_sq += (rows * rows).sum(axis=0)
+    mean, std = mel_mean_std(total, total_sq, store.total_frames)
+    out = []
+    for key, recorded, measured in (("mean", store.mel_mean, mean), ("std", store.mel_std, std)):
+        off = np.abs(recorded - measured) > 1e-3 * (1 + np.abs(measured))
+        if off.any():
+            k = int(np.flatnonzero(off)[0])
+            out.append(f"{store.path / MANIFEST}: mel_stats.{key} does not match the train "
+                       f"mels (band {k}: {float(recorded[k]):g} recorded, {measured[k]:g} "
+                       f"measured; {int(off.sum())} band(s) differ): the manifest was edited or "
+                       f"damaged; rebuild the store with `myxtts prepare ... --force`")
+    return out
 
 
 def _check_audio(store: FeatureStore) -> list[str]:
