@@ -18,8 +18,9 @@ from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.data.store.verify import verify_store
 from myxtts.train.engine import step as step_module
-from tests.bad_inputs.test_files_and_folders import _error
+from tests.bad_inputs.test_files_and_folders import _error, _run
 from tests.helpers import MICRO_MODEL
+from tests.test_bad_inputs import _wav
 
 
 @pytest.mark.parametrize("value", ["0", "-2"])
@@ -127,3 +128,19 @@ def test_verify_recomputes_the_statistics_and_names_a_field_that_differs(micro_s
     said = "mel_stats.mean does not match the train mels (band 5: 0.5 recorded"
     assert len(problems) == 1 and said in problems[0], problems
     assert verify_store(micro_store) == []
+
+
+def test_a_dataset_prepare_would_reject_whole_is_no_problem_free_inspection(tmp_path, capsys):
+    """40 silent clips: their headers are fine, so inspect-data and doctor said "problems:
+    none" and prepare then kept nothing. Decoded as prepare decodes them, every one is
+    reported, and the doctor blocks."""
+    data = tmp_path / "silent"
+    rows = [f"s{i}|the cat sat on the mat {i}" for i in range(40)]
+    for i in range(40):
+        _wav(data / "wavs" / f"s{i}.wav", 1.0, value=0.0)
+    (data / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    rc, text, _ = _run(["inspect-data", str(data)], capsys)
+    assert rc == 0 and "silent audio (40)" in text and "40 clip(s), 40 of them would be " \
+        "skipped" in text, text
+    rc, text, _ = _run(["doctor", str(data)], capsys)
+    assert rc == 1 and "dataset audio: " in text and "all 40 clip(s) decoded" in text, text

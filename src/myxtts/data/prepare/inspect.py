@@ -4,7 +4,10 @@ Reads the dataset like training would (same readers, same config) and every clip
 header (not its samples, so 10k clips take seconds), then summarises: utterances per
 split, hours, per-speaker totals, a duration histogram, sample rates and every problem
 grouped by reason with the file and line to fix. Problems are a report, not a failure:
-the usable rest can still be trained on.
+the usable rest can still be trained on. What only the samples show (silence, a DC
+offset, clipping, a truncated file) is checked on a seeded sample of ``DECODED_CLIPS``
+clips decoded as prepare decodes them (``Inspection.decoded``: how many, how many failed):
+a dataset that prepare would reject entirely shows it here, in seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from myxtts.audio.io import AudioError, AudioInfo, audio_info
+import numpy as np
+
+from myxtts.audio.io import AudioError, AudioInfo, audio_info, load_audio
 from myxtts.config import Config
 from myxtts.data.prepare.readers import DatasetSplits, read_dataset
 from myxtts.data.prepare.readers.languages import apply_language_fix
@@ -33,6 +38,7 @@ from myxtts.system import available_cpus
 
 BAR_WIDTH = 40
 MAX_SPEAKER_LINES = 40
+DECODED_CLIPS = 64  # clips decoded (prepare decodes all): what a header cannot show
 
 
 @dataclass
@@ -48,6 +54,7 @@ class Inspection:
     # drop for their language, and whether that is every row (prepare then stops).
     language_drops: int = 0
     drops_every_row: bool = False
+    decoded: tuple[int, int] = (0, 0)  # (clips decoded as prepare decodes them, failed)
 
     @property
     def report(self) -> DataReport:
@@ -118,7 +125,36 @@ def inspect_dataset(path: str | Path, cfg: Config) -> Inspection:
             report.add(u.audio_path, None, u.id, TOO_LONG,
                        f"split it into shorter clips or raise data.max_duration_s ({d.max_duration_s})",
                        f"{info.duration_s:.2f} s; prepare will skip it")
+    flagged = {p.utterance_id for p in report}  # (a clip reported already is not decoded)
+    readable = [u for u in splits.all if u.id in ins.durations_s and u.id not in flagged]
+    ins.decoded = _decode_sample(readable, cfg, report)
     return ins
+
+
+def _decode_sample(utts: list[Utterance], cfg: Config, report: DataReport) -> tuple[int, int]:
+    """Decode a seeded sample of ``DECODED_CLIPS`` of ``utts`` as prepare does
+    (``audio.io.load_audio``); each clip it would reject is reported with its reason.
+    Returns (decoded, failed)."""
+    if len(utts) > DECODED_CLIPS:
+        pick = np.random.default_rng(cfg.data.split_seed).choice(len(utts), DECODED_CLIPS,
+                                                                  replace=False)
+        utts = [utts[i] for i in sorted(pick)]
+
+    def one(u: Utterance) -> AudioError | None:
+        try:
+            load_audio(u.audio_path, cfg.audio)
+        except AudioError as e:
+            return e
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(8, 2 * available_cpus())) as pool:
+        errors = list(pool.map(one, utts))
+    for u, e in zip(utts, errors):
+        if e is not None:
+            what = str(e).split(": ", 1)[-1].rsplit("; ", 1)[0]  # (the path is the source)
+            report.add(u.audio_path, None, u.id, e.reason, "re-record or re-export the clip, "
+                       "or remove it from the dataset", f"{what}; prepare will skip it")
+    return len(utts), sum(e is not None for e in errors)
 
 
 # ---------------------------------------------------------------- formatting
@@ -231,6 +267,12 @@ def format_inspection(ins: Inspection, cfg: Config, max_per_reason: int = 5) -> 
     multi = sum(n for ch, n in ins.channels.items() if ch > 1)
     if multi:
         lines.append(f"  note: {multi} clip(s) have more than one channel; they are mixed down to mono")
+    decoded, failed = ins.decoded
+    if decoded:
+        lines.append(f"decoded as prepare decodes them: {decoded} clip(s)"
+                     + ("" if decoded == len(all_utts) else " (a seeded sample)")
+                     + (f", {failed} of them would be skipped (listed below)" if failed
+                        else ", all usable"))
     lines.append("")
     lines.append(ins.report.format(max_per_reason) if len(ins.report) else "problems: none")
     return "\n".join(lines)

@@ -217,6 +217,12 @@ def check_dataset(path: Path, cfg: Config) -> list[Check]:
                             f"{path}: with text.languages=[{languages}] prepare and train drop "
                             f"{drops}", f"{fix.set_args} (pass it to prepare and train)"))
         found += f" (read with {fix.set_args})"
+    decoded, failed = ins.decoded
+    if decoded and failed == decoded:  # every clip decoded would be rejected: so, most likely,
+        # every clip: prepare would keep nothing
+        checks.append(Check("dataset audio", "fail", f"{path}: all {decoded} clip(s) decoded as "
+                            f"prepare decodes them would be skipped ("
+                            f"{', '.join(sorted(ins.report.counts_by_reason()))})", f"see {see}"))
     counts = ins.report.counts_by_reason()
     if not counts:
         return checks + [Check("dataset", "ok", found + ", no other problems" if checks
