@@ -8,6 +8,7 @@ another clip of the speaker, and nothing evaluated is one line, not an empty tab
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -103,8 +104,9 @@ def test_a_reference_that_cannot_be_used_gives_way_to_another_clip_of_the_speake
     load = {p: (lambda p=p: load_audio(p, synth.cfg.audio)) for p in (short, long)}
     case = evaluation.Case("u1", "the cat sat", "en", "anna", "short", load[long], load[short],
                            [("long", load[long])])
-    chosen = evaluation._with_usable_reference(synth, case)
+    chosen, latents = evaluation._with_usable_reference(synth, case)
     assert chosen.reference_id == "long" and len(chosen.load_reference()) > sr
+    assert latents.shape[0] == 1
     with pytest.raises(SynthesisError, match="no usable reference clip of speaker anna among 1"):
         evaluation._with_usable_reference(synth, evaluation.Case(
             "u1", "t", "en", "anna", "short", load[long], load[short]))
@@ -138,9 +140,9 @@ def test_rows_left_out_or_doubtful_are_each_said(tmp_path):
     cases, notes = evaluation.pick_cases(data, cfg, "all", ["en"], 20, 0)
     said = " | ".join(notes)
     assert sorted(c.id for c in cases) == ["tel0", "u0", "u1", "u2", "u3"], said
-    assert "1 utterances in fr left out: the model speaks en" in said
+    assert "1 utterance in fr left out: the model speaks en" in said
     assert "2 clips outside data.min_duration_s..max_duration_s" in said
-    assert "1 clips are recorded below 16000 Hz" in said
+    assert "1 clip recorded below 16000 Hz" in said
 
 
 def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_cap(micro_store,
@@ -157,3 +159,12 @@ def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_ca
     done = read_evaluation(run)
     assert done["utterances"] == n_val < 8
     assert done["metrics"]["duration_ratio"] <= MAX_LENGTH_RATIO + 0.05
+
+
+def test_a_short_reference_is_warned_about_once_per_utterance(micro_run, tmp_path, caplog):
+    data = _lj(tmp_path / "data", {f"u{i}": ("anna", "en", 0.6) for i in range(2)})
+    with caplog.at_level(logging.WARNING, logger="myxtts.inference.synthesizer"):
+        ev = evaluation.evaluate(micro_run, data, max_utterances=1, split="all", asr="none",
+                                 device="cpu")
+    said = [r.getMessage() for r in caplog.records if "under half" in r.getMessage()]
+    assert len(ev.cases) == 1 and len(said) == 1, said

@@ -144,3 +144,7 @@ def loads_json(text: str | bytes, max_nesting: int = MAX_NESTING) -> Any:
         raise TooLarge(f"nested {deepest} levels deep (at most {max_nesting})")
     return json.loads(text)
 
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` agreeing in a message: "1 utterance", "3 utterances"."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"

@@ -34,6 +34,7 @@ import torch
 from myxtts.artifacts.trained import load_trained
 from myxtts.audio.io import AudioError, audio_info, load_audio, save_wav
 from myxtts.config import Config, config_from_dict
+from myxtts.config.bounds import count
 from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
 from myxtts.data.store import MANIFEST, FeatureStore
@@ -112,11 +113,11 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
         if progress is not None:
             progress(k, len(cases), case.id)
         try:
-            case = _with_usable_reference(synth, case)
+            case, latents = _with_usable_reference(synth, case)
             if not warm:
-                _warm_up(synth, case, seed)
+                _warm_up(synth, case, latents, seed)
                 warm = True
-            clips = _clips(synth, case, seed)
+            clips = _clips(synth, case, latents, seed)
         except (AudioError, SynthesisError) as e:
             result.notes.append(f"{case.id} left out: {e}")
             continue
@@ -140,7 +141,7 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
         raise EvaluationError(f"nothing could be evaluated in {data}: " + "; ".join(
             result.notes[-3:]) + ("; try --split all or another DATA" if split == "val" else ""))
     if unstopped:
-        result.notes.append(f"{unstopped} of {len(result.cases)} utterances did not stop: cut "
+        result.notes.append(f"{unstopped} of {count(len(result.cases), 'utterance')} did not stop: cut "
                             f"at {MAX_LENGTH_RATIO:g}x the true length or at "
                             f"model.max_decoder_frames ({cfg.model.max_decoder_frames}), the "
                             f"smaller")
@@ -152,44 +153,42 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     return result
 
 
-def _with_usable_reference(synth: Synthesizer, case: Case) -> Case:
+def _with_usable_reference(synth: Synthesizer, case: Case) -> tuple[Case, torch.Tensor]:
     """``case`` with the first of its references (the drawn one, then the others of its
-    speaker) that conditions the model: long enough, not silent, readable. A
+    speaker) that conditions the model -- long enough, not silent, readable -- and the
+    conditioning latents of that reference (made once: its warnings are said once). A
     SynthesisError naming the first reference's problem when none does."""
     tried = [(case.reference_id, case.load_reference), *case.more_references]
     first = None
     for ref_id, load in tried:
         try:
-            synth.reference_of(load(), ref_id)
+            with torch.inference_mode():
+                latents = synth.model.condition(*synth.reference_of(load(), ref_id))
         except (AudioError, SynthesisError) as e:
             first = first or e
             continue
         return dataclasses.replace(case, reference_id=ref_id, load_reference=load,
-                                   more_references=[])
+                                   more_references=[]), latents
     raise SynthesisError(f"no usable reference clip of speaker {case.speaker} among "
                          f"{len(tried)} tried ({first})")
 
 
-def _warm_up(synth: Synthesizer, case: Case, seed: int, frames: int = 24) -> None:
+def _warm_up(synth: Synthesizer, case: Case, latents: torch.Tensor, seed: int,
+             frames: int = 24) -> None:
     """A short untimed synthesis (``frames`` frames, vocoded) before the timed ones, so
     first-call costs (allocations, kernel selection) stay out of the RTF."""
     keep, synth.max_frames = synth.max_frames, frames
     try:
-        with torch.inference_mode():
-            latents = synth.model.condition(*synth.reference_of(case.load_reference(),
-                                                                case.reference_id))
         synth.vocode(*synth.synthesize_mel([case.text], latents, case.language, seed))
     finally:
         synth.max_frames = keep
 
 
-def _clips(synth: Synthesizer, case: Case, seed: int) -> dict[str, Any]:
-    """The case's audio: (clip, seconds it took to make) for the model's utterance, the
-    vocoded truth and the truth, and the reference clip; ``unstopped``: whether the model
-    ran into the length cap instead of stopping."""
+def _clips(synth: Synthesizer, case: Case, latents: torch.Tensor, seed: int) -> dict[str, Any]:
+    """The case's audio: (clip, seconds it took to make) for the model's utterance spoken in
+    the voice of ``latents``, the vocoded truth and the truth, and the reference clip;
+    ``unstopped``: whether the model ran into the length cap instead of stopping."""
     truth, reference = case.load_truth(), case.load_reference()
-    with torch.inference_mode():
-        latents = synth.model.condition(*synth.reference_of(reference, case.reference_id))
     # a model that never stops decodes up to MAX_LENGTH_RATIO x the truth, not for minutes
     cap = length_cap(len(truth) // synth.cfg.audio.hop_length)
     keep, synth.max_frames = synth.max_frames, min(synth.max_frames, cap)
@@ -223,7 +222,7 @@ def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
     known = [r for r in rows["chosen"] if r["language"] in languages]
     if len(known) < len(rows["chosen"]):
         other = sorted({r["language"] for r in rows["chosen"]} - set(languages))
-        notes.append(f"{len(rows['chosen']) - len(known)} utterances in {', '.join(other)} left "
+        notes.append(f"{count(len(rows['chosen']) - len(known), 'utterance')} in {', '.join(other)} left "
                      f"out: the model speaks {', '.join(languages)}")
     rng = np.random.default_rng(seed)
     if len(known) > max_utterances:
@@ -242,7 +241,7 @@ def pick_cases(data: str | Path, cfg: Config, split: str, languages: list[str],
         cases.append(Case(r["id"], r["text"], r["language"], r["speaker"], ref["id"],
                           r["load"], ref["load"], [(o["id"], o["load"]) for o in more]))
     if alone:
-        notes.append(f"{len(alone)} utterances left out (e.g. {alone[0]}): their speaker has no "
+        notes.append(f"{count(len(alone), 'utterance')} left out (e.g. {alone[0]}): their speaker has no "
                      f"other clip to clone the voice from")
     if not cases:
         raise EvaluationError(f"nothing to evaluate in {path} ({split} split): "
@@ -277,7 +276,7 @@ def _dataset_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list],
     notes = []
     unspoken = sum(p.reason == UNKNOWN_LANGUAGE for p in splits.report)
     if unspoken:
-        notes.append(f"{unspoken} utterances in {', '.join(sorted(splits.report.unknown_languages))}"
+        notes.append(f"{count(unspoken, 'utterance')} in {', '.join(sorted(splits.report.unknown_languages))}"
                      f" left out: the model speaks {', '.join(cfg.text.languages)}")
     lo, hi, fmax = cfg.data.min_duration_s, cfg.data.max_duration_s, cfg.audio.fmax
     rows: dict[str, list] = {}
@@ -293,10 +292,10 @@ def _dataset_rows(path: Path, cfg: Config, split: str) -> tuple[dict[str, list],
             rows[name].append({"id": u.id, "text": u.text, "language": u.language,
                                "speaker": u.speaker, "load": _file_loader(u.audio_path, cfg)})
     if outside:
-        notes.append(f"{outside} clips outside data.min_duration_s..max_duration_s ({lo:g}.."
+        notes.append(f"{count(outside, 'clip')} outside data.min_duration_s..max_duration_s ({lo:g}.."
                      f"{hi:g} s) left out, as prepare leaves them out")
     if low_rate:
-        notes.append(f"{low_rate} clips are recorded below {2 * fmax:.0f} Hz: as references "
+        notes.append(f"{count(low_rate, 'clip')} recorded below {2 * fmax:.0f} Hz: as references "
                      f"they hold nothing up to audio.fmax={fmax:.0f} Hz, so those voices may "
                      f"come out muffled")
     if split == "val" and not rows["val"]:

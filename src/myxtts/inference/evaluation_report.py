@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.artifacts.evaluation import json_safe
+from myxtts.config.bounds import count
 from myxtts.evaluate.report import cell, table
 from myxtts.evaluate.scorer import METRICS, summarize
 from myxtts.inference.evaluation import ROWS, Evaluation
@@ -48,7 +49,7 @@ def training_line(record: dict[str, Any] | None) -> str | None:
 
 
 def text_report(ev: Evaluation) -> str:
-    head = (f"{ev.model} on {ev.data} ({ev.split} split): {len(ev.cases)} utterances, "
+    head = (f"{ev.model} on {ev.data} ({ev.split} split): {count(len(ev.cases), 'utterance')}, "
             f"vocoder {ev.vocoder}, ASR {ev.asr}, {ev.device}")
     lines = [head, "", table(blocks(ev))]
     if ev.notes:

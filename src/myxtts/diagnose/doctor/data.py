@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.config import Config, ConfigError
+from myxtts.config.bounds import count
 from myxtts.diagnose.doctor.check import Check
 
 MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
@@ -205,8 +206,8 @@ def check_dataset(path: Path, cfg: Config) -> list[Check]:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return [Check("dataset", "fail", first, see)]
     utts = ins.splits.all
-    found = (f"{path}: {len(utts)} utterances, {ins.hours(utts):.2f} h, "
-             f"{len(ins.splits.speakers)} speakers")
+    found = (f"{path}: {count(len(utts), 'utterance')}, {ins.hours(utts):.2f} h, "
+             f"{count(len(ins.splits.speakers), 'speaker')}")
     checks = []
     fix = ins.language_fix
     if fix is not None:  # inspect shows the data as the fix reads it: say what prepare drops
