@@ -16,6 +16,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
+from myxtts.data.prepare.records import speaker_label
 from myxtts.data.store.verify import verify_store
 from myxtts.train.engine import step as step_module
 from tests.bad_inputs.test_files_and_folders import _error, _run
@@ -144,3 +145,24 @@ def test_a_dataset_prepare_would_reject_whole_is_no_problem_free_inspection(tmp_
         "skipped" in text, text
     rc, text, _ = _run(["doctor", str(data)], capsys)
     assert rc == 1 and "dataset audio: " in text and "all 40 clip(s) decoded" in text, text
+
+
+def test_the_journeys_summaries_say_what_they_count(tmp_path, capsys):
+    """A Common Voice speaker is listed by a short form of its 64-digit client_id; rows
+    that the configured languages drop are a problem, not "problems: none" below the line
+    that counts them; prepare says its hours are of trimmed clips."""
+    client = "a3f9" * 16
+    assert speaker_label(client) == "a3f9a3f9\u2026" and speaker_label("anna") == "anna"
+    data = tmp_path / "data"
+    rows = [f"u{i}|the cat sat on the mat {i}|the cat sat on the mat {i}|{client}|en"
+            for i in range(6)] + [f"f{i}|سلام دنیا {i}|سلام دنیا {i}|{client}|fa"
+                                  for i in range(2)]
+    for line in rows:
+        _wav(data / "wavs" / f"{line.split('|')[0]}.wav", 1.0)
+    (data / "metadata.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    rc, text, _ = _run(["inspect-data", str(data)], capsys)
+    assert rc == 0 and "problems: none" not in text and "unknown language (1)" in text, text
+    assert "a3f9a3f9\u2026" in text and client not in text.split("problem")[0], text
+    rc, text, _ = _run(["prepare", str(data), "--out", str(tmp_path / "store"), "--set",
+                        "text.languages=[en,fa]"], capsys)
+    assert rc == 0 and "after trimming their leading and trailing silence" in text, text

@@ -27,12 +27,14 @@ from myxtts.data.prepare.readers.languages import apply_language_fix
 from myxtts.data.prepare.records import (
     TOO_LONG,
     TOO_SHORT,
+    UNKNOWN_LANGUAGE,
     UNREADABLE_AUDIO,
     WRONG_SAMPLE_RATE,
     DataReport,
     DatasetError,
     LanguageFix,
     Utterance,
+    speaker_label,
 )
 from myxtts.system import available_cpus
 
@@ -99,6 +101,11 @@ def inspect_dataset(path: str | Path, cfg: Config) -> Inspection:
     ins = Inspection(splits, language_fix=fix, drops_every_row=every,
                      language_drops=fix.n_problems if fix is not None else 0)
     report, a, d = splits.report, cfg.audio, cfg.data
+    if fix is not None:  # shown as the fix reads it, but under the config given they drop
+        report.add(splits.root, None, None, UNKNOWN_LANGUAGE,
+                   f"{fix.set_args} (pass it to prepare and train)",
+                   f"{fix.n_problems} row(s) name a language text.languages "
+                   f"{list(cfg.text.languages)} lacks: prepare and train as configured drop them")
     for u, info in zip(splits.all, _headers(splits.all)):
         if isinstance(info, AudioError):
             source, line = splits.origins.get(u.id, (str(u.audio_path), None))
@@ -206,13 +213,14 @@ def _speaker_lines(ins: Inspection) -> list[str]:
     if len(names) > MAX_SPEAKER_LINES:  # most and least audio: the extremes matter most
         by_audio = sorted(names, key=lambda n: (-stats[n][1], n))
         shown = by_audio[: MAX_SPEAKER_LINES - 10] + by_audio[-10:]
-    w = max(len(n) for n in names)
+    w = max(len(speaker_label(n)) for n in names)
     lines = [f"speakers: {len(names)} (utterances, minutes of audio, train/val)"]
     for i, n in enumerate(shown):
         if len(shown) < len(names) and i == MAX_SPEAKER_LINES - 10:
             lines.append(f"  ... {len(names) - len(shown)} more speakers ...")
         u, sec, tr, va = stats[n]
-        lines.append(f"  {n:<{w}} {int(u):6d} utts {sec / 60:8.2f} min  ({int(tr)}/{int(va)})")
+        lines.append(f"  {speaker_label(n):<{w}} {int(u):6d} utts {sec / 60:8.2f} min  "
+                     f"({int(tr)}/{int(va)})")
     return lines
 
 

@@ -39,6 +39,16 @@ BAD_ID = "id is not a name"  # a path separator, "..", a control character, or t
 NONFINITE_FEATURES = "non-finite features"  # a clip whose mels came out NaN or infinite
 
 
+SPEAKER_LABEL_CHARS = 24  # a longer speaker name (Common Voice's 64-hex client_id) is shortened
+
+
+def speaker_label(name: str) -> str:
+    """``name`` as a summary lists it: a name longer than ``SPEAKER_LABEL_CHARS`` (a Common
+    Voice client_id is 64 hex digits) as its first 8 characters and an ellipsis; the
+    manifest and the report keep the whole name."""
+    return name if len(name) <= SPEAKER_LABEL_CHARS else name[:8] + "\u2026"
+
+
 class DatasetError(ValueError):
     """The dataset cannot be read at all (one line naming the path, the cause and the fix).
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from myxtts.data.prepare.records import SPLITS, first_per_reason
+from myxtts.data.prepare.records import SPLITS, first_per_reason, speaker_label
 from myxtts.data.store.format import MANIFEST, REPORT
 
 Rows = list[dict[str, str]]  # {"split", "id", "audio_path", "reason", "detail"}
@@ -68,12 +68,14 @@ def summary_lines(out: Path, split_stats: dict[str, Any], rejected: dict[str, in
         st = split_stats[s]
         lines.append(f"  {s:<5} {st['utterances']:>7} utterances  {st['hours']:8.3f} h  "
                      f"{st['frames']:>10} frames  {len(st['speakers'])} speakers")
+    lines.append("  (hours of the clips kept, after trimming their leading and trailing silence: "
+                 "inspect-data counts every clip whole)")
     lines.append(f"  hours per speaker (train + val), {len(speakers)} speakers:")
     totals = {sp: sum(split_stats[s]["speakers"].get(sp, {}).get("hours", 0.0) for s in SPLITS)
               for sp in speakers}
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
     for sp, h in ranked[:max_speakers]:
-        lines.append(f"    {sp:<24} {h:8.3f} h")
+        lines.append(f"    {speaker_label(sp):<24} {h:8.3f} h")
     if len(ranked) > max_speakers:
         lines.append(f"    ... and {len(ranked) - max_speakers} more (see {out / MANIFEST})")
     if n_rej or fixes:
