@@ -6,16 +6,18 @@ no generator takes is refused by the argument parser (or the config check, for
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 
+from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.data.prepare.chunks import _mp_context, _worker_init
 from tests.bad_inputs.test_files_and_folders import _error
-from tests.helpers import REPO
+from tests.helpers import MICRO_MODEL, REPO
 
 
 @pytest.mark.parametrize("argv", [["config", "show"], ["inspect-data", "{data}"],
@@ -78,3 +80,26 @@ def test_a_worker_count_in_the_thousands_is_refused_before_any_worker_starts(sou
     data = micro_store if source == "store" else micro_store.parent / "data"
     _error(["train", str(data), "--output-dir", str(tmp_path / "run"), "--num-workers",
             "100000"], capsys, "data.num_workers=100000", "per CPU")
+
+
+def test_a_run_folder_removed_while_training_stops_the_run_in_one_line(micro_store, tmp_path,
+                                                                       capsys, monkeypatch):
+    """The run folder is deleted after the first checkpoint: the next save does not make a
+    half-empty folder again (checkpoints without config.yaml or vocab.json) but stops the
+    run with one line naming the folder."""
+    run, real = tmp_path / "run", CheckpointManager.save
+
+    def then_removed(manager, state, step, *a, **k):
+        path = real(manager, state, step, *a, **k)
+        if step == 2:
+            shutil.rmtree(run)
+        return path
+
+    monkeypatch.setattr(CheckpointManager, "save", then_removed)
+    argv = ["train", str(micro_store), "--output-dir", str(run), "--max-steps", "8", "--quiet"]
+    for item in [*MICRO_MODEL, "train.ckpt_every=2", "train.val_every=100",
+                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
+                 "train.device=cpu"]:
+        argv += ["--set", item]
+    line = _error(argv, capsys, f"the run folder {run} was removed", "run stops")
+    assert not run.exists(), line

@@ -27,6 +27,7 @@ class CheckpointManager:
     def __init__(self, directory: Path, keep_last: int):
         self.dir = Path(directory)
         self.keep_last = keep_last
+        self._wrote = False  # a save has made the folder: from then on its parent must stay
 
     def step_paths(self) -> list[Path]:
         found = [(int(m.group(1)), p) for p in self.dir.glob("ckpt_*.pt")
@@ -76,7 +77,13 @@ class CheckpointManager:
 
     def save(self, state: dict[str, Any], step: int, val_loss: float | None = None,
              is_best: bool = False) -> Path:
+        if self._wrote and not self.dir.parent.is_dir():  # not made again, half empty
+            raise ArtifactError(f"the run folder {self.dir.parent} was removed while the run "
+                                f"was writing it: the checkpoint of step {step} is not written "
+                                f"and the run stops; restore the folder to resume it, or start "
+                                f"a new run")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._wrote = True
         path = self.path_of(step)
         previous = self.latest()
         writing = path  # the file a failure names: the one that was being written
