@@ -10,11 +10,13 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import namedtuple
 
 import pytest
 
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
+from myxtts.data.feed import slots
 from myxtts.data.prepare.chunks import _mp_context, _worker_init
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import MICRO_MODEL, REPO
@@ -103,3 +105,15 @@ def test_a_run_folder_removed_while_training_stops_the_run_in_one_line(micro_sto
         argv += ["--set", item]
     line = _error(argv, capsys, f"the run folder {run} was removed", "run stops")
     assert not run.exists(), line
+
+
+def test_a_dev_shm_too_small_for_the_slots_is_one_line_before_any_worker(micro_store, tmp_path,
+                                                                         capsys, monkeypatch):
+    """Docker's default 64 MB /dev/shm (here: 1 MiB free) cannot hold the workers' shared
+    batch slots: the check doctor makes runs before training, in one line with the fix,
+    instead of a worker's bus error mid-epoch."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(slots.shutil, "disk_usage", lambda path: usage(2**20, 0, 2**20))
+    _error(["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--num-workers",
+            "2", "--max-steps", "1"], capsys, "/dev/shm has 1 MiB free", "--num-workers 0",
+           "--shm-size")

@@ -27,7 +27,12 @@ from myxtts.data.feed.collate import Collator
 from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
 from myxtts.data.feed.prefetch import PrefetchFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
-from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
+from myxtts.data.feed.slots import (
+    PREFETCH_PER_WORKER,
+    SlotCollator,
+    check_shared_memory,
+    slot_bytes,
+)
 from myxtts.data.feed.stream import BatchStream, Grouped, StreamPasses
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
@@ -251,8 +256,10 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
         loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
                             num_workers=0, generator=gen)
         return StoreLoader(loader, sampler, None, pin, cfg.data.prefetch_batches, note), sampler
-    slots = SlotCollator(collator, slot_bytes(sampler.shape_table(), store.n_mels,
-                                              cfg.data.ref_frames, transfer=transfer), group)
+    per_slot = slot_bytes(sampler.shape_table(), store.n_mels, cfg.data.ref_frames,
+                          transfer=transfer)
+    check_shared_memory(per_slot, group, workers)
+    slots = SlotCollator(collator, per_slot, group)
     # Persistent workers keep their memmaps, page cache and shared slots across epochs, and
     # one stream of batches runs on across them, ``group`` to a task (``stream``).
     loader = DataLoader(Grouped(dataset) if group > 1 else dataset,

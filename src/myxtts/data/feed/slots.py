@@ -27,13 +27,16 @@ each worker's batches arrive in the order it made them.
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
+from myxtts.config import ConfigError
 from myxtts.data.batch import Batch, BatchShape, numpy_dtype, round_up
 from myxtts.data.feed.collate import Specs, unreferenced
 from myxtts.data.feed.stream import BatchGroup
@@ -48,6 +51,25 @@ HELD_SLOTS = 3
 def slots_per_worker(group: int = 1) -> int:
     """Shared slots each worker owns when ``group`` batches travel per task."""
     return group * PREFETCH_PER_WORKER + HELD_SLOTS
+
+
+SHM = Path("/dev/shm")  # where the slots live on Linux (torch's shared memory)
+
+
+def check_shared_memory(per_slot: int, group: int, workers: int, shm: Path = SHM) -> None:
+    """Before any worker starts: the slots ``workers`` workers own fit the free shared
+    memory, else a ConfigError in one line with the fix (the check ``myxtts doctor``
+    makes). Without it the first worker to fill a slot dies of a bus error mid-epoch."""
+    if workers == 0 or not shm.is_dir():
+        return
+    need = per_slot * slots_per_worker(group) * workers
+    free = shutil.disk_usage(shm).free
+    if need > free:
+        raise ConfigError(f"{shm} has {free / 2**20:.0f} MiB free, and {workers} loader "
+                          f"worker(s) need ~{need / 2**20:.0f} MiB of shared batch slots "
+                          f"({slots_per_worker(group)} of {per_slot / 2**20:.1f} MiB each); use "
+                          f"--num-workers 0 (no shared memory), or a larger {shm} (Docker: "
+                          f"docker run --shm-size=8g)")
 
 
 ALIGN = 64  # byte alignment of every tensor inside a slot
