@@ -18,6 +18,7 @@ from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.data.feed import slots
 from myxtts.data.prepare.chunks import _mp_context, _worker_init
+from myxtts.train import loop
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import MICRO_MODEL, REPO
 
@@ -117,3 +118,30 @@ def test_a_dev_shm_too_small_for_the_slots_is_one_line_before_any_worker(micro_s
     _error(["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--num-workers",
             "2", "--max-steps", "1"], capsys, "/dev/shm has 1 MiB free", "--num-workers 0",
            "--shm-size")
+
+
+def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micro_store,
+                                                                            tmp_path, capsys,
+                                                                            monkeypatch):
+    """The out-of-memory killer takes a loader worker at step 5: not a DataLoader traceback
+    and no checkpoint, but the checkpoint of step 4 and one line with the likely cause and
+    the resume."""
+    real, calls = loop.next_micro, [0]
+
+    def killed_at_step_5(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 5:
+            raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "next_micro", killed_at_step_5)
+    run = tmp_path / "run"
+    argv = ["train", str(micro_store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
+    for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",
+                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
+                 "train.device=cpu"]:
+        argv += ["--set", item]
+    _error(argv, capsys, "a data loader worker died (DataLoader worker (pid 4242) is killed",
+           "out-of-memory killer", "saved at step 4", "run the same command to resume")
+    assert CheckpointManager(run / "checkpoints", 1).latest() == run / "checkpoints" / \
+        "ckpt_00000004.pt"

@@ -192,10 +192,13 @@ class _LoopContext:
         self.engine.model.train()
         if self.dist.rank == 0:  # the first save's host buffers now, not at that save
             self.saver.reserve(self.engine.state_dict())
+        # A dead loader worker is raised by torch's SIGCHLD handler wherever the main thread
+        # is: ``phase`` says what the state is then (``_worker_died``).
+        phase, position = "data", (r.epoch, r.batches_consumed)
         try:
             while r.step < t.max_steps:
                 self.saver.check()  # a save that failed stops the run here, in one line
-                position = (r.epoch, r.batches_consumed)
+                phase, position = "data", (r.epoch, r.batches_consumed)
                 got = next_micro(stream, timer, t.grad_accum_steps,
                                  None if self.dist.enabled else lambda: stop.signum is not None)
                 if got is None:  # a signal between micro-batches: drop the unfinished cycle
@@ -206,6 +209,7 @@ class _LoopContext:
                              f"checkpoint {last}")
                     break
                 micro, frames = got
+                phase = "step"
                 try:
                     self.engine.step(micro)
                 except Exception as e:
@@ -213,6 +217,7 @@ class _LoopContext:
                         raise TrainError(oom_message(micro, self.cfg)) from e
                     raise
                 r.step += 1
+                phase = "after"
                 step = r.step
                 timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
                 if self.eff is not None:
@@ -239,6 +244,12 @@ class _LoopContext:
                         last = self.save()
                     bar.note(f"stopped by signal at step {step}; checkpoint {last}")
                     break
+        except RuntimeError as e:
+            if "DataLoader worker" not in str(e):
+                raise
+            if phase == "data":  # the unfinished cycle's batches are read again on resume
+                r.epoch, r.batches_consumed = position
+            raise TrainError(self._worker_died(e, saving=phase != "step")) from e
         finally:
             stream.close()  # closes the feed: stops an on-the-fly data role's producer now
             # the save in flight is written before the run returns (a signal's stop too);
@@ -246,6 +257,21 @@ class _LoopContext:
             self.saver.close(report=sys.exc_info()[0] is None)
         bar.close()
         return last
+
+    def _worker_died(self, error: RuntimeError, saving: bool) -> str:
+        """A loader worker died (the out-of-memory killer, most often): the last finished
+        step is saved (``saving``: unless it struck inside a step, whose state may be half
+        updated: the newest checkpoint stands), and the one line says so, with the likely
+        cause and the resume."""
+        last = self.save() if saving and self.saved_step != self.record.step else None
+        self.saver.wait(report=False)
+        newest = self.manager.latest()
+        kept = (f"checkpoint {last} saved at step {self.record.step}" if last is not None
+                else f"the newest checkpoint is {newest}" if newest is not None
+                else "no checkpoint was written yet")
+        return (f"a data loader worker died ({str(error).splitlines()[0]}; most likely the "
+                f"out-of-memory killer): {kept}; run the same command to resume, with fewer "
+                f"--num-workers (now {self.data.loader.num_workers}) or --num-workers 0")
 
     def _should_stop(self, stop: StopFlag, step: int) -> bool:
         """Single process: stop at the first step boundary after a signal. Distributed: every
