@@ -269,9 +269,13 @@ class _LoopContext:
         kept = (f"checkpoint {last} saved at step {self.record.step}" if last is not None
                 else f"the newest checkpoint is {newest}" if newest is not None
                 else "no checkpoint was written yet")
-        return (f"a data loader worker died ({str(error).splitlines()[0]}; most likely the "
-                f"out-of-memory killer): {kept}; run the same command to resume, with fewer "
-                f"--num-workers (now {self.data.loader.num_workers}) or --num-workers 0")
+        said = str(error).splitlines()[0].strip()
+        cause = ("a store file truncated or replaced while the run read it, or /dev/shm full: "
+                 "check the data with `myxtts prepare --verify`" if "Bus error" in said
+                 else "most likely the out-of-memory killer")
+        return (f"a data loader worker died ({said}; {cause}): {kept}; run the same command to "
+                f"resume, with fewer --num-workers (now {self.data.loader.num_workers}) or "
+                f"--num-workers 0")
 
     def _should_stop(self, stop: StopFlag, step: int) -> bool:
         """Single process: stop at the first step boundary after a signal. Distributed: every
