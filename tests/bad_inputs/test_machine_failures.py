@@ -23,8 +23,7 @@ from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import MICRO_MODEL, REPO
 
 
-@pytest.mark.parametrize("argv", [["config", "show"], ["inspect-data", "{data}"],
-                                  ["doctor", "{store}"], ["config", "show", "--preset", "base"]])
+@pytest.mark.parametrize("argv", [["config", "show"], ["inspect-data", "{data}"]])
 def test_a_reader_that_stops_reading_ends_every_command_quietly(argv, micro_store):
     argv = [a.format(data=micro_store.parent / "data", store=micro_store) for a in argv]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"),
