@@ -61,9 +61,10 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
         train(cfg, data, progress=False)
 
 
-def full_disk_for_checkpoints(monkeypatch) -> object:
-    """Every checkpoint file (``*.pt``) written from now on fails as on a full disk (ENOSPC);
-    other files are written. Returns the real writer, to put back."""
+def full_disk_for_checkpoints(monkeypatch, suffix: str = ".pt") -> object:
+    """Every checkpoint file (``*.pt``; or whatever ends in ``suffix``, e.g. ``best.pt``)
+    written from now on fails as on a full disk (ENOSPC); other files are written. Returns
+    the real writer, to put back."""
     import errno
 
     from myxtts.artifacts import checkpoint as ck
@@ -71,7 +72,7 @@ def full_disk_for_checkpoints(monkeypatch) -> object:
     real = ck.atomic_write
 
     def full(path, data, *a, **k):
-        if str(path).endswith(".pt"):
+        if str(path).endswith(suffix):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data, *a, **k)
 

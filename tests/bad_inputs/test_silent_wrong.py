@@ -5,7 +5,6 @@ that failed and what survived."""
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 
@@ -20,7 +19,7 @@ from myxtts.data.prepare.records import speaker_label
 from myxtts.data.store.verify import verify_store
 from myxtts.train.engine import step as step_module
 from tests.bad_inputs.test_files_and_folders import _error, _run
-from tests.helpers import MICRO_MODEL
+from tests.helpers import MICRO_MODEL, full_disk_for_checkpoints
 from tests.test_bad_inputs import _wav
 
 
@@ -39,14 +38,7 @@ def test_a_disk_that_fills_after_the_step_checkpoint_names_the_file_that_failed(
     manager = CheckpointManager(tmp_path / "checkpoints", keep_last=2)
     state = {"model": {"w": torch.ones(3)}, ck.PROGRESS: {"step": 2}}
     manager.save(state, 2)
-    real = ck.atomic_write
-
-    def full_at_best(path, data, *a, **k):
-        if str(path).endswith("best.pt"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, data, *a, **k)
-
-    monkeypatch.setattr(ck, "atomic_write", full_at_best)
+    full_disk_for_checkpoints(monkeypatch, suffix="best.pt")
     with pytest.raises(ArtifactError) as e:
         manager.save(state, 4, val_loss=1.0, is_best=True)
     said = str(e.value)
