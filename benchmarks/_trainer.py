@@ -1,14 +1,14 @@
-"""The run the training benchmarks time, built by the function ``myxtts train`` uses
-(``myxtts.train.setup.build_setup``: memory caps, data and its real loader, model, the
-engine with its optimizer, schedule, scaler, moving average, compiled blocks and CUDA
-graphs, prepared for every bucket shape: auto batch sizes, warm-up, capture, shrink), plus
-staged batches and timed windows. A benchmark cannot leave out a part of what the trainer
+"""The run the training benchmarks time: the recipe ``myxtts train`` runs
+(``myxtts.train.tts.TTSRecipe``, set up as training sets it up: memory caps, data and its
+real loader, model, the engine with its optimizer, schedule, scaler, moving average,
+compiled blocks and CUDA graphs, ready for every bucket shape: auto batch sizes, warm-up,
+capture, shrink), plus staged batches and timed windows. A benchmark cannot leave out a part of what the trainer
 does on that device: an arm that differs from ``myxtts train`` differs by config overrides
 only (``--set train.compile=off``, ...), exactly as a user's run would.
 
-A *window* is ``steps`` optimizer steps run exactly as the training loop runs them
-(``train.run.next_micro``: ``StepTimer`` around each fetch of a step's micro-batches; one
-host sync at the end, then the loop's log-step read-back outside the timing). *Pre-staged*
+A *window* is ``steps`` optimizer steps run by the training loop itself
+(``Recipe.run_steps``: ``StepTimer`` around each fetch of a step's micro-batches; one host
+sync at the end, then the loop's log-step read-back outside the timing). *Pre-staged*
 batches sit in device memory before timing: one per bucket shape, replayed in whatever shape
 order a window asks for -- the step's speed of light, since no input pipeline can beat data
 that costs nothing.
@@ -37,14 +37,15 @@ class Trainer:
         import torch
 
         from myxtts.config import load_config
-        from myxtts.train.setup import build_setup
+        from myxtts.train.tts import TTSRecipe
 
         if threads:
             torch.set_num_threads(threads)
         sets = ([f"data.batch_frames={batch_frames}"] if batch_frames else []) + list(overrides)
         cfg = load_config(preset=preset, overrides=[*sets, f"train.output_dir={run_dir}"])
         started = time.perf_counter()
-        self.run = build_setup(cfg, data, None)
+        self.run = TTSRecipe(cfg, data, show_progress=False)
+        self.run.setup()
         self.setup_s = time.perf_counter() - started
         self.cfg, self.engine, self.data = self.run.cfg, self.run.engine, self.run.data
         self.device, self.record = self.run.device, self.run.record
@@ -120,20 +121,16 @@ class Trainer:
     def window(self, batches: Iterator[tuple[dict, int]], n_steps: int, flops: Any = None,
                gpu: Any = None) -> dict[str, float]:
         """``n_steps`` optimizer steps as the loop runs them; one sync at the end."""
-        from myxtts.observe.flops import achieved_tflops, batch_key
+        from myxtts.observe.flops import achieved_tflops
         from myxtts.observe.meters import StepTimer
-        from myxtts.train.run import next_micro
 
         self.sync()  # the previous window's queued work is not this window's
-        keys: list[tuple] = []
+        shapes = ShapeCount()
         if gpu is not None:
             gpu.start()
         timer = StepTimer(self.device)
-        for _ in range(n_steps):
-            micro, frames = next_micro(batches, timer, self.cfg.train.grad_accum_steps)
-            self.engine.step(micro)
-            timer.step_end(sum(int(b["mel_lengths"].shape[0]) for b in micro), frames / self.fps)
-            keys += [batch_key(b) for b in micro]
+        self.run.run_steps(n_steps, source=batches, timer=timer, watch=shapes)
+        keys = shapes.keys
         iv = timer.collect()
         util = gpu.stop() if gpu is not None else None
         self.engine.read()  # the loop's log-step read-back, outside the timing
@@ -152,10 +149,29 @@ class Trainer:
 
         import torch
 
+        self.run.cleanup()
         self.run = self.engine = self.data = None  # type: ignore[assignment]
         gc.collect()
         if self.cuda:
             torch.cuda.empty_cache()
+
+
+class ShapeCount:
+    """A window's view of its steps (``train.recipe.StepWatch``): every batch's shape key."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []
+
+    def fetching(self) -> None:
+        pass  # (the window's timer times the fetch)
+
+    def fetched(self) -> None:
+        pass
+
+    def stepped(self, micro: list[dict], frames: int) -> None:
+        from myxtts.observe.flops import batch_key
+
+        self.keys += [batch_key(b) for b in micro]
 
 
 def staged_fetch(staged: Staged, keys: list[tuple]) -> Iterator[tuple[dict, int]]:
@@ -164,17 +180,15 @@ def staged_fetch(staged: Staged, keys: list[tuple]) -> Iterator[tuple[dict, int]
 
 
 class Paired:
-    """One run fed by its real input path (the loop's ``BatchStream``: loader -> side-stream
+    """One run fed by its real input path (the recipe's stream: loader -> side-stream
     prefetch) and by pre-staged batches in the same shape order, window by window. ``lead``:
     untimed loader steps before each loader window; ``exact``: a batch matches the plan only
     with its real frames too (else its shape alone)."""
 
     def __init__(self, t: Trainer, staged: Staged, lead: int = 0, exact: bool = True) -> None:
-        from myxtts.train.loop import BatchStream
-
         self.t, self.staged, self.lead, self.exact = t, staged, lead, exact
         self.accum = t.cfg.train.grad_accum_steps
-        self.stream = iter(BatchStream(t.cfg, t.data, t.device, t.record))
+        self.stream = t.run.stream()
         self.mismatches = 0
         self.windows: dict[str, list[dict]] = {"loader": [], "pre-staged": []}
         self.plan: list[tuple] = []
@@ -215,7 +229,7 @@ class Paired:
         return out
 
     def close(self) -> None:
-        self.stream.close()  # stops an on-the-fly data role's producer thread
+        self.t.run.close_stream()  # stops an on-the-fly data role's producer thread
 
 
 def loader_ratio(t: Trainer, staged: Staged, steps: int, rounds: int, warmup: int,

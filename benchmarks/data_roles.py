@@ -5,8 +5,8 @@
 
 One raw dataset (default ../shared/data/ljspeech-mini, else a generated demo corpus); per
 preset, four ways to feed the trainer (columns), each through the trainer's own input path
-(a run built as ``myxtts train`` builds it, ``_trainer.Trainer``, read through the loop's
-``BatchStream``) in the trainer's step mode:
+(a run built as ``myxtts train`` builds it, ``_trainer.Trainer``, read through the recipe's
+stream) in the trainer's step mode:
 
 * store: ``myxtts prepare`` first, then the store's loader -> ``DevicePrefetcher`` (baseline);
 * cpu-role: the raw folder, ``data.data_device=cpu``: ``--workers`` loader processes decode

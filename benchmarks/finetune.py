@@ -50,12 +50,17 @@ def config(out: Path, steps: int, *overrides: str):
 def val_loss(checkpoint: Path, store: Path, text: tuple[str, ...]) -> float:
     """The trainer's validation loss of ``checkpoint``'s model on ``store``'s val split (its
     ids mapped into the model's vocabulary, as a fine-tuning run maps them)."""
-    from myxtts.train.setup import build_setup
+    from myxtts.train.tts import TTSRecipe
     from myxtts.train.validate import validation_loss
 
     with tempfile.TemporaryDirectory() as tmp:
-        run = build_setup(config(Path(tmp), 1, *text), store, None, init_from=checkpoint)
-        return validation_loss(run.engine, run.data, run.device)["loss"]
+        run = TTSRecipe(config(Path(tmp), 1, *text), store, init_from=checkpoint,
+                        show_progress=False)
+        run.setup()
+        try:
+            return validation_loss(run.engine, run.data, run.device)["loss"]
+        finally:
+            run.cleanup()
 
 
 def main() -> None:
@@ -75,7 +80,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     root = args.out or Path(tempfile.mkdtemp(prefix="myxtts-finetune-"))
     stores = {}

@@ -8,8 +8,8 @@ eager on CPU; on CUDA compiled and captured as CUDA graphs, after the engine's w
 with ``data.batch_frames=auto``, its measured batch sizes), on the same shapes in the same
 order:
 
-* loader: prepared store -> ``open_train_data`` (``build_loader``) -> the loop's
-  ``BatchStream`` (side-stream prefetch) -> the engine's step;
+* loader: prepared store -> ``open_train_data`` (``build_loader``) -> the recipe's
+  stream (side-stream prefetch) -> the engine's step;
 * pre-staged: the same engine fed batches already in device memory, replaying the
   shape order the loader delivers (the sampler's plan is deterministic, so it is known
   ahead; the table counts any mismatch).

@@ -143,7 +143,7 @@ def main() -> None:
     from myxtts.config import load_config
     from myxtts.data.store import FeatureStore
     from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
-    from myxtts.train.vocoder.loop import train_vocoder
+    from myxtts.train.vocoder.recipe import train_vocoder
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

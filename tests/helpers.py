@@ -47,7 +47,7 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
     from unittest import mock
 
     from myxtts.train.engine.step import TrainStep
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     real, calls = TrainStep.__call__, []
 

@@ -15,7 +15,7 @@ from myxtts.cli.main import main
 @pytest.fixture(scope="package")
 def micro_run(micro_store, tmp_path_factory) -> Path:
     """2 micro steps (checkpoints at step 2 and best.pt); decoding stops at 24 frames."""
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
     from tests.helpers import micro_config
 
     out = tmp_path_factory.mktemp("bad_inputs") / "run"

@@ -22,7 +22,7 @@ from myxtts.evaluate.truth import MAX_LENGTH_RATIO
 from myxtts.inference import evaluation
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.train.loop import train
+from myxtts.train.tts import train
 from tests.bad_inputs.conftest import snapshot
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import micro_config

@@ -18,7 +18,7 @@ from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.data.feed import slots
 from myxtts.data.prepare.chunks import _mp_context, _worker_init
-from myxtts.train import loop
+from myxtts.train import recipe
 from tests.bad_inputs.test_files_and_folders import _error
 from tests.helpers import MICRO_MODEL, REPO
 
@@ -125,7 +125,7 @@ def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micr
     """The out-of-memory killer takes a loader worker at step 5: not a DataLoader traceback
     and no checkpoint, but the checkpoint of step 4 and one line with the likely cause and
     the resume."""
-    real, calls = loop.next_micro, [0]
+    real, calls = recipe.next_micro, [0]
 
     def killed_at_step_5(*args, **kwargs):
         calls[0] += 1
@@ -133,7 +133,7 @@ def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micr
             raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "next_micro", killed_at_step_5)
+    monkeypatch.setattr(recipe, "next_micro", killed_at_step_5)
     run = tmp_path / "run"
     argv = ["train", str(micro_store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
     for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",

@@ -23,7 +23,7 @@ import torch
 from myxtts.cli.main import main
 from myxtts.inference import longform
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.train.loop import BatchStream, train
+from myxtts.train.tts import BatchStream, train
 from tests.helpers import MICRO_MODEL, micro_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -41,7 +41,7 @@ def test_a_store_brings_its_own_text_and_audio_settings(bilingual_store, capsys)
 @pytest.fixture(scope="module")
 def small_run(micro_store, tmp_path_factory):
     """A 2-step run of the micro model with d_model 48 (not the default size)."""
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
     from tests.helpers import micro_config
 
     run = tmp_path_factory.mktemp("settings") / "run"

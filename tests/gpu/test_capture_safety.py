@@ -199,7 +199,7 @@ def test_a_graphed_run_on_the_fly_with_a_broken_clip_never_leaves_its_graphs(tmp
     import soundfile as sf
 
     from myxtts.synthetic import make_demo_data
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     data = make_demo_data(tmp_path / "demo", speakers=2, utterances=8, seed=5)
     victim = sorted(data.rglob("*.wav"))[2]

@@ -177,7 +177,7 @@ def test_a_resumed_cuda_run_matches_the_uninterrupted_one(micro_store, tmp_path)
     bf16 steps, each weight tensor within 1e-3 of its norm (relative L2 distance), and the
     step counts and the data position exact. A per-element bound would be fragile: AdamW's
     normalised update turns a sign flip of a near-zero gradient into a full +-lr step."""
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     common = ("train.max_steps=10", "train.ckpt_every=3", "train.val_every=5",
               "train.device=cuda", "train.compile=off", "data.batch_frames=1200")
@@ -210,7 +210,7 @@ def test_a_default_cuda_run_trains_validates_and_synthesises(micro_store, tmp_pa
 
     from myxtts.train.engine.budget import CACHE_NAME
     from myxtts.train.engine.compile import compiled_graphs
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     cfg = micro_config(tmp_path, "train.device=auto", "train.compile=auto",
                        "train.cuda_graphs=auto", "train.precision=auto", "data.batch_frames=auto",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from myxtts.train.loop import train
+from myxtts.train.tts import train
 from tests.helpers import micro_config
 
 

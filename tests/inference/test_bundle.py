@@ -35,7 +35,7 @@ def bundle(run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def vocoder_run(audio_store, tmp_path_factory):
     from myxtts.config import load_config
-    from myxtts.train.vocoder.loop import train_vocoder
+    from myxtts.train.vocoder.recipe import train_vocoder
 
     out = tmp_path_factory.mktemp("vocoder") / "voc"
     train_vocoder(load_config(overrides=[

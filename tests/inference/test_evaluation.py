@@ -49,7 +49,7 @@ def test_evaluating_in_training_does_not_change_what_trains(micro_store, tmp_pat
     """3 steps with an evaluation after steps 2 and 3 end with the weights of 3 steps without,
     bit for bit: evaluation draws on a forked RNG and leaves the data order alone."""
     from myxtts.artifacts import checkpoint as ck
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
     from tests.helpers import micro_config
 
     states = []

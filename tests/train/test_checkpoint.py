@@ -14,7 +14,7 @@ from myxtts.artifacts.runs import CheckpointManager
 from myxtts.model.xtts import build_model
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine, lr_factor
-from myxtts.train.loop import train
+from myxtts.train.tts import train
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_TOKENS, _batches
 

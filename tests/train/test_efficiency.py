@@ -15,7 +15,7 @@ from myxtts.model.xtts import build_model
 from myxtts.observe.flops import count_flops
 from myxtts.observe.progress import Progress
 from myxtts.train.efficiency import IntervalEfficiency, meta_step_counter
-from myxtts.train.loop import train
+from myxtts.train.tts import train
 from tests.helpers import micro_config
 
 

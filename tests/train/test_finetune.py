@@ -19,7 +19,7 @@ from myxtts.config import ConfigError
 from myxtts.text import Tokenizer
 from myxtts.train import finetune
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import train
+from myxtts.train.tts import train
 from tests.helpers import micro_config
 
 FA = ("text.languages=[fa]", "text.default_language=fa")

@@ -50,7 +50,7 @@ def _cfg(out: Path):
 def trained(tmp_path_factory):
     from myxtts.data.prepare.build import prepare_store
     from myxtts.synthetic import make_demo_data
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     root = tmp_path_factory.mktemp("learn")
     full = make_demo_data(root / "all", speakers=SPEAKERS, utterances=UTTERANCES, seed=11)

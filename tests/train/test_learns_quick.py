@@ -34,7 +34,7 @@ def _last_val(run: Path) -> dict[str, float]:
 
 
 def _tts_val(store: Path, out: Path, steps: int, lr: str) -> dict[str, float]:
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     train(micro_config(out, f"train.max_steps={steps}", f"train.val_every={steps}",
                        f"train.ckpt_every={steps}", f"train.lr={lr}", "train.warmup_steps=20",
@@ -60,7 +60,7 @@ def _vocoder_quality(store: Path, out: Path, steps: int, lr: str) -> dict[str, f
     from myxtts.artifacts.vocoder import load_vocoder
     from myxtts.data.store import FeatureStore
     from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
-    from myxtts.train.vocoder.loop import train_vocoder
+    from myxtts.train.vocoder.recipe import train_vocoder
 
     cfg = load_config(overrides=[
         f"train.output_dir={out}", "train.device=cpu", "train.tensorboard=false",

@@ -16,7 +16,7 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.train.errors import TrainError
-from myxtts.train.loop import oom_message, train
+from myxtts.train.tts import oom_message, train
 from tests.helpers import MICRO_MODEL, micro_config, train_crashing_at
 
 

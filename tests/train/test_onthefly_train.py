@@ -11,7 +11,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.data.feed.ring import SlotRing
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
-from myxtts.train.loop import BatchStream, train
+from myxtts.train.tts import BatchStream, train
 from tests.helpers import micro_config
 
 CPU = torch.device("cpu")

@@ -20,7 +20,7 @@ from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
 from myxtts.train.vocoder.eval import pick_utterances, resynthesis_quality
-from myxtts.train.vocoder.loop import train_vocoder
+from myxtts.train.vocoder.recipe import train_vocoder
 
 STEPS = 1500
 GAN_STEPS = 0  # measured: 10 adversarial steps right after the reconstruction phase RAISE

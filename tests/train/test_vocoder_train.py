@@ -16,7 +16,7 @@ from myxtts.data.store import FeatureStore, StoreError
 from myxtts.train.errors import TrainError
 from myxtts.train.vocoder.data import SegmentBatches
 from myxtts.train.vocoder.engine import VocoderEngine
-from myxtts.train.vocoder.loop import train_vocoder
+from myxtts.train.vocoder.recipe import train_vocoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -115,7 +115,7 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
     import myxtts.artifacts.vocoder as vck_module
     import myxtts.train.validate as validate_module
     from myxtts.model.vocoder.generator import VocosGenerator
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
     from tests.helpers import micro_config
 
     train_vocoder(vocoder_config(tmp_path / "voc", "train.max_steps=1"), audio_store, progress=False)
@@ -143,7 +143,7 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
 
 
 def test_fine_tuning_reads_the_tts_models_teacher_forced_mels(audio_store, tmp_path):
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
     from myxtts.train.vocoder.finetune import teacher_forced_mels
     from tests.helpers import micro_config
 

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from myxtts.data.prepare.build import prepare_store
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
-    from myxtts.train.loop import train
+    from myxtts.train.tts import train
 
     if args.speakers < 2:
         raise CLIError("--speakers must be >= 2 (the demo speaks in two voices)")

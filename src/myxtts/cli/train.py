@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         ("the train.vocoder run", cfg.train.vocoder or None)], create=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(size_line, flush=True)
-    from myxtts.train.loop import train  # deferred: torch
+    from myxtts.train.tts import train  # deferred: torch
 
     with no_empty_folder_left(cfg.train.output_dir):
         result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         ("the data", args.data), ("the --tts-checkpoint run", cfg.vocoder.tts_checkpoint or None)],
         create=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from myxtts.train.vocoder.loop import train_vocoder  # deferred: torch
+    from myxtts.train.vocoder.recipe import train_vocoder  # deferred: torch
 
     with no_empty_folder_left(cfg.train.output_dir):
         result = train_vocoder(cfg, args.data, resume=args.resume, progress=not args.quiet)

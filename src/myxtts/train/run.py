@@ -1,11 +1,10 @@
 """What every trainer's run shares: the folder lock, the stop signal, seeding and the result.
 
-``myxtts train`` (``train.loop``) and ``myxtts train-vocoder`` (``train.vocoder.loop``)
-both run through ``locked_run`` (one writer per run folder), stop at a step boundary on
-SIGINT/SIGTERM (``StopFlag``), seed Python, NumPy and torch the same way
-(``seed_everything``), check the weights before every save (``check_finite_weights``),
-take each step's batches from their feed, timed as data wait (``next_micro``), and return a
-``TrainResult``.
+Every recipe (``train.recipe``: ``myxtts train``, ``myxtts train-vocoder``) runs through
+``locked_run`` (one writer per run folder), stops at a step boundary on SIGINT/SIGTERM
+(``StopFlag``), seeds Python, NumPy and torch the same way (``seed_everything``), checks
+the weights before every save (``check_finite_weights``), takes each step's batches from
+its feed, timed as data wait (``next_micro``), and returns a ``TrainResult``.
 """
 
 from __future__ import annotations

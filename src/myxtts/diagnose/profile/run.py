@@ -1,8 +1,9 @@
 """``myxtts profile``: run the real training setup for a measured window and say what limits it.
 
-The run is built by ``train.setup.build_setup``, exactly as ``myxtts train`` builds it
-(loader, model, precision, compile mode, CUDA graphs, the measured batch sizes, the warm-up
-of every bucket shape), fed by the trainer's own input path (``BatchStream``), and never
+The run is the TTS recipe's (``train.tts.TTSRecipe``), set up exactly as ``myxtts train``
+sets it up (loader, model, precision, compile mode, CUDA graphs, the measured batch sizes,
+the warm-up of every bucket shape), its steps run by the recipe's own loop
+(``Recipe.run_steps``, fed by the trainer's input path) without the events: it never
 writes a checkpoint. After ``WARMUP_STEPS`` untimed steps (loader workers started, the
 prefetch queue full, the allocator warm), ``steps`` steps are timed phase by phase
 (``profile.phases``) while NVML samples the GPU; then the figures go to the rules of
@@ -24,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
-from myxtts.config import Config, ConfigError
+from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.diagnose.profile.phases import COPY, PhaseClock, copy_seconds, phase_stats
 from myxtts.diagnose.profile.verdict import Figures, decide
 from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
@@ -33,9 +34,8 @@ from myxtts.system import available_cpus
 from myxtts.train.data import bucket_shapes, is_store
 from myxtts.train.efficiency import meta_step_counter, resolve_peak
 from myxtts.train.engine import compiled_graphs, native_bf16
-from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.loop import BatchStream, oom_message
-from myxtts.train.setup import TrainSetup, build_setup
+from myxtts.train.errors import TrainError
+from myxtts.train.tts import TTSRecipe
 
 WARMUP_STEPS = 5
 TRACE_STEPS = 5
@@ -55,29 +55,53 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TrainError("myxtts profile measures one process: run it without torchrun")
     started = time.perf_counter()
-    run = build_setup(cfg, data_path, resume)
-    setup_s = time.perf_counter() - started
+    cuda = resolve_device(cfg.train.device, "train.device").type == "cuda"
+    copy_log: list | None = [] if cuda else None
+    run = TTSRecipe(cfg, data_path, resume, show_progress=False, copy_log=copy_log)
+    try:
+        run.setup()
+        return _measure(run, data_path, steps, time.perf_counter() - started, trace_dir, echo)
+    finally:
+        run.cleanup()
+
+
+class _Window:
+    """The measured window's view of each step (``train.recipe.StepWatch``): the phase
+    clock around the fetch, the host's time in the step, the shapes and frames."""
+
+    def __init__(self, clock: PhaseClock) -> None:
+        self.clock = clock
+        self.host: list[float] = []
+        self.keys: list[tuple] = []
+        self.utterances = self.real_frames = self.padded_frames = 0
+        self._h0 = 0.0
+
+    def fetching(self) -> None:
+        self.clock.start()
+
+    def fetched(self) -> None:
+        self.clock.fetched()
+        self._h0 = time.perf_counter()
+
+    def stepped(self, micro: list[dict], frames: int) -> None:
+        self.host.append(time.perf_counter() - self._h0)
+        self.real_frames += frames
+        for batch in micro:
+            key = batch_key(batch)
+            self.keys.append(key)
+            self.utterances += key[0]
+            self.padded_frames += key[0] * key[2]
+
+
+def _measure(run: TTSRecipe, data_path: str | Path, steps: int, setup_s: float,
+             trace_dir: Path | None, echo: Any) -> dict[str, Any]:
     cfg, device, engine = run.cfg, run.device, run.engine
     cuda = device.type == "cuda"
-    copy_log: list | None = [] if cuda else None
-    stream = iter(BatchStream(cfg, run.data, device, run.record, copy_log))
+    copy_log = run.copy_log
     accum = cfg.train.grad_accum_steps
-
-    def fetch() -> list[tuple[dict, int]]:
-        return [next(stream) for _ in range(accum)]
-
-    def step(micro: list[tuple[dict, int]]) -> None:
-        try:
-            engine.step([b for b, _ in micro])
-        except Exception as e:
-            if is_out_of_memory(e):
-                raise TrainError(oom_message([b for b, _ in micro], cfg)) from e
-            raise
-
     echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured"
          + (f" (at least {MIN_GPU_WINDOW_S:g} s)" if cuda else ""))
-    for _ in range(WARMUP_STEPS):
-        step(fetch())
+    run.run_steps(WARMUP_STEPS)
     retries0 = 0
     if cuda:
         torch.cuda.synchronize(device)
@@ -87,27 +111,14 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     graphs0 = compiled_graphs()
     gpu = GpuUtilSampler(device)
     clock = PhaseClock(device)
-    host: list[float] = []
-    keys: list[tuple] = []
-    utterances = real_frames = padded_frames = 0
+    window = _Window(clock)
     gpu.start()
     wall0 = time.perf_counter()
     done = 0
     with engine.timed(clock.mark):
         while done < steps or (cuda and time.perf_counter() - wall0 < MIN_GPU_WINDOW_S):
-            clock.start()
-            micro = fetch()
-            clock.fetched()
-            h0 = time.perf_counter()
-            step(micro)
-            host.append(time.perf_counter() - h0)
+            run.run_steps(1, watch=window)
             done += 1
-            for batch, frames in micro:
-                key = batch_key(batch)
-                keys.append(key)
-                utterances += key[0]
-                real_frames += frames
-                padded_frames += key[0] * key[2]
         clock.finish()
     wall = time.perf_counter() - wall0
     util = gpu.stop()
@@ -116,8 +127,12 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     copies = copy_seconds(copy_log) if copy_log is not None else []
     retries = torch.cuda.memory_stats(device).get("num_alloc_retries", 0) - retries0 if cuda else 0
 
+    keys, host = window.keys, window.host
+    utterances, real_frames, padded_frames = (window.utterances, window.real_frames,
+                                              window.padded_frames)
     stats = phase_stats(clock.steps(), copies)
     fps = cfg.audio.frames_per_second
+    assert run.data is not None
     flops = StepFlops(meta_step_counter(cfg, run.data.vocab_size, len(run.data.languages)))
     tflops = achieved_tflops(flops.total(keys), wall)
     peak = resolve_peak(cfg, device, engine.dtype)
@@ -143,7 +158,7 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     }
     figures = _figures(out, run, data_path, keys, stats)
     out["verdict"] = decide(figures).as_dict()
-    out["trace"] = str(_trace(run, fetch, step, trace_dir)) if trace_dir is not None else None
+    out["trace"] = str(_trace(run, trace_dir)) if trace_dir is not None else None
     return out
 
 
@@ -159,7 +174,7 @@ def _device_info(device: torch.device) -> dict[str, Any]:
             "cpus": available_cpus()}
 
 
-def _setup_info(run: TrainSetup, data_path: str | Path, seconds: float) -> dict[str, Any]:
+def _setup_info(run: TTSRecipe, data_path: str | Path, seconds: float) -> dict[str, Any]:
     cfg, engine = run.cfg, run.engine
     shapes = sorted(set(bucket_shapes(run.data.sampler, cfg)), key=lambda s: s.frames)
     return {"seconds": seconds, "data": str(data_path), "on_the_fly": not is_store(Path(data_path)),
@@ -171,7 +186,7 @@ def _setup_info(run: TrainSetup, data_path: str | Path, seconds: float) -> dict[
             "num_workers": _workers(run), "prefetch_batches": cfg.data.prefetch_batches}
 
 
-def _workers(run: TrainSetup) -> int:
+def _workers(run: TTSRecipe) -> int:
     return run.data.loader.num_workers
 
 
@@ -189,7 +204,7 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "reserved_gib": rss_kib / 2**20, "total_gib": total / 2**30}
 
 
-def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: list[tuple],
+def _figures(out: dict[str, Any], run: TTSRecipe, data_path: str | Path, keys: list[tuple],
              stats: dict) -> Figures:
     cfg, setup, mem = run.cfg, out["setup"], out["memory"]
     cuda = run.device.type == "cuda"
@@ -215,7 +230,7 @@ def _figures(out: dict[str, Any], run: TrainSetup, data_path: str | Path, keys: 
         alloc_retries=out["alloc_retries"], worker_note=getattr(run.data.loader, "worker_note", None))
 
 
-def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:
+def _trace(run: TTSRecipe, trace_dir: Path) -> Path:
     """``TRACE_STEPS`` steps under ``torch.profiler``, after the measured window (the
     profiler's own overhead must not colour the figures), as one Chrome trace file."""
     trace_dir = Path(trace_dir)
@@ -224,8 +239,7 @@ def _trace(run: TrainSetup, fetch: Any, step: Any, trace_dir: Path) -> Path:
     if run.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with torch_profile(activities=activities) as prof:
-        for _ in range(TRACE_STEPS):
-            step(fetch())
+        run.run_steps(TRACE_STEPS)
         if run.device.type == "cuda":
             torch.cuda.synchronize(run.device)
     run.engine.read()

@@ -3,8 +3,9 @@ same roles and names as the TTS trainer.
 
 Map::
 
+    recipe.py      VocoderRecipe, train_vocoder: the run (train.recipe's lifecycle and loop)
+                   and its events: log / validate / samples / checkpoint
     setup.py       build_vocoder_setup: store, engine, resume
-    loop.py        train_vocoder: step / log / validate / samples / checkpoint
     engine.py      VocoderEngine: generator, discriminators, optimizers; one GAN step, no sync
     data.py        SegmentBatches and their DeviceFeed: fixed-length (mel, waveform)
                    segments, batch k from (seed, k)
