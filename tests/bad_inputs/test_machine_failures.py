@@ -144,3 +144,38 @@ def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micr
            "out-of-memory killer", "saved at step 4", "run the same command to resume")
     assert CheckpointManager(run / "checkpoints", 1).latest() == run / "checkpoints" / \
         "ckpt_00000004.pt"
+
+
+_READ_AFTER_TRUNCATION = """
+import os, sys
+from myxtts.data.store import FeatureStore
+store = FeatureStore.open(sys.argv[1], "train")
+first = store.mel(0)  # the file is mapped
+os.truncate(store.path / "train" / sys.argv[2], 0)  # another process shrinks it
+print(float(store.mel(len(store) - 1).astype("float32").sum()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the handler is Linux's")
+def test_a_store_file_truncated_while_mapped_is_one_line_naming_it(micro_store, tmp_path):
+    """A run with 0 loader workers reads the store through memory maps: a file truncated
+    under them raised SIGBUS, and the process died with a bare "Bus error". Now: one line
+    naming the file and the way back, and the signal's exit code."""
+    store = tmp_path / "store"
+    shutil.copytree(micro_store, store)
+    mel_file = next(p.name for p in (store / "train").iterdir() if p.name.startswith("mel"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", _READ_AFTER_TRUNCATION, str(store), mel_file],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 128 + signal.SIGBUS, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(store / "train" / mel_file) in lines[0], done.stderr
+    assert "shrank while this run read it" in lines[0] and "--verify" in lines[0]
+
+
+def test_a_fault_outside_every_store_map_is_said_without_a_name():
+    from myxtts.data.store.mapped import bus_error_line, mapped_file
+
+    assert mapped_file(8) is None
+    assert "a memory-mapped file shrank" in bus_error_line(8)

@@ -2,7 +2,8 @@
 
 ``format`` defines what is on disk, ``writer`` writes it (prepare's last step),
 ``reader`` maps it for training, ``finite`` checks its mels for NaN where they are written
-and trusts the recorded result after, ``verify`` checks everything. Import the public names
+and trusts the recorded result after, ``verify`` checks everything, ``mapped`` maps its files
+(and names one that shrinks under its map). Import the public names
 from here.
 """
 

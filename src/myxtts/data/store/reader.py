@@ -35,6 +35,7 @@ from myxtts.data.store.format import (
     diff_sections,
     read_manifest,
 )
+from myxtts.data.store.mapped import map_file
 from myxtts.outputs import first_bad_name, name_problem
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ class FeatureStore:
     def _map(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         if int(np.prod(shape)) == 0:  # mmap cannot map an empty file
             return np.zeros(shape, dtype=dtype)
-        return np.memmap(self.path / self.split / name, dtype=dtype, mode="r", shape=shape)
+        return map_file(self.path / self.split / name, dtype, shape)
 
     @property
     def mel_array(self) -> np.ndarray:
