@@ -24,6 +24,7 @@ the host reads device-side accumulators only at log steps.
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,7 +57,7 @@ class StepWatch(Protocol):
     def stepped(self, micro: list[Batch], frames: int) -> None: ...
 
 
-class Recipe:
+class Recipe(ABC):
     """The lifecycle and the loop every kind of training shares (module docstring).
 
     A subclass sets ``command`` (what the run folder's lock names), ``events`` (its names
@@ -97,31 +98,31 @@ class Recipe:
         (``resume``); a profile or a benchmark starts from ``resume`` alone."""
         self.resume = self.resume or self.manager.resumable()
 
+    @abstractmethod
     def setup(self) -> None:
         """Data, model and engine, the checkpoint ``resume`` restored; nothing written."""
-        raise NotImplementedError
 
+    @abstractmethod
     def batches(self) -> Iterator[tuple[Batch, int]]:
         """The run's own input path: device batches and their real frames, endlessly (a
         generator: closing it closes the feed)."""
-        raise NotImplementedError
 
     def loop_failure(self, error: RuntimeError) -> Exception | None:
         """The one-line error a failure inside the loop becomes (None: raised as it is)."""
         return None
 
+    @abstractmethod
     def step(self, micro: list[Batch]) -> None:
         """One optimizer step on ``micro`` (an out-of-memory error names the batch and the
         fix); ``record.step`` counts it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def checkpoint_extra(self) -> dict[str, Any]:
         """What a checkpoint holds besides the engine's state and the progress record."""
-        raise NotImplementedError
 
+    @abstractmethod
     def weights_fix(self) -> str:
         """What to change when the weights are non-finite at a save (the setting, its value)."""
-        raise NotImplementedError
 
     def utterances(self, micro: list[Batch]) -> int:
         return sum(int(b["mel_lengths"].shape[0]) for b in micro)
