@@ -18,10 +18,10 @@ from myxtts.audio.io import load_audio
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
-from myxtts.evaluate.truth import MAX_LENGTH_RATIO
 from myxtts.inference import evaluation
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.metrics.truth import MAX_LENGTH_RATIO
 from myxtts.train.loop import train
 from tests.bad_inputs.conftest import snapshot
 from tests.bad_inputs.test_files_and_folders import _error

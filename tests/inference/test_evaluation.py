@@ -15,8 +15,8 @@ from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.artifacts.trained import load_trained
 from myxtts.cli.main import main
 from myxtts.config import config_from_dict
-from myxtts.evaluate import EvaluationError, missing
 from myxtts.inference.evaluation import pick_cases
+from myxtts.metrics import EvaluationError, missing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CHEAP = ("mcd_db", "f0_rmse_cents", "voicing_error", "duration_ratio")

@@ -4,7 +4,7 @@ ground truth.
 Each utterance picked from DATA (its validation split, the one ``prepare`` makes with the
 run's data settings, or every utterance with ``split="all"``) is spoken by the model in the
 voice of ANOTHER clip of the same speaker (cloning, never copying the target), and three
-clips are scored with every metric of ``evaluate.scorer``:
+clips are scored with every metric of ``metrics.scorer``:
 
     model           what the model says, through its vocoder (a bundle's, --vocoder, or
                     Griffin-Lim)
@@ -39,11 +39,11 @@ from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.data.store.format import SPLITS
-from myxtts.evaluate import EvaluationError
-from myxtts.evaluate.scorer import ClipScores, Scorer
-from myxtts.evaluate.truth import MAX_LENGTH_RATIO, length_cap
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.metrics import EvaluationError
+from myxtts.metrics.scorer import ClipScores, Scorer
+from myxtts.metrics.truth import MAX_LENGTH_RATIO, length_cap
 from myxtts.outputs import safe_name
 from myxtts.text import clean_text
 

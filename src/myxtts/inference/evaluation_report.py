@@ -14,9 +14,9 @@ from typing import Any
 
 from myxtts.artifacts.evaluation import json_safe
 from myxtts.config.bounds import count
-from myxtts.evaluate.report import cell, table
-from myxtts.evaluate.scorer import METRICS, summarize
 from myxtts.inference.evaluation import ROWS, Evaluation
+from myxtts.metrics.scorer import METRICS, summarize
+from myxtts.metrics.table import cell, table
 from myxtts.system import atomic_write
 
 JSON_FILE, CSV_FILE = "evaluation.json", "utterances.csv"

@@ -4,9 +4,9 @@ on a fixed set of validation utterances, logged and kept as the run's last evalu
 The first ``train.eval_utterances`` validation utterances (the same at every evaluation,
 each once) are decoded free-running as the trainer's samples are (``validate.free_running``:
 the weights' average, eager blocks, fp32, a forked RNG, here always seeded alike), cut at
-``evaluate.truth.MAX_LENGTH_RATIO`` times their true length as ``myxtts evaluate`` cuts
+``metrics.truth.MAX_LENGTH_RATIO`` times their true length as ``myxtts evaluate`` cuts
 them, and voiced by the samples' vocoder. Each is scored against its ground-truth mel voiced by the SAME
-vocoder (``evaluate.scorer``): MCD after DTW, log-F0 RMSE, voicing error, duration ratio
+vocoder (``metrics.scorer``): MCD after DTW, log-F0 RMSE, voicing error, duration ratio
 and, with resemblyzer installed, speaker similarity to that vocoded truth. Voicing both
 sides alike measures the model, not the vocoder. ASR and DNSMOS are left to ``myxtts
 evaluate`` (seconds per clip on a CPU).
@@ -28,9 +28,9 @@ import torch
 from myxtts.artifacts.evaluation import write_evaluation
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
-from myxtts.evaluate import missing
-from myxtts.evaluate.scorer import Scorer, summarize
-from myxtts.evaluate.truth import length_cap
+from myxtts.metrics import missing
+from myxtts.metrics.scorer import Scorer, summarize
+from myxtts.metrics.truth import length_cap
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
 from myxtts.train.validate import free_running, sample_vocoder

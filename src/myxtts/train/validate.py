@@ -20,7 +20,7 @@ from myxtts.audio.io import save_wav
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
 from myxtts.data.feed.prefetch import DevicePrefetcher
-from myxtts.evaluate.dtw import dtw_l1
+from myxtts.metrics.dtw import dtw_l1
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
 

@@ -10,10 +10,15 @@ One module per family, each small and tested on cases with known answers:
     asr        intelligibility: CER/WER of a recognizer's transcript (pocketsphinx, whisper)
     mos        predicted quality: DNSMOS P.835 SIG/BAK/OVRL (``speechmos`` + ``onnxruntime``)
 
+``scorer`` runs the families on one clip and summarises many; ``table`` lays the summaries
+out per language, a row per kind of audio.
+
 ``dtw``, ``cepstrum``, ``pitch`` and ``truth`` need only numpy and torch (the trainer scores
 its samples with them); ``speaker``, ``asr`` and ``mos`` need the optional packages of
 ``pip install "myxtts[eval]"``, whose wheels carry their model weights, so nothing is
 downloaded. ``require`` names what is missing in one line.
+
+A leaf: the metrics import only ``audio``, ``text`` and ``config``.
 """
 
 from __future__ import annotations
