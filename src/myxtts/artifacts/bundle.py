@@ -11,7 +11,7 @@ fraction of a training checkpoint; no pickle, so reading one runs no code.
 Integrity: the metadata key ``myxtts.sha256`` holds a SHA-256 over every byte of the file,
 computed with its own 64 digits written as zeros. A copy that lost or changed a byte is
 refused in one line naming the file. A checksum proves the file is what was written, not
-that myxtts wrote it, so every field read back is checked as well (``artifacts.validate``:
+that myxtts wrote it, so every field read back is checked as well (``artifacts.readback``:
 JSON nesting bounded, config, vocabulary, every weight's shape and kind against the
 config's model, mel statistics, finite numbers), and so is the checkpoint being exported.
 """
@@ -32,14 +32,14 @@ from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.evaluation import read_evaluation
-from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.artifacts.validate import (
+from myxtts.artifacts.readback import (
     BUNDLE_FORMAT_KEY,
     check_model,
     check_vocoder,
     file_kind,
     json_field,
 )
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.config import config_from_dict
 from myxtts.config.bounds import TooLarge, excerpt, loads_json
 from myxtts.outputs import FileKind
@@ -108,7 +108,7 @@ def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, t
 
 def tts_checkpoint(file: Path, named: str | Path) -> dict[str, Any]:
     """The state of the TTS checkpoint ``file``, every model field checked against its config
-    (``artifacts.validate``); a vocoder's is refused, naming ``named`` as the user gave it."""
+    (``artifacts.readback``); a vocoder's is refused, naming ``named`` as the user gave it."""
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{named} is a vocoder run; give a TTS run here and the vocoder as "

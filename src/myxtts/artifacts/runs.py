@@ -12,7 +12,7 @@ from typing import Any
 
 from myxtts.artifacts.checkpoint import load, save
 from myxtts.artifacts.errors import ArtifactError
-from myxtts.artifacts.validate import file_kind
+from myxtts.artifacts.readback import file_kind
 from myxtts.system import atomic_write
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,14 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.bundle import Trained, is_bundle, read_bundle, tts_checkpoint
 from myxtts.artifacts.evaluation import read_evaluation
+from myxtts.artifacts.readback import file_kind
 from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.artifacts.validate import file_kind
 
 
 def load_trained(path: str | Path, raw_weights: bool = False) -> Trained:
     """The model a run folder, a checkpoint file or a bundle of ``myxtts export`` holds (a
     run folder whose ``best.pt`` is a bundle too), every field checked before use
-    (``artifacts.validate``)."""
+    (``artifacts.readback``)."""
     file = path if is_bundle(path) else resolve_checkpoint(path)
     if file_kind(file) == "bundle" or is_bundle(file):
         return read_bundle(file)
