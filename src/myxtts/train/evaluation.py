@@ -2,7 +2,7 @@
 on a fixed set of validation utterances, logged and kept as the run's last evaluation.
 
 The first ``train.eval_utterances`` validation utterances (the same at every evaluation,
-each once) are decoded free-running as the trainer's samples are (``validate.free_running``:
+each once) are decoded free-running as the trainer's samples are (``samples.free_running``:
 the weights' average, eager blocks, fp32, a forked RNG, here always seeded alike), cut at
 ``metrics.truth.MAX_LENGTH_RATIO`` times their true length as ``myxtts evaluate`` cuts
 them, and voiced by the samples' vocoder. Each is scored against its ground-truth mel voiced by the SAME
@@ -33,7 +33,7 @@ from myxtts.metrics.scorer import Scorer, summarize
 from myxtts.metrics.truth import length_cap
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
-from myxtts.train.validate import free_running, sample_vocoder
+from myxtts.train.samples import free_running, sample_vocoder
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,9 @@ from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.evaluation import TrainingEvaluation
 from myxtts.train.finetune import check_new_run
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
+from myxtts.train.samples import synthesize_samples
 from myxtts.train.setup import build_setup
-from myxtts.train.validate import synthesize_samples, validation_loss
+from myxtts.train.validation import validation_loss
 
 log = logging.getLogger(__name__)
 
