@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     require(*packages(args.asr))  # before any model loads: one line naming what is missing
 
     # deferred: torch and the model; `myxtts --help` starts without them
-    from myxtts.inference.evaluation import evaluate
-    from myxtts.inference.evaluation_report import AUDIO_DIR, staging, text_report, to_json, write
+    from myxtts.evaluate.harness import evaluate
+    from myxtts.evaluate.report import AUDIO_DIR, staging, text_report, to_json, write
 
     stage = staging(out) if out is not None else None
     with no_empty_folder_left(out) if out is not None else contextlib.nullcontext():

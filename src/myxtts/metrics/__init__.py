@@ -18,7 +18,8 @@ its samples with them); ``speaker``, ``asr`` and ``mos`` need the optional packa
 ``pip install "myxtts[eval]"``, whose wheels carry their model weights, so nothing is
 downloaded. ``require`` names what is missing in one line.
 
-A leaf: the metrics import only ``audio``, ``text`` and ``config``.
+A leaf: the metrics import only ``audio``, ``text`` and ``config``; what runs them on a
+model (``myxtts evaluate``, the evaluation in training) is ``myxtts.evaluate``.
 """
 
 from __future__ import annotations

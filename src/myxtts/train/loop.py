@@ -33,8 +33,8 @@ from myxtts.train.distributed import DistInfo, gather
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.engine import TrainEngine
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.evaluation import TrainingEvaluation
 from myxtts.train.finetune import check_new_run
+from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 from myxtts.train.samples import synthesize_samples
 from myxtts.train.setup import build_setup
@@ -44,15 +44,23 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-          progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
+          progress: bool = True, init_from: str | Path | None = None,
+          evaluation: EvaluationFactory | None = None) -> TrainResult:
     """Train into ``cfg.train.output_dir``, which this process locks while it writes.
-    ``init_from``: a trained run or checkpoint to fine-tune (a new run: ``train.finetune``)."""
+    ``init_from``: a trained run or checkpoint to fine-tune (a new run: ``train.finetune``);
+    ``evaluation``: what scores the run every ``train.eval_every`` steps (``train.hooks``),
+    needed when that is set."""
+    if cfg.train.eval_every and evaluation is None:
+        raise TrainError(f"train.eval_every={cfg.train.eval_every} but no evaluation was given "
+                         f"to train(): pass evaluation=TrainingEvaluation "
+                         f"(myxtts.evaluate.training), as `myxtts train` does")
     return locked_run(cfg.train.output_dir, "myxtts train", _train, cfg, data_path, resume,
-                      progress, init_from)
+                      progress, init_from, evaluation)
 
 
 def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-           progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
+           progress: bool = True, init_from: str | Path | None = None,
+           evaluation: EvaluationFactory | None = None) -> TrainResult:
     out = Path(cfg.train.output_dir)
     check_new_run(out, resume, init_from)
     manager = CheckpointManager(out / "checkpoints", cfg.train.keep_last)
@@ -77,7 +85,9 @@ def _train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
         log.info("model %s: %.2f M parameters on %s, precision %s, %s step, %d train batches/epoch",
                  cfg.model.preset, n_params / 1e6, run.device, str(engine.dtype).replace("torch.", ""),
                  engine.mode, len(data.sampler))
-    ctx = _LoopContext(cfg, data, engine, manager, logger, dist, run.device, out, record)
+    scoring = evaluation(cfg, data, run.device, out) \
+        if evaluation is not None and cfg.train.eval_every else None
+    ctx = _LoopContext(cfg, data, engine, manager, logger, dist, run.device, out, record, scoring)
     finished = False
     try:
         with StopFlag() as stop:
@@ -126,8 +136,10 @@ class BatchStream:
 class _LoopContext:
     def __init__(self, cfg: Config, data: TrainData, engine: TrainEngine,
                  manager: CheckpointManager, logger: MetricLogger, dist: DistInfo,
-                 device: torch.device, out: Path, record: ck.TrainingProgress):
+                 device: torch.device, out: Path, record: ck.TrainingProgress,
+                 evaluation: StepEvaluation | None = None):
         self.cfg, self.data, self.engine = cfg, data, engine
+        self.evaluation = evaluation  # called every train.eval_every steps (train.hooks)
         self.manager, self.logger, self.dist, self.device, self.out = manager, logger, dist, device, out
         self.record = record
         self.stream = BatchStream(cfg, data, device, record)
@@ -188,8 +200,7 @@ class _LoopContext:
         bar = Progress(total=t.max_steps, initial=r.step, enabled=show)
         stream = iter(self.stream)
         last: Path | None = None
-        evaluation = TrainingEvaluation(self.cfg, self.data, self.device, self.out) \
-            if t.eval_every else None
+        evaluation = self.evaluation
         self.engine.model.train()
         if self.dist.rank == 0:  # the first save's host buffers now, not at that save
             self.saver.reserve(self.engine.state_dict())

@@ -3,7 +3,7 @@ model, voiced by the run's vocoder (or Griffin-Lim), saved, logged and compared 
 ground-truth mels.
 
 ``free_running`` and ``sample_vocoder`` are how every sample of a run is made; the
-evaluation in training (``train.evaluation``) decodes and voices its utterances
+evaluation in training (``myxtts.evaluate.training``) decodes and voices its utterances
 with them too.
 """
 

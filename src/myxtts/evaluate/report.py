@@ -1,5 +1,5 @@
 """What ``myxtts evaluate`` shows and writes: the table per language, the JSON summary and
-the per-utterance CSV (``inference.evaluation`` measures)."""
+the per-utterance CSV (``evaluate.harness`` measures)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from myxtts.artifacts.evaluation import json_safe
 from myxtts.config.bounds import count
-from myxtts.inference.evaluation import ROWS, Evaluation
+from myxtts.evaluate.harness import ROWS, Evaluation
+from myxtts.evaluate.record import json_safe
 from myxtts.metrics.scorer import METRICS, summarize
 from myxtts.metrics.table import cell, table
 from myxtts.system import atomic_write

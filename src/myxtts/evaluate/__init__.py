@@ -1,0 +1,14 @@
+"""Evaluation: a trained model scored with the speech metrics, offline or during training.
+
+An application layer above ``inference`` and ``train`` (it runs the synthesizer and the
+trainer's sampling) and below the command line:
+
+    harness   myxtts evaluate: the model, its vocoded truth and the truth, scored per
+              utterance of a dataset's or store's held-out split
+    report    what myxtts evaluate shows and writes (table, JSON, per-utterance CSV)
+    training  the evaluation every ``train.eval_every`` steps, handed to the training loop
+              from above (``train.hooks``)
+    record    a run's last evaluation in training (``RUN/evaluation.json``)
+
+The metrics themselves are ``myxtts.metrics``, a leaf that knows nothing of models.
+"""
