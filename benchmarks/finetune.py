@@ -51,7 +51,7 @@ def val_loss(checkpoint: Path, store: Path, text: tuple[str, ...]) -> float:
     """The trainer's validation loss of ``checkpoint``'s model on ``store``'s val split (its
     ids mapped into the model's vocabulary, as a fine-tuning run maps them)."""
     from myxtts.train.tts import TTSRecipe
-    from myxtts.train.validate import validation_loss
+    from myxtts.train.validation import validation_loss
 
     with tempfile.TemporaryDirectory() as tmp:
         run = TTSRecipe(config(Path(tmp), 1, *text), store, init_from=checkpoint,

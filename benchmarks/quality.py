@@ -57,8 +57,8 @@ def main() -> None:
     from myxtts.config import load_config
     from myxtts.data.prepare.build import prepare_store
     from myxtts.data.store import FeatureStore
-    from myxtts.evaluate.report import COLUMNS, table
-    from myxtts.evaluate.scorer import Scorer, summarize
+    from myxtts.metrics.scorer import Scorer, summarize
+    from myxtts.metrics.table import COLUMNS, table
 
     device = torch.device("cpu")
     cfg = load_config(overrides=["data.store_audio=true", "data.val_fraction=0.2"])

@@ -1,4 +1,5 @@
-"""Shared fixtures: small generated datasets and stores (helpers.py holds the plain helpers)."""
+"""Shared fixtures: small generated datasets and stores, and one trained micro run (helpers.py
+holds the plain helpers)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,19 @@ def audio_store(tmp_path_factory) -> Path:
     cfg = micro_config(root / "unused", "data.store_audio=true")
     prepare_store(data, root / "store", cfg, workers=1, progress=False, echo=lambda *a: None)
     return root / "store"
+
+
+@pytest.fixture(scope="session")
+def evaluated_run(micro_store, tmp_path_factory) -> Path:
+    """A run folder of 4 micro steps on ``micro_store`` (checkpoints at step 4 and best.pt,
+    and the evaluation of 2 validation utterances at step 4 in evaluation.json), trained
+    once for the inference and the evaluation tests; the decoder never learns to stop, so
+    every utterance decodes to ``max_decoder_frames`` (48) unless a test lowers it."""
+    from myxtts.evaluate.training import TrainingEvaluation
+    from myxtts.train.tts import train
+
+    out = tmp_path_factory.mktemp("evaluated") / "run"
+    train(micro_config(out, "train.max_steps=4", "model.max_decoder_frames=48",
+                       "train.eval_every=4", "train.eval_utterances=2"), micro_store,
+          progress=False, evaluation=TrainingEvaluation)
+    return out

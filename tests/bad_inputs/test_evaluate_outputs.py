@@ -13,15 +13,16 @@ import logging
 import numpy as np
 import pytest
 
-from myxtts.artifacts.evaluation import read_evaluation
 from myxtts.audio.io import load_audio
 from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
-from myxtts.evaluate.truth import MAX_LENGTH_RATIO
-from myxtts.inference import evaluation
+from myxtts.evaluate import harness
+from myxtts.evaluate.record import read_evaluation
+from myxtts.evaluate.training import TrainingEvaluation
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.metrics.truth import MAX_LENGTH_RATIO
 from myxtts.train.tts import train
 from tests.bad_inputs.conftest import snapshot
 from tests.bad_inputs.test_files_and_folders import _error
@@ -65,7 +66,7 @@ def test_an_evaluation_stopped_half_way_leaves_the_previous_one_whole(micro_run,
         save_wav(audio_dir / "new.model.wav", np.zeros(100, np.float32), 22050)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluation, "evaluate", stopped)
+    monkeypatch.setattr(harness, "evaluate", stopped)
     rc = main(["evaluate", str(micro_run), str(micro_store.parent / "data"), "--out", str(out),
                "--keep-audio", "--asr", "none", "--device", "cpu"])
     assert rc == 130
@@ -91,7 +92,7 @@ def test_max_spreads_the_choice_over_the_languages(tmp_path):
     data = _lj(tmp_path / "data", rows)
     cfg = load_config(overrides=["text.languages=[en,fa]"])
     for seed in range(10):
-        cases, _ = evaluation.pick_cases(data, cfg, "all", ["en", "fa"], 4, seed)
+        cases, _ = harness.pick_cases(data, cfg, "all", ["en", "fa"], 4, seed)
         assert sorted({c.language for c in cases}) == ["en", "fa"], (seed, cases)
         assert len(cases) == 4
 
@@ -102,13 +103,13 @@ def test_a_reference_that_cannot_be_used_gives_way_to_another_clip_of_the_speake
     short, long = _wav(tmp_path / "short.wav", 0.3), _wav(tmp_path / "long.wav", 2.0)
     sr = synth.cfg.audio.sample_rate
     load = {p: (lambda p=p: load_audio(p, synth.cfg.audio)) for p in (short, long)}
-    case = evaluation.Case("u1", "the cat sat", "en", "anna", "short", load[long], load[short],
+    case = harness.Case("u1", "the cat sat", "en", "anna", "short", load[long], load[short],
                            [("long", load[long])])
-    chosen, latents = evaluation._with_usable_reference(synth, case)
+    chosen, latents = harness._with_usable_reference(synth, case)
     assert chosen.reference_id == "long" and len(chosen.load_reference()) > sr
     assert latents.shape[0] == 1
     with pytest.raises(SynthesisError, match="no usable reference clip of speaker anna among 1"):
-        evaluation._with_usable_reference(synth, evaluation.Case(
+        harness._with_usable_reference(synth, harness.Case(
             "u1", "t", "en", "anna", "short", load[long], load[short]))
 
 
@@ -137,7 +138,7 @@ def test_rows_left_out_or_doubtful_are_each_said(tmp_path):
             ("short0", "a short one", "en"), ("tel0", "over the phone", "en")]),
         encoding="utf-8")
     cfg = load_config(overrides=["data.max_duration_s=20"])
-    cases, notes = evaluation.pick_cases(data, cfg, "all", ["en"], 20, 0)
+    cases, notes = harness.pick_cases(data, cfg, "all", ["en"], 20, 0)
     said = " | ".join(notes)
     assert sorted(c.id for c in cases) == ["tel0", "u0", "u1", "u2", "u3"], said
     assert "1 utterance in fr left out: the model speaks en" in said
@@ -155,7 +156,7 @@ def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_ca
     run = tmp_path / "run"
     train(micro_config(run, "train.max_steps=2", "train.eval_every=2", "train.eval_utterances=8",
                        "model.max_decoder_frames=2000", "data.batch_frames=2400"), micro_store,
-          progress=False)
+          progress=False, evaluation=TrainingEvaluation)
     done = read_evaluation(run)
     assert done["utterances"] == n_val < 8
     assert done["metrics"]["duration_ratio"] <= MAX_LENGTH_RATIO + 0.05
@@ -164,7 +165,7 @@ def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_ca
 def test_a_short_reference_is_warned_about_once_per_utterance(micro_run, tmp_path, caplog):
     data = _lj(tmp_path / "data", {f"u{i}": ("anna", "en", 0.6) for i in range(2)})
     with caplog.at_level(logging.WARNING, logger="myxtts.inference.synthesizer"):
-        ev = evaluation.evaluate(micro_run, data, max_utterances=1, split="all", asr="none",
+        ev = harness.evaluate(micro_run, data, max_utterances=1, split="all", asr="none",
                                  device="cpu")
     said = [r.getMessage() for r in caplog.records if "under half" in r.getMessage()]
     assert len(ev.cases) == 1 and len(said) == 1, said

@@ -87,7 +87,7 @@ def test_long_text_is_decoded_window_by_window_and_written_as_it_goes(run, ref, 
 
 def test_samples_are_synthesised_in_fp32_even_inside_autocast(tmp_path):
     from myxtts.config import load_config
-    from myxtts.train.validate import synthesize_samples
+    from myxtts.train.samples import synthesize_samples
 
     seen = []
 

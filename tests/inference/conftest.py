@@ -1,4 +1,4 @@
-"""The inference tests' trained run: one micro model, trained once for the whole package."""
+"""The inference tests' trained run and an untrained bilingual model."""
 
 from __future__ import annotations
 
@@ -6,21 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from myxtts.train.tts import train
 from tests.helpers import micro_config
 
 
 @pytest.fixture(scope="package")
-def run(micro_store, tmp_path_factory) -> Path:
-    """A run folder of 4 micro steps on ``micro_store`` (checkpoints at step 4 and best.pt,
-    and the evaluation of 2 validation utterances at step 4 in evaluation.json); the decoder
-    never learns to stop, so every utterance decodes to ``max_decoder_frames`` (48) unless a
-    test lowers it."""
-    out = tmp_path_factory.mktemp("inference") / "run"
-    train(micro_config(out, "train.max_steps=4", "model.max_decoder_frames=48",
-                       "train.eval_every=4", "train.eval_utterances=2"), micro_store,
-          progress=False)
-    return out
+def run(evaluated_run) -> Path:
+    """The suite's trained micro run (``tests/conftest.py``: 4 steps, decoding to 48 frames
+    unless a test lowers ``max_decoder_frames``)."""
+    return evaluated_run
 
 
 # A Persian + English paragraph: its sentences alternate between the two languages, and the

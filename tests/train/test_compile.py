@@ -20,7 +20,8 @@ from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.compile import BLOCK_TYPES
 from myxtts.train.engine.optim import build_optimizer, build_scheduler
 from myxtts.train.engine.step import TrainStep
-from myxtts.train.validate import synthesize_samples, validation_loss
+from myxtts.train.samples import synthesize_samples
+from myxtts.train.validation import validation_loss
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_MELS, N_TOKENS, _batches
 

@@ -16,7 +16,7 @@ from myxtts.model.xtts import build_model
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
-from myxtts.train.validate import validation_loss, validation_sums
+from myxtts.train.validation import validation_loss, validation_sums
 from tests.helpers import MICRO_MODEL, micro_config
 
 CPU = torch.device("cpu")

@@ -141,7 +141,7 @@ def test_a_decay_outside_its_range_is_refused(tmp_path):
 
 def test_validation_evaluates_the_average(micro_store, tmp_path, one_thread):
     from myxtts.train.data import open_train_data
-    from myxtts.train.validate import validation_loss
+    from myxtts.train.validation import validation_loss
 
     cfg = micro_config(tmp_path, "train.ema_decay=0.5")
     data = open_train_data(cfg, micro_store, CPU, DistInfo(), None)

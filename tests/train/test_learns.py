@@ -149,13 +149,13 @@ def test_free_running_synthesis_stops_near_the_true_length(free_running):
 
 
 def test_free_running_mels_are_close_to_the_ground_truth(free_running):
-    from myxtts.evaluate.dtw import dtw_l1
+    from myxtts.metrics.dtw import dtw_l1
 
     mels, out_len, truths, others, synth = free_running
     std = synth.model.mel_std.numpy()
     model = np.array([dtw_l1(mels[b, :out_len[b]], t, std) for b, t in enumerate(truths)])
     wrong_words = np.array([dtw_l1(o, t, std) for o, t in zip(others, truths)])
-    # DTW-aligned normalised log-mel L1 (see myxtts.evaluate.dtw), medians over the 8
+    # DTW-aligned normalised log-mel L1 (see myxtts.metrics.dtw), medians over the 8
     # sentences. Baselines: the same speaker saying another sentence (real speech, right
     # voice, wrong words) 0.56; an untrained model 0.58; a constant mean frame 0.66.
     # Runs: 0.258 (seed 1234), 0.259 (seed 7). Earlier settings: pure teacher forcing (r=3,

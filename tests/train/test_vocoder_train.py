@@ -113,7 +113,7 @@ def test_fp16_is_refused_for_the_gan():
 def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_store, tmp_path,
                                                            monkeypatch):
     import myxtts.artifacts.vocoder as vck_module
-    import myxtts.train.validate as validate_module
+    import myxtts.train.samples as samples_module
     from myxtts.model.vocoder.generator import VocosGenerator
     from myxtts.train.tts import train
     from tests.helpers import micro_config
@@ -129,7 +129,7 @@ def test_a_tts_run_voices_its_samples_with_a_given_vocoder(audio_store, micro_st
             real_waveforms(mels, lengths)
         return gen
 
-    monkeypatch.setattr(validate_module, "load_vocoder", spying_load)  # where the samples load it
+    monkeypatch.setattr(samples_module, "load_vocoder", spying_load)  # where the samples load it
     cfg = micro_config(tmp_path / "tts", "train.max_steps=2", "train.synth_every=2",
                        "model.max_decoder_frames=16", f"train.vocoder={tmp_path / 'voc'}")
     train(cfg, micro_store, progress=False)

@@ -8,6 +8,6 @@
     vocoder     vocoder checkpoints, their mel definition (hash) and loading a generator
     bundle      the portable model of ``myxtts export`` (safetensors, checksummed)
     trained     a trained TTS model from a run folder, a checkpoint or a bundle
-    evaluation  a run's last evaluation in training (``evaluation.json``)
+    readback    every field of a file read back, checked before use; what a file is
     errors      ArtifactError: a file that cannot be used, named with the fix
 """

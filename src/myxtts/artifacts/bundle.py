@@ -4,14 +4,15 @@
 them), its config, vocabulary (the language table with it), mel statistics and, optionally,
 a trained vocoder's generator as ONE safetensors file: tensors ``model.NAME``,
 ``vocoder.NAME``, ``mel_mean`` and ``mel_std``; config, vocabulary, the vocoder's config and
-the run's last evaluation in training (``artifacts.evaluation``, where it has one) as JSON
-strings in the file's metadata. No optimizer, scheduler or random state, so it is a
-fraction of a training checkpoint; no pickle, so reading one runs no code.
+the run's last evaluation in training (given by the caller: ``myxtts export`` reads the
+run's ``evaluation.json`` with ``myxtts.evaluate.record``) as JSON strings in the file's
+metadata. No optimizer, scheduler or random state, so it is a fraction of a training
+checkpoint; no pickle, so reading one runs no code.
 
 Integrity: the metadata key ``myxtts.sha256`` holds a SHA-256 over every byte of the file,
 computed with its own 64 digits written as zeros. A copy that lost or changed a byte is
 refused in one line naming the file. A checksum proves the file is what was written, not
-that myxtts wrote it, so every field read back is checked as well (``artifacts.validate``:
+that myxtts wrote it, so every field read back is checked as well (``artifacts.readback``:
 JSON nesting bounded, config, vocabulary, every weight's shape and kind against the
 config's model, mel statistics, finite numbers), and so is the checkpoint being exported.
 """
@@ -31,15 +32,14 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts import vocoder as vck
 from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.errors import ArtifactError
-from myxtts.artifacts.evaluation import read_evaluation
-from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.artifacts.validate import (
+from myxtts.artifacts.readback import (
     BUNDLE_FORMAT_KEY,
     check_model,
     check_vocoder,
     file_kind,
     json_field,
 )
+from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.config import config_from_dict
 from myxtts.config.bounds import TooLarge, excerpt, loads_json
 from myxtts.outputs import FileKind
@@ -72,7 +72,7 @@ class Trained:
     mel_std: torch.Tensor
     vocoder_config: dict[str, Any] | None = None
     vocoder: dict[str, torch.Tensor] | None = None
-    evaluation: dict[str, Any] | None = None  # the run's last evaluation in training
+    evaluation: dict[str, Any] | None = None  # the run's last evaluation, as a bundle carries it
 
 
 @dataclass
@@ -108,7 +108,7 @@ def model_weights(state: dict[str, Any], raw: bool = False) -> tuple[dict[str, t
 
 def tts_checkpoint(file: Path, named: str | Path) -> dict[str, Any]:
     """The state of the TTS checkpoint ``file``, every model field checked against its config
-    (``artifacts.validate``); a vocoder's is refused, naming ``named`` as the user gave it."""
+    (``artifacts.readback``); a vocoder's is refused, naming ``named`` as the user gave it."""
     state = ck.load(file)
     if state.get(vck.KIND) == vck.VOCODER:
         raise ArtifactError(f"{named} is a vocoder run; give a TTS run here and the vocoder as "
@@ -119,8 +119,9 @@ def tts_checkpoint(file: Path, named: str | Path) -> dict[str, Any]:
 
 
 def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
-           raw_weights: bool = False) -> Exported:
-    """Write the bundle of ``run`` (a run folder or a checkpoint file) to ``out``."""
+           raw_weights: bool = False, evaluation: dict[str, Any] | None = None) -> Exported:
+    """Write the bundle of ``run`` (a run folder or a checkpoint file) to ``out``;
+    ``evaluation``: the run's last evaluation in training, carried in the metadata."""
     out = Path(out)
     if out.is_dir():
         raise ArtifactError(f"-o {out} is a folder; give a file name (e.g. model.safetensors)")
@@ -139,7 +140,6 @@ def export(run: str | Path, out: str | Path, vocoder: str | Path | None = None,
                                  str(voc_file))
         tensors.update({VOCODER_PREFIX + k: v for k, v in voc[vck.GENERATOR].items()})
         meta[VOCODER_CONFIG] = json.dumps(voc[ck.CONFIG])
-    evaluation = read_evaluation(file)
     if evaluation is not None:
         meta[EVALUATION] = json.dumps(evaluation)
     blob = _seal(_serialize(tensors, meta))

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from myxtts.artifacts.errors import ArtifactError
-from myxtts.artifacts.validate import ZIP_MAGIC, bundle_instead, file_kind
+from myxtts.artifacts.readback import ZIP_MAGIC, bundle_instead, file_kind
 from myxtts.config.bounds import excerpt
 from myxtts.system import atomic_write
 

@@ -1,6 +1,7 @@
 """The checkpoints of a run folder: ``ckpt_STEP.pt`` (the last ``keep_last`` kept), ``best.pt``
 (lowest validation loss), ``latest.txt`` / ``best.txt`` naming them; finding the newest that
-loads (auto-resume) and the checkpoint a run folder stands for."""
+loads (auto-resume), the checkpoint a run folder stands for and the run folder a
+checkpoint belongs to."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from myxtts.artifacts.checkpoint import load, save
 from myxtts.artifacts.errors import ArtifactError
-from myxtts.artifacts.validate import file_kind
+from myxtts.artifacts.readback import file_kind
 from myxtts.system import atomic_write
 
 log = logging.getLogger(__name__)
@@ -128,3 +129,13 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise ArtifactError(f"no checkpoint at {p}: pass a .pt file or a run folder containing "
                         f"checkpoints/ (train one with `myxtts train`, `myxtts train-vocoder` or "
                         f"`myxtts demo`)")
+
+
+def run_folder(path: str | Path) -> Path | None:
+    """The run folder a run path or checkpoint file belongs to (None: neither)."""
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.is_file() and p.parent.name == "checkpoints":
+        return p.parent.parent
+    return None

@@ -20,8 +20,8 @@ import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.readback import check_vocoder
 from myxtts.artifacts.runs import resolve_checkpoint
-from myxtts.artifacts.validate import check_vocoder
 from myxtts.config import AudioConfig
 from myxtts.model.vocoder.generator import VocosGenerator
 

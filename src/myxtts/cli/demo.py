@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # deferred: torch and the training stack; `myxtts --help` starts without them
     from myxtts.data.prepare.build import prepare_store
+    from myxtts.evaluate.training import TrainingEvaluation
     from myxtts.inference.synthesizer import Synthesizer
     from myxtts.synthetic import demo_sentence, demo_speaker_f0, make_demo_data, speaker_languages
     from myxtts.train.tts import train
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     prepare_store(data, store, cfg, progress=not args.quiet)
     print(f"[3/4] training the {cfg.model.preset} model for {cfg.train.max_steps} steps "
           f"in {cfg.train.output_dir}")
-    result = train(cfg, store, progress=not args.quiet)
+    result = train(cfg, store, progress=not args.quiet, evaluation=TrainingEvaluation)
     if result.stopped_by_signal:
         print("stopped; run the same command again to continue")
         return EXIT_CODES[result.stopped_by]  # 128 + the signal, as for train

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from myxtts.cli.common import CLIError, add_command, seed_arg
-from myxtts.evaluate import require
+from myxtts.metrics import require
 from myxtts.outputs import no_empty_folder_left, output_folder
 from myxtts.system import writable_folder
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     duration ratio; the model's real-time factor. A table per language on screen; JSON and a
     per-utterance CSV with --out. Offline: every model it uses ships inside its package
     (pip install "myxtts[eval]"). What each number means: docs/evaluation.md."""
-    from myxtts.evaluate.scorer import packages  # deferred: torch, not for `myxtts --help`
+    from myxtts.metrics.scorer import packages  # deferred: torch, not for `myxtts --help`
 
     if not Path(args.model).exists():
         raise CLIError(f"MODEL {args.model} does not exist; pass a run folder of `myxtts train`, "
@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     require(*packages(args.asr))  # before any model loads: one line naming what is missing
 
     # deferred: torch and the model; `myxtts --help` starts without them
-    from myxtts.inference.evaluation import evaluate
-    from myxtts.inference.evaluation_report import AUDIO_DIR, staging, text_report, to_json, write
+    from myxtts.evaluate.harness import evaluate
+    from myxtts.evaluate.report import AUDIO_DIR, staging, text_report, to_json, write
 
     stage = staging(out) if out is not None else None
     with no_empty_folder_left(out) if out is not None else contextlib.nullcontext():

@@ -32,17 +32,20 @@ def run(args: argparse.Namespace) -> int:
     # deferred: torch; `myxtts --help` starts without it
     from myxtts.artifacts.bundle import BUNDLE_FILE, export
     from myxtts.artifacts.runs import resolve_checkpoint
+    from myxtts.evaluate.record import read_evaluation
 
     if not Path(args.run_path).exists():
         raise CLIError(f"{args.run_path} does not exist; pass a run folder of `myxtts train`")
     if args.vocoder and not Path(args.vocoder).exists():
         raise CLIError(f"--vocoder {args.vocoder} does not exist; pass a `myxtts train-vocoder` "
                        f"run folder")
-    inputs = [("the checkpoint being exported", resolve_checkpoint(args.run_path)),
+    checkpoint = resolve_checkpoint(args.run_path)
+    inputs = [("the checkpoint being exported", checkpoint),
               ("the --vocoder checkpoint",
                resolve_checkpoint(args.vocoder) if args.vocoder else None)]
     output_file(args.out, "--out", BUNDLE_FILE, inputs)
-    done = export(args.run_path, args.out, args.vocoder, args.raw_weights)
+    done = export(args.run_path, args.out, args.vocoder, args.raw_weights,
+                  evaluation=read_evaluation(checkpoint))
     mb = 1 / 2**20
     weights = "averaged (EMA)" if done.averaged else "trained"
     with_voc = f", vocoder from {done.vocoder}" if done.vocoder else ""

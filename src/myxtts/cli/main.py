@@ -77,7 +77,7 @@ _USER_ERRORS = [("myxtts.cli.common", "CLIError"), ("myxtts.config.sections", "C
                 ("myxtts.data.store", "StoreError"), ("myxtts.train.errors", "TrainError"),
                 ("myxtts.artifacts.errors", "ArtifactError"),
                 ("myxtts.inference.errors", "SynthesisError"),
-                ("myxtts.evaluate", "EvaluationError"), ("myxtts.text.tokenizer", "TokenizerError")]
+                ("myxtts.metrics", "EvaluationError"), ("myxtts.text.tokenizer", "TokenizerError")]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -74,11 +74,12 @@ def run(args: argparse.Namespace) -> int:
         ("the train.vocoder run", cfg.train.vocoder or None)], create=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(size_line, flush=True)
-    from myxtts.train.tts import train  # deferred: torch
+    from myxtts.evaluate.training import TrainingEvaluation  # deferred: torch
+    from myxtts.train.tts import train
 
     with no_empty_folder_left(cfg.train.output_dir):
         result = train(cfg, args.data, resume=args.resume, progress=not args.quiet,
-                       init_from=args.init_from)
+                       init_from=args.init_from, evaluation=TrainingEvaluation)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
     if result.skipped_steps:  # said also with --quiet: "loss nan" in a bar may go unseen

@@ -11,7 +11,7 @@ Sections: ``audio`` (the one feature definition), ``text``, ``data``, ``model``
 impossible values and resolves devices. Import everything from here.
 """
 
-from myxtts.config.checks import resolve_device, validate
+from myxtts.config.checks import check_config, resolve_device
 from myxtts.config.parse import (
     RENAMED_KEYS,
     apply_override,
@@ -38,5 +38,5 @@ from myxtts.config.sections import (
 __all__ = [
     "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "RENAMED_KEYS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
     "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "VOCODER_PRESETS", "VocoderConfig", "apply_override",
-    "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml", "validate",
+    "check_config", "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml",
 ]

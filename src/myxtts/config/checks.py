@@ -15,7 +15,7 @@ MAX_LR = 1.0  # Adam/AdamW learning rates above this move weights by more than t
 MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 
 
-def validate(cfg: Config) -> None:
+def check_config(cfg: Config) -> None:
     """Reject impossible values, naming the key and what would be valid."""
     a, m, dt, t = cfg.audio, cfg.model, cfg.data, cfg.train
     _finite(cfg)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from myxtts.config.bounds import MAX_CONFIG_BYTES, BoundedLoader, TooLarge, excerpt
-from myxtts.config.checks import validate
+from myxtts.config.checks import check_config
 from myxtts.config.sections import MODEL_PRESETS, SECTIONS, VOCODER_PRESETS, Config, ConfigError
 from myxtts.system import atomic_write, path_kind
 
@@ -169,7 +169,7 @@ def config_from_dict(d: dict[str, Any] | None) -> Config:
         if k not in SECTIONS:
             raise _unknown(k, list(SECTIONS), "")
     cfg = Config(**{name: _build_section(name, d.get(name) or {}) for name in SECTIONS})
-    validate(cfg)
+    check_config(cfg)
     return cfg
 
 

@@ -1,41 +1,14 @@
-"""Speech metrics: the numbers TTS papers report, computed offline.
+"""Evaluation: a trained model scored with the speech metrics, offline or during training.
 
-One module per family, each small and tested on cases with known answers:
+An application layer above ``inference`` and ``train`` (it runs the synthesizer and the
+trainer's sampling) and below the command line:
 
-    dtw        dynamic time warping (the aligned path every comparison with the truth uses)
-    cepstrum   mel cepstra of a clip and their distortion (MCD, dB)
-    pitch      F0 by YIN, log-F0 error (cents) and voicing error on aligned frames
-    truth      a synthesized clip against its ground-truth clip: MCD, F0, voicing, duration
-    speaker    speaker similarity (a GE2E d-vector encoder; weights from ``resemblyzer``)
-    asr        intelligibility: CER/WER of a recognizer's transcript (pocketsphinx, whisper)
-    mos        predicted quality: DNSMOS P.835 SIG/BAK/OVRL (``speechmos`` + ``onnxruntime``)
+    harness   myxtts evaluate: the model, its vocoded truth and the truth, scored per
+              utterance of a dataset's or store's held-out split
+    report    what myxtts evaluate shows and writes (table, JSON, per-utterance CSV)
+    training  the evaluation every ``train.eval_every`` steps, handed to the training loop
+              from above (``train.hooks``)
+    record    a run's last evaluation in training (``RUN/evaluation.json``)
 
-``dtw``, ``cepstrum``, ``pitch`` and ``truth`` need only numpy and torch (the trainer scores
-its samples with them); ``speaker``, ``asr`` and ``mos`` need the optional packages of
-``pip install "myxtts[eval]"``, whose wheels carry their model weights, so nothing is
-downloaded. ``require`` names what is missing in one line.
+The metrics themselves are ``myxtts.metrics``, a leaf that knows nothing of models.
 """
-
-from __future__ import annotations
-
-import importlib.util
-
-EXTRA_INSTALL = 'pip install "myxtts[eval]"'
-
-
-class EvaluationError(ValueError):
-    """A user error of the evaluation (a missing package, absent weights): one line."""
-
-
-def missing(*modules: str) -> list[str]:
-    """The names among ``modules`` that are not installed (found without importing them)."""
-    return [m for m in modules if importlib.util.find_spec(m) is None]
-
-
-def require(*modules: str, what: str = "the speech metrics") -> None:
-    """EvaluationError naming the packages of ``modules`` that are absent and the install
-    command that brings them."""
-    absent = missing(*modules)
-    if absent:
-        raise EvaluationError(f"{what} need {', '.join(absent)}, not installed: "
-                              f"{EXTRA_INSTALL}")

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.readback import check_model
 from myxtts.artifacts.runs import CheckpointManager, resolve_checkpoint
-from myxtts.artifacts.validate import check_model
 from myxtts.config import Config, config_from_dict
 from myxtts.model.xtts import part_of
 from myxtts.text import Tokenizer

@@ -166,10 +166,8 @@ class Recipe(ABC):
             if watch is not None:
                 watch.stepped(micro, frames)
             timer.step_end(self.utterances(micro), frames / fps)
-            if events:
-                self.after_step(micro)
-                if self._events(self.record.step):
-                    return
+            if events and self._events(self.record.step):
+                return
 
     def stream(self) -> Iterator[tuple[Batch, int]]:
         """The run's input path, opened at the first call and kept until
@@ -192,9 +190,6 @@ class Recipe(ABC):
     def data_position(self) -> tuple[int, int]:
         """Where the data stands before a fetch: put back when a cycle is dropped."""
         return self.record.epoch, self.record.batches_consumed
-
-    def after_step(self, micro: list[Batch]) -> None:
-        """Per-step bookkeeping of a training run before its events (nothing by default)."""
 
     def _events(self, step: int) -> bool:
         """The periodic events of ``step``; True when a stop signal ends the run here."""

@@ -28,21 +28,30 @@ from myxtts.observe.loggers import build_logger
 from myxtts.train.data import TrainData, bucket_shapes
 from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.evaluation import TrainingEvaluation
 from myxtts.train.finetune import check_new_run
+from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.recipe import Recipe, run
 from myxtts.train.run import TrainResult
+from myxtts.train.samples import synthesize_samples
 from myxtts.train.setup import build_setup
-from myxtts.train.validate import synthesize_samples, validation_loss
+from myxtts.train.validation import validation_loss
 
 log = logging.getLogger(__name__)
 
 
 def train(cfg: Config, data_path: str | Path, resume: str | Path | None = None,
-          progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
+          progress: bool = True, init_from: str | Path | None = None,
+          evaluation: EvaluationFactory | None = None) -> TrainResult:
     """Train into ``cfg.train.output_dir``, which this process locks while it writes.
-    ``init_from``: a trained run or checkpoint to fine-tune (a new run: ``train.finetune``)."""
-    return run(TTSRecipe(cfg, data_path, resume, init_from=init_from, show_progress=progress))
+    ``init_from``: a trained run or checkpoint to fine-tune (a new run: ``train.finetune``);
+    ``evaluation``: what scores the run every ``train.eval_every`` steps (``train.hooks``),
+    needed when that is set."""
+    if cfg.train.eval_every and evaluation is None:
+        raise TrainError(f"train.eval_every={cfg.train.eval_every} but no evaluation was given "
+                         f"to train(): pass evaluation=TrainingEvaluation "
+                         f"(myxtts.evaluate.training), as `myxtts train` does")
+    return run(TTSRecipe(cfg, data_path, resume, init_from=init_from, show_progress=progress,
+                         evaluation=evaluation))
 
 
 class BatchStream:
@@ -81,19 +90,22 @@ class TTSRecipe(Recipe):
     """The TTS model's run (``train.recipe.Recipe``). ``init_from``: a trained run or
     checkpoint to fine-tune; ``compile_model``: overrides what ``train.compile`` resolves to
     (benchmarks time both); ``copy_log``: the feed's CUDA events per copied batch (the
-    profiler's)."""
+    profiler's); ``evaluation``: what scores the run every ``train.eval_every`` steps
+    (``train.hooks``: handed from above, the evaluation layer's)."""
 
     command = "myxtts train"
     events = ("log", "validate", "samples", "evaluate", "checkpoint")
 
     def __init__(self, cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                  *, init_from: str | Path | None = None, show_progress: bool = True,
-                 compile_model: bool | None = None, copy_log: list | None = None) -> None:
+                 compile_model: bool | None = None, copy_log: list | None = None,
+                 evaluation: EvaluationFactory | None = None) -> None:
         super().__init__(cfg, data_path, resume, show_progress=show_progress)
         self.init_from, self.compile_model, self.copy_log = init_from, compile_model, copy_log
+        self.make_evaluation = evaluation
         self.data: TrainData | None = None
         self.eff: IntervalEfficiency | None = None
-        self.evaluation: TrainingEvaluation | None = None
+        self.evaluation: StepEvaluation | None = None
         self.feed: BatchStream | None = None
         self.setup_s = 0.0
 
@@ -144,8 +156,8 @@ class TTSRecipe(Recipe):
                      "batches/epoch", cfg.model.preset, n_params / 1e6, self.device,
                      str(engine.dtype).replace("torch.", ""), engine.mode, len(data.sampler))
         self.eff = self._efficiency()
-        if t.eval_every:
-            self.evaluation = TrainingEvaluation(cfg, data, self.device, out)
+        if t.eval_every and self.make_evaluation is not None:
+            self.evaluation = self.make_evaluation(cfg, data, self.device, out)
         engine.model.train()
         self.saver = BackgroundSaver(self.manager, self.device)  # a save costs a copy only
         if dist.rank == 0:  # the first save's host buffers now, not at that save
@@ -182,9 +194,7 @@ class TTSRecipe(Recipe):
                 raise TrainError(oom_message(micro, self.cfg)) from e
             raise
         self.record.step += 1
-
-    def after_step(self, micro: list[Batch]) -> None:
-        if self.eff is not None:
+        if self.eff is not None:  # (a training run's: the FLOPs of its log interval)
             self.eff.add([batch_key(b) for b in micro])
 
     def skipped_steps(self) -> int:

@@ -28,7 +28,7 @@ from torch import nn
 from myxtts.audio.mel import mel_filterbank
 from myxtts.audio.processing import trim_silence
 from myxtts.config import AudioConfig
-from myxtts.evaluate import EvaluationError, require
+from myxtts.metrics import EvaluationError, require
 
 SAMPLE_RATE = 16000
 _MEL = AudioConfig(sample_rate=SAMPLE_RATE, n_fft=400, hop_length=160, win_length=400,
@@ -80,10 +80,10 @@ class SpeakerEncoder(nn.Module):
         if sample_rate != SAMPLE_RATE:
             wav = soxr.resample(wav, sample_rate, SAMPLE_RATE).astype(np.float32)
         trimmed = trim_silence(wav, SAMPLE_RATE, 40.0)
-        return self.embed_prepared(_raise_volume(trimmed if trimmed.size else wav))
+        return self.embed_levelled(_raise_volume(trimmed if trimmed.size else wav))
 
     @torch.inference_mode()
-    def embed_prepared(self, wav: np.ndarray) -> np.ndarray:
+    def embed_levelled(self, wav: np.ndarray) -> np.ndarray:
         """d-vector of a 16 kHz clip already trimmed and levelled (resemblyzer's
         ``embed_utterance``)."""
         hop = _MEL.hop_length

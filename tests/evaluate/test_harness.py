@@ -1,5 +1,5 @@
-"""`myxtts evaluate` and the evaluation kept in training, on the package's micro run (which
-evaluates 2 validation utterances at its last step, ``train.eval_every``)."""
+"""`myxtts evaluate` on the suite's evaluated micro run: the utterances it picks, the table,
+JSON and CSV it writes, and data it cannot evaluate said in one line."""
 
 from __future__ import annotations
 
@@ -8,18 +8,16 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
-from myxtts.artifacts.bundle import export, read_bundle
-from myxtts.artifacts.evaluation import read_evaluation
+from myxtts.artifacts.bundle import export
 from myxtts.artifacts.trained import load_trained
 from myxtts.cli.main import main
 from myxtts.config import config_from_dict
-from myxtts.evaluate import EvaluationError, missing
-from myxtts.inference.evaluation import pick_cases
+from myxtts.evaluate.harness import pick_cases
+from myxtts.evaluate.record import read_evaluation
+from myxtts.metrics import EvaluationError, missing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-CHEAP = ("mcd_db", "f0_rmse_cents", "voicing_error", "duration_ratio")
 
 
 @pytest.fixture(scope="module")
@@ -28,58 +26,12 @@ def dataset(micro_store):
 
 
 @pytest.fixture(scope="module")
-def cfg(run):
-    return config_from_dict(load_trained(run).config)
-
-
-def test_training_keeps_its_last_evaluation_and_logs_it(run):
-    record = read_evaluation(run)
-    assert record["step"] == 4 and record["utterances"] == 2
-    assert record["against"] == "the vocoded truth" and record["vocoder"] == "griffin-lim"
-    metrics = record["metrics"]
-    assert {"mcd_db", "voicing_error", "duration_ratio"} <= set(metrics) <= set(CHEAP) | {"similarity"}
-    assert metrics["mcd_db"] > 0  # 4 steps of training are far from the truth
-    logged = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    evaluated = [row for row in logged if "eval/mcd_db" in row]
-    assert [row["step"] for row in evaluated] == [4]
-    assert {k: evaluated[-1][f"eval/{k}"] for k in metrics} == pytest.approx(metrics)
-
-
-def test_evaluating_in_training_does_not_change_what_trains(micro_store, tmp_path):
-    """3 steps with an evaluation after steps 2 and 3 end with the weights of 3 steps without,
-    bit for bit: evaluation draws on a forked RNG and leaves the data order alone."""
-    from myxtts.artifacts import checkpoint as ck
-    from myxtts.train.tts import train
-    from tests.helpers import micro_config
-
-    states = []
-    for name, extra in (("plain", []), ("evaluated", ["train.eval_every=2",
-                                                      "train.eval_utterances=1"])):
-        train(micro_config(tmp_path / name, "train.max_steps=3", "model.max_decoder_frames=24",
-                           *extra), micro_store, progress=False)
-        states.append(ck.load(tmp_path / name / "checkpoints" / "ckpt_00000003.pt"))
-    assert (tmp_path / "evaluated" / "evaluation.json").is_file()
-    assert _same(states[0][ck.MODEL], states[1][ck.MODEL])
-    assert _same(states[0][ck.EMA], states[1][ck.EMA])
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    return a == b
-
-
-def test_export_carries_the_last_evaluation(run, tmp_path):
-    done = export(run, tmp_path / "model.safetensors")
-    assert done.evaluation == read_evaluation(run)
-    assert read_bundle(done.path).evaluation == read_evaluation(run)
-    assert load_trained(done.path).evaluation == load_trained(run).evaluation == done.evaluation
+def cfg(evaluated_run):
+    return config_from_dict(load_trained(evaluated_run).config)
 
 
 def test_cases_clone_another_clip_of_the_speaker_the_same_from_a_store_or_its_dataset(
-        run, cfg, dataset, audio_store):
+        evaluated_run, cfg, dataset, audio_store):
     """A store prepared with --audio gives the dataset's validation utterances, their
     reference clips and their audio (to int16 rounding)."""
     languages = ["en"]
@@ -104,12 +56,12 @@ def test_a_store_without_audio_or_a_language_the_model_lacks_is_said_in_one_line
         pick_cases(dataset, cfg, "val", ["fa"], 20, seed=0)
 
 
-def test_evaluate_a_bundle_beside_the_ground_truth(run, dataset, tmp_path, capsys):
+def test_evaluate_a_bundle_beside_the_ground_truth(evaluated_run, dataset, tmp_path, capsys):
     """One utterance through the CLI: the table, the JSON and CSV, the kept audio, the run's
     last evaluation from the bundle; the truth row scores the ceiling against itself."""
     if missing("pocketsphinx", "resemblyzer", "speechmos", "onnxruntime", "librosa"):
         pytest.skip('the eval extra is not installed (pip install "myxtts[eval]")')
-    bundle = export(run, tmp_path / "model.safetensors").path
+    bundle = export(evaluated_run, tmp_path / "model.safetensors", evaluation=read_evaluation(evaluated_run)).path
     out = tmp_path / "eval"
     rc = main(["evaluate", str(bundle), str(dataset), "--max", "1", "--out", str(out),
                "--keep-audio", "--device", "cpu"])
@@ -131,9 +83,9 @@ def test_evaluate_a_bundle_beside_the_ground_truth(run, dataset, tmp_path, capsy
     assert kept == [f"{rows[0]['id']}.model.wav", f"{rows[0]['id']}.vocoded.wav"]
 
 
-def test_data_that_cannot_be_evaluated_is_one_line(run, micro_store, tmp_path, capsys):
+def test_data_that_cannot_be_evaluated_is_one_line(evaluated_run, micro_store, tmp_path, capsys):
     for data, says in ((tmp_path, "no recognised dataset metadata"),
                        (micro_store, "has no audio (prepared without --audio)")):
-        assert main(["evaluate", str(run), str(data), "--asr", "none"]) == 2
+        assert main(["evaluate", str(evaluated_run), str(data), "--asr", "none"]) == 2
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1 and err.startswith("myxtts evaluate: error:")

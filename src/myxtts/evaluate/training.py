@@ -2,17 +2,18 @@
 on a fixed set of validation utterances, logged and kept as the run's last evaluation.
 
 The first ``train.eval_utterances`` validation utterances (the same at every evaluation,
-each once) are decoded free-running as the trainer's samples are (``validate.free_running``:
-the weights' average, eager blocks, fp32, a forked RNG, here always seeded alike), cut at
-``evaluate.truth.MAX_LENGTH_RATIO`` times their true length as ``myxtts evaluate`` cuts
-them, and voiced by the samples' vocoder. Each is scored against its ground-truth mel voiced by the SAME
-vocoder (``evaluate.scorer``): MCD after DTW, log-F0 RMSE, voicing error, duration ratio
-and, with resemblyzer installed, speaker similarity to that vocoded truth. Voicing both
+each once) are decoded free-running as the trainer's samples are
+(``train.samples.free_running``: the weights' average, eager blocks, fp32, a forked RNG,
+here always seeded alike), cut at ``metrics.truth.MAX_LENGTH_RATIO`` times their true
+length as ``myxtts evaluate`` cuts them, and voiced by the samples' vocoder. Each is scored
+against its ground-truth mel voiced by the SAME vocoder (``metrics.scorer``): MCD after
+DTW, log-F0 RMSE, voicing error, duration ratio and, with resemblyzer installed, speaker
+similarity to that vocoded truth. Voicing both
 sides alike measures the model, not the vocoder. ASR and DNSMOS are left to ``myxtts
 evaluate`` (seconds per clip on a CPU).
 
 The means go to the run's loggers (``eval/``: TensorBoard and metrics.jsonl) and, with the
-step, to ``RUN/evaluation.json`` (``artifacts.evaluation``), which ``myxtts export``
+step, to ``RUN/evaluation.json`` (``evaluate.record``), which ``myxtts export``
 carries into the bundle. Rank 0 alone evaluates; the others go on to their next step.
 """
 
@@ -25,15 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from myxtts.artifacts.evaluation import write_evaluation
 from myxtts.config import Config
 from myxtts.data.batch import to_model_dtypes
-from myxtts.evaluate import missing
-from myxtts.evaluate.scorer import Scorer, summarize
-from myxtts.evaluate.truth import length_cap
+from myxtts.evaluate.record import write_evaluation
+from myxtts.metrics import missing
+from myxtts.metrics.scorer import Scorer, summarize
+from myxtts.metrics.truth import length_cap
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
-from myxtts.train.validate import free_running, sample_vocoder
+from myxtts.train.samples import free_running, sample_vocoder
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ LOGGED = ("mcd_db", "f0_rmse_cents", "voicing_error", "duration_ratio", "similar
 
 class TrainingEvaluation:
     """``evaluation(engine, logger, step, rank)`` scores the run now; the fixed
-    utterances, their vocoded truths and the scorer are prepared on the first call."""
+    utterances, their vocoded truths and the scorer are loaded on the first call. The class
+    is what the training loop's ``evaluation`` takes (``train.hooks``): ``myxtts train``
+    passes it."""
 
     def __init__(self, cfg: Config, data: Any, device: torch.device, out: Path) -> None:
         self.cfg, self.data, self.device, self.out = cfg, data, device, Path(out)
@@ -51,7 +54,7 @@ class TrainingEvaluation:
         self.truths: list[np.ndarray] = []
         self.voices: list[np.ndarray | None] = []
 
-    def _prepare(self) -> None:
+    def _load_utterances(self) -> None:
         """The first ``eval_utterances`` validation utterances (CPU batches), each truth's
         clip through the samples' vocoder and its d-vector."""
         self.batches, want = [], self.cfg.train.eval_utterances
@@ -97,7 +100,7 @@ class TrainingEvaluation:
     def _evaluate(self, engine: TrainEngine, logger: MetricLogger,
                   step: int) -> dict[str, float] | None:
         if self.batches is None:
-            self._prepare()
+            self._load_utterances()
         if not self.batches:
             return None
         clips: list[np.ndarray] = []

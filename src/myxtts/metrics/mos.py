@@ -21,7 +21,7 @@ import numpy as np
 import soxr
 import torch
 
-from myxtts.evaluate import require
+from myxtts.metrics import require
 
 MOS_RATE = 16000
 

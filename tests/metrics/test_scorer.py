@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from myxtts.evaluate.asr import ErrorCounts
-from myxtts.evaluate.report import table
-from myxtts.evaluate.scorer import ClipScores, packages, summarize
+from myxtts.metrics.asr import ErrorCounts
+from myxtts.metrics.scorer import ClipScores, packages, summarize
+from myxtts.metrics.table import table
 
 
 def test_summaries_pool_error_rates_and_leave_out_what_was_not_measured():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from myxtts.evaluate import missing, speaker
+from myxtts.metrics import missing, speaker
 from tests.helpers import LJSPEECH_MINI
 
 
@@ -51,7 +51,7 @@ def test_the_embedding_is_resemblyzers(encoder, monkeypatch):
     rng = np.random.default_rng(0)
     clip = _vowel(150, 900, seconds=3.3) + 0.01 * rng.normal(size=int(3.3 * 16000)).astype(np.float32)
     clip = speaker._raise_volume(clip.astype(np.float32))
-    np.testing.assert_allclose(encoder.embed_prepared(clip), theirs.embed_utterance(clip),
+    np.testing.assert_allclose(encoder.embed_levelled(clip), theirs.embed_utterance(clip),
                                atol=1e-5)
 
 

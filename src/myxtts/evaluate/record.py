@@ -1,9 +1,11 @@
 """A run's last evaluation in training: ``RUN/evaluation.json``.
 
-The trainer (``train.eval_every``) rewrites it, atomically, after each evaluation:
-``{"step": N, "utterances": K, "vocoder": ..., "metrics": {name: value}}``. ``myxtts
-export`` carries it into the bundle and ``myxtts evaluate`` prints it beside its own
-numbers. It is a report, not state: a damaged file is ignored with a warning, never an error.
+The evaluation in training (``evaluate.training``, every ``train.eval_every`` steps)
+rewrites it, atomically, after each evaluation: ``{"step": N, "utterances": K, "vocoder":
+..., "metrics": {name: value}}``. ``myxtts export`` reads it and carries it into the bundle,
+and ``myxtts evaluate`` prints it beside its own numbers. It is a report, not state: a
+damaged file is ignored with a warning, never an error. Also here: ``json_safe``, the strict
+JSON every evaluation file is written as.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from myxtts.artifacts.runs import run_folder
 from myxtts.system import atomic_write
 
 log = logging.getLogger(__name__)
@@ -26,16 +29,6 @@ def write_evaluation(run_dir: str | Path, record: dict[str, Any]) -> Path:
     path = Path(run_dir) / EVALUATION_FILE
     atomic_write(path, json.dumps(json_safe(record), indent=1) + "\n")
     return path
-
-
-def run_folder(path: str | Path) -> Path | None:
-    """The run folder a run path or checkpoint file belongs to (None: neither)."""
-    p = Path(path)
-    if p.is_dir():
-        return p
-    if p.is_file() and p.parent.name == "checkpoints":
-        return p.parent.parent
-    return None
 
 
 def read_evaluation(run: str | Path) -> dict[str, Any] | None:

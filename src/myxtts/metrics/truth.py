@@ -18,8 +18,8 @@ import numpy as np
 from myxtts.audio.mel import compute_mel
 from myxtts.audio.processing import trim_silence
 from myxtts.config import AudioConfig
-from myxtts.evaluate.cepstrum import mcd, mel_cepstra
-from myxtts.evaluate.pitch import f0_errors, yin
+from myxtts.metrics.cepstrum import mcd, mel_cepstra
+from myxtts.metrics.pitch import f0_errors, yin
 
 # A synthesized utterance is decoded up to this multiple of its true length (in frames),
 # then cut: a model that never stops is scored at most this long, and ``duration_ratio``

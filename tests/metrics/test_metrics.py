@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from myxtts.config import AudioConfig
-from myxtts.evaluate.cepstrum import cepstrum_matrix, mcd, mel_cepstra
-from myxtts.evaluate.pitch import f0_errors, yin
-from myxtts.evaluate.truth import against_truth
+from myxtts.metrics.cepstrum import cepstrum_matrix, mcd, mel_cepstra
+from myxtts.metrics.pitch import f0_errors, yin
+from myxtts.metrics.truth import against_truth
 
 SR = 22050
 CFG = AudioConfig()

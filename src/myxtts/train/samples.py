@@ -1,8 +1,10 @@
-"""Validation: teacher-forced loss over the val split (sharded across DDP ranks), and
-free-running samples.
+"""The run's samples: fixed validation sentences decoded free-running, as a listener hears the
+model, voiced by the run's vocoder (or Griffin-Lim), saved, logged and compared with their
+ground-truth mels.
 
-Both run under ``no_grad``/``inference_mode`` and read results back once at the end
-(one sync per validation, not per batch).
+``free_running`` and ``sample_vocoder`` are how every sample of a run is made; the
+evaluation in training (``myxtts.evaluate.training``) decodes and voices its utterances
+with them too.
 """
 
 from __future__ import annotations
@@ -18,58 +20,11 @@ from myxtts.artifacts.vocoder import load_vocoder
 from myxtts.audio.griffin_lim import GriffinLim
 from myxtts.audio.io import save_wav
 from myxtts.config import Config
-from myxtts.data.batch import to_model_dtypes
-from myxtts.data.feed.prefetch import DevicePrefetcher
-from myxtts.evaluate.dtw import dtw_l1
+from myxtts.metrics.dtw import dtw_l1
 from myxtts.observe.loggers import MetricLogger
 from myxtts.train.engine import TrainEngine
 
 log = logging.getLogger(__name__)
-
-
-@torch.no_grad()
-def validation_loss(engine: TrainEngine, data: Any, device: torch.device,
-                    dist: Any = None) -> dict[str, float] | None:
-    """Mean teacher-forced losses over the val split (same batches and crops each time).
-
-    Under DDP (``dist.enabled``) each rank validates its shard of the batches (the val
-    loader is built per rank) and the sums are all-reduced, so every rank returns the mean
-    over all batches: what one process computes on the whole split (batches weighted
-    equally; the sampler's padding repeats are left out, see ``real_batches``). With
-    ``train.ema_decay`` the averaged weights are validated (``TrainEngine.evaluating``)."""
-    if data.val_loader is None:
-        return None
-    with engine.evaluating():  # eval mode, the weights' moving average, eager blocks
-        sums, count = validation_sums(engine, data, device)
-    if not sums:
-        return None
-    keys = sorted(sums)
-    count_t = torch.tensor([float(count)], device=device)
-    totals = torch.cat([torch.stack([sums[k] for k in keys]), count_t])  # [keys + 1], one reduce
-    if dist is not None and dist.enabled:
-        torch.distributed.all_reduce(totals, op=torch.distributed.ReduceOp.SUM)
-    values = totals.cpu().tolist()  # the one host sync of a validation
-    return {k: v / values[-1] for k, v in zip(keys, values[:-1])}
-
-
-def validation_sums(engine: TrainEngine, data: Any, device: torch.device
-                    ) -> tuple[dict[str, torch.Tensor], int]:
-    """This rank's summed per-batch losses over its real val batches, and how many there
-    were. The sampler's padding repeats (DDP: at the end of a rank's list) are not run; a
-    rank with no real batch runs one only to return zero sums of the same keys, so every
-    rank takes part in the all-reduce with the same tensor."""
-    data.val_sampler.set_epoch(0)
-    real = data.val_sampler.real_batches
-    sums: dict[str, torch.Tensor] = {}
-    for k, batch in enumerate(DevicePrefetcher(data.val_loader, device, 2, to_model_dtypes)):
-        losses = {name: v.detach().float() for name, v in engine.loss(batch).items()}
-        if k >= real:  # only reached when this rank has no real batch at all
-            return {name: torch.zeros_like(v) for name, v in losses.items()}, 0
-        for name, v in losses.items():
-            sums[name] = sums[name] + v if name in sums else v
-        if k + 1 == real:
-            break
-    return sums, real if sums else 0
 
 
 def synthesize_samples(engine: TrainEngine, data: Any, cfg: Config, logger: MetricLogger,

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from myxtts.config import AudioConfig
-from myxtts.evaluate import require
-from myxtts.evaluate.asr import ErrorCounts, Recognizer, recognizer
-from myxtts.evaluate.mos import DNSMOS
-from myxtts.evaluate.speaker import SpeakerEncoder, similarity
-from myxtts.evaluate.truth import against_truth
+from myxtts.metrics import require
+from myxtts.metrics.asr import ErrorCounts, Recognizer, recognizer
+from myxtts.metrics.mos import DNSMOS
+from myxtts.metrics.speaker import SpeakerEncoder, similarity
+from myxtts.metrics.truth import against_truth
 
 # Summary keys, in table order: what each means is in docs/evaluation.md.
 METRICS = ("cer", "wer", "similarity", "sig", "bak", "ovrl", "mcd_db", "f0_rmse_cents",
@@ -28,7 +28,7 @@ METRICS = ("cer", "wer", "similarity", "sig", "bak", "ovrl", "mcd_db", "f0_rmse_
 
 
 def packages(asr: str = "pocketsphinx", speaker: bool = True, mos: bool = True) -> list[str]:
-    """The optional packages a scorer with these families needs (``evaluate.require``)."""
+    """The optional packages a scorer with these families needs (``metrics.require``)."""
     needed = ["pocketsphinx"] if asr == "pocketsphinx" else []
     needed += ["resemblyzer"] if speaker else []
     return needed + (["speechmos", "onnxruntime", "librosa"] if mos else [])

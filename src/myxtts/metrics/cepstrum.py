@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from myxtts.evaluate.dtw import pairwise, path
+from myxtts.metrics.dtw import pairwise, path
 
 MCD_ORDER = 24  # cepstral coefficients compared (c1..c24), as in most MCD reports
 _DB = 10.0 / math.log(10.0) * math.sqrt(2.0)  # MCD's constant: (10 / ln 10) * sqrt(2)

@@ -4,7 +4,7 @@ ground truth.
 Each utterance picked from DATA (its validation split, the one ``prepare`` makes with the
 run's data settings, or every utterance with ``split="all"``) is spoken by the model in the
 voice of ANOTHER clip of the same speaker (cloning, never copying the target), and three
-clips are scored with every metric of ``evaluate.scorer``:
+clips are scored with every metric of ``metrics.scorer``:
 
     model           what the model says, through its vocoder (a bundle's, --vocoder, or
                     Griffin-Lim)
@@ -13,7 +13,7 @@ clips are scored with every metric of ``evaluate.scorer``:
     truth           the true clip itself: the ceiling of this data (MCD 0, duration 1)
 
 DATA is a dataset in any layout ``prepare`` reads, or a store of ``myxtts prepare --audio``
-(a store without audio holds no ground-truth clips). ``evaluation_report`` summarises the
+(a store without audio holds no ground-truth clips). ``evaluate.report`` summarises the
 scores per language and writes the table, JSON and the per-utterance CSV.
 """
 
@@ -31,6 +31,7 @@ import numpy as np
 import soxr
 import torch
 
+from myxtts.artifacts.bundle import Trained, is_bundle
 from myxtts.artifacts.trained import load_trained
 from myxtts.audio.io import AudioError, audio_info, load_audio, save_wav
 from myxtts.config import Config, config_from_dict
@@ -39,11 +40,12 @@ from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.data.store.format import SPLITS
-from myxtts.evaluate import EvaluationError
-from myxtts.evaluate.scorer import ClipScores, Scorer
-from myxtts.evaluate.truth import MAX_LENGTH_RATIO, length_cap
+from myxtts.evaluate.record import read_evaluation
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.metrics import EvaluationError
+from myxtts.metrics.scorer import ClipScores, Scorer
+from myxtts.metrics.truth import MAX_LENGTH_RATIO, length_cap
 from myxtts.outputs import safe_name
 from myxtts.text import clean_text
 
@@ -99,6 +101,7 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     if split not in SPLIT_CHOICES:
         raise EvaluationError(f"--split {split!r}: give one of {', '.join(SPLIT_CHOICES)}")
     trained = load_trained(model)
+    training = training_record(trained)
     cfg = config_from_dict(trained.config)
     languages = list(trained.vocab["languages"])
     cases, notes = pick_cases(data, cfg, split, languages, max_utterances, seed)  # data errors first
@@ -107,7 +110,7 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     voc = str(vocoder) if vocoder else ("the bundle's" if synth.neural else "Griffin-Lim")
     result = Evaluation(str(model), str(data), split, voc, scorer.recognizer.name
                         if scorer.recognizer else "none", str(synth.device), notes=notes,
-                        training=trained.evaluation, scores={r: [] for r in ROWS})
+                        training=training, scores={r: [] for r in ROWS})
     warm, unstopped = False, 0
     for k, case in enumerate(cases):
         if progress is not None:
@@ -151,6 +154,14 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
                                 f"recognize {lang!r} (--asr whisper[:SIZE] does, with its "
                                 f"weights on disk)")
     return result
+
+
+def training_record(trained: Trained) -> dict[str, Any] | None:
+    """The run's last evaluation in training: the one a bundle carries, else the run's own
+    ``evaluation.json`` beside the checkpoint read (``evaluate.record``)."""
+    if is_bundle(trained.source):
+        return trained.evaluation
+    return read_evaluation(trained.source)
 
 
 def _with_usable_reference(synth: Synthesizer, case: Case) -> tuple[Case, torch.Tensor]:

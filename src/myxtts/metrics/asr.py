@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 import soxr
 
-from myxtts.evaluate import EvaluationError, missing, require
+from myxtts.metrics import EvaluationError, missing, require
 
 ASR_RATE = 16000  # every recognizer here listens at 16 kHz
 

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import pytest
 
-from myxtts.evaluate.dtw import dtw_l1
+from myxtts.metrics.dtw import dtw_l1
 
 
 def brute_force(a, b, scale):
@@ -60,7 +60,7 @@ def test_bad_shapes_are_clear_errors():
 def test_cost_blocks_do_not_change_the_result(monkeypatch):
     """The pairwise costs are built in row blocks (bounded memory on long samples); any block
     size gives the same distance."""
-    import myxtts.evaluate.dtw as metrics
+    import myxtts.metrics.dtw as metrics
 
     rng = np.random.default_rng(3)
     a, b, scale = rng.normal(size=(13, 4)), rng.normal(size=(9, 4)), rng.uniform(0.5, 2, 4)
@@ -74,7 +74,7 @@ def test_cost_blocks_do_not_change_the_result(monkeypatch):
 def test_the_path_is_monotonic_complete_and_weighs_the_mean(n, m):
     """The backtracked path runs from the first frame pair to the last in unit steps, and
     its step-weighted cost (a diagonal step twice) over N + M is the mean it returns."""
-    from myxtts.evaluate.dtw import pairwise, path
+    from myxtts.metrics.dtw import pairwise, path
 
     rng = np.random.default_rng(n * 10 + m)
     a, b = rng.normal(size=(n, 3)), rng.normal(size=(m, 3))
@@ -89,7 +89,7 @@ def test_the_path_is_monotonic_complete_and_weighs_the_mean(n, m):
 
 
 def test_pairwise_euclidean_is_the_distance_between_frames():
-    from myxtts.evaluate.dtw import pairwise
+    from myxtts.metrics.dtw import pairwise
 
     a, b = np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([[0.0, 0.0]])
     assert pairwise(a, b, "l2")[:, 0].tolist() == [0.0, 5.0]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from myxtts.evaluate import EvaluationError, asr, missing, require
+from myxtts.metrics import EvaluationError, asr, missing, require
 from tests.helpers import LJSPEECH_MINI
 
 

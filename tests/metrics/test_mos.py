@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from myxtts.evaluate import missing
+from myxtts.metrics import missing
 from tests.helpers import LJSPEECH_MINI
 
 
@@ -17,7 +17,7 @@ def test_clean_speech_scores_well_and_noise_badly():
     clip = LJSPEECH_MINI / "wavs" / "LJ001-0160.wav"
     if not clip.is_file():
         pytest.skip(f"LJSpeech mini clips not found at {LJSPEECH_MINI}")
-    from myxtts.evaluate.mos import DNSMOS
+    from myxtts.metrics.mos import DNSMOS
 
     mos = DNSMOS()
     wav, sr = sf.read(clip, dtype="float32")
