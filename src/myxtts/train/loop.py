@@ -144,11 +144,10 @@ class _LoopContext:
         rng_ranks = gather(self.dist, ck.rng_state(self.device)) if self.dist.enabled else None
         if self.dist.rank != 0:
             return None
-        r.nonfinite_steps, r.nonfinite_in_row = self.engine.nonfinite_counts()
         extra = {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
                  ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                  ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}
-        state = ck.compose(r, self.engine.state_dict(), extra, self.device, rng_ranks)
+        state = ck.compose(r, self.engine.state_dict(), extra, rng_ranks)
         return self.saver.save(state, r.step, val_loss, is_best,
                                writes_after=self.engine.after_copy)
 

@@ -115,7 +115,7 @@ class _LoopContext:
         self.saved_step = r.record.step
         extra = {vck.KIND: vck.VOCODER, vck.MEL_HASH: vck.mel_hash(self.cfg.audio),
                  ck.CONFIG: self.cfg.to_dict()}
-        state = ck.compose(r.record, r.engine.state_dict(), extra, r.device)
+        state = ck.compose(r.record, r.engine.state_dict(), extra)
         return self.saver.save(state, r.record.step, val_loss, is_best)
 
     def run(self, stop: StopFlag, show: bool) -> Path | None:
