@@ -61,8 +61,6 @@ from myxtts.train.errors import error_summary
 
 log = logging.getLogger(__name__)
 
-Batches = list[dict[str, torch.Tensor]]
-
 
 class TrainEngine:
     """The TTS model's training step and all the state it updates (module docstring).
@@ -194,7 +192,7 @@ class TrainEngine:
         finally:
             self._runner = runner
 
-    def run(self, batches: Batches) -> None:
+    def run(self, batches: list[Batch]) -> None:
         """One trial step's device work (:meth:`trial`): forward and backward of each batch,
         then the update, without the schedule's step or the steps counted for a read. One
         that fails half-way (out of memory) leaves no partial state behind: gradients
@@ -219,7 +217,7 @@ class TrainEngine:
         self._sched.step()
         self._lead.queued()
 
-    def _run(self, batches: Batches) -> None:
+    def _run(self, batches: list[Batch]) -> None:
         """The step's device work, uncaptured: each micro-batch, then the update."""
         n = len(batches)
         for i, batch in enumerate(batches):
@@ -227,7 +225,7 @@ class TrainEngine:
         self._before_writes()
         self._update()
 
-    def _micro(self, batch: dict[str, torch.Tensor], n_micro: int, last: bool = True) -> None:
+    def _micro(self, batch: Batch, n_micro: int, last: bool = True) -> None:
         """Forward + backward of one of ``n_micro`` micro-batches (loss / n_micro), gradients
         accumulating into ``.grad``; its losses are added to the running sums."""
         sync_ctx = contextlib.nullcontext()
@@ -324,6 +322,7 @@ class TrainEngine:
             self._model.train(training)
 
     def _averaged(self, raw: bool) -> contextlib.AbstractContextManager:
+        """The weight average swapped in for the ``with`` (none kept, or ``raw``: nothing)."""
         if self._ema is None or raw:
             return contextlib.nullcontext()
         self._before_writes()  # the swap writes the weights in place
