@@ -2,9 +2,9 @@
 (``myxtts.train.tts.TTSRecipe``, set up as training sets it up: memory caps, data and its
 real loader, model, the engine with its optimizer, schedule, scaler, moving average,
 compiled blocks and CUDA graphs, ready for every bucket shape: auto batch sizes, warm-up,
-capture, shrink), plus staged batches and timed windows. A benchmark cannot leave out a part of what the trainer
-does on that device: an arm that differs from ``myxtts train`` differs by config overrides
-only (``--set train.compile=off``, ...), exactly as a user's run would.
+capture, shrink), plus staged batches and timed windows. A benchmark cannot leave out a part
+of what the trainer does on that device: an arm that differs from ``myxtts train`` differs
+by config overrides only (``--set train.compile=off``, ...), exactly as a user's run would.
 
 A *window* is ``steps`` optimizer steps run by the training loop itself
 (``Recipe.run_steps``: ``StepTimer`` around each fetch of a step's micro-batches; one host
@@ -29,7 +29,7 @@ Staged = dict[tuple, tuple[dict, int]]  # shape key -> (device batch, real frame
 class Trainer:
     """One run as ``myxtts train`` builds it for ``preset`` on ``data`` (a store or a raw
     dataset), into ``run_dir`` (its auto batch-size cache). ``overrides``: config settings,
-    as ``--set`` gives them. ``setup_s``: seconds to build it (data, model, engine prepared);
+    as ``--set`` gives them. ``setup_s``: seconds to build it (data, model, engine started up);
     ``report``: the engine's warm-up report (None where nothing was warmed up)."""
 
     def __init__(self, data: Path, preset: str, batch_frames: int | None, overrides: list[str],
@@ -50,8 +50,8 @@ class Trainer:
         self.cfg, self.engine, self.data = self.run.cfg, self.run.engine, self.run.data
         self.device, self.record = self.run.device, self.run.record
         self.cuda = self.device.type == "cuda"
-        prepared = self.engine.prepared
-        self.report = prepared.report if prepared is not None else None
+        startup = self.engine.startup
+        self.report = startup.report if startup is not None else None
         self.params_m = sum(p.numel() for p in self.engine.model.parameters()) / 1e6
         self.fps = cfg.audio.frames_per_second
 

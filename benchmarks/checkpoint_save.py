@@ -56,7 +56,7 @@ def build_state(preset: str, device: str, tmp: Path) -> tuple[dict, float, objec
     shape = BatchShape(1, 16, 32, cfg.data.ref_frames, cfg.audio.n_mels)
     engine.step([worst_case_batch(shape, 64, 1, dev)])  # AdamW state exists from here on
     parts = engine.state_dict()
-    state = ck.compose(ck.TrainingProgress(step=1), parts, {"config": cfg.to_dict()}, dev)
+    state = ck.compose(ck.TrainingProgress(step=1), parts, {"config": cfg.to_dict()})
     nbytes = 0
 
     def count(v: object) -> None:

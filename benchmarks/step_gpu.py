@@ -60,8 +60,8 @@ def warmup_main(args: argparse.Namespace) -> None:
     g0 = compiled_graphs()
     t = Trainer(args.store, args.warmup_of, args.batch_frames, args.set, _threads(args),
                 args.run_dir)
-    prepared, report = t.engine.prepared, t.report
-    print(json.dumps({"total_s": t.setup_s, "sizing_s": prepared.sizing_s if prepared else 0.0,
+    startup, report = t.engine.startup, t.report
+    print(json.dumps({"total_s": t.setup_s, "sizing_s": startup.sizing_s if startup else 0.0,
                       "warmup_s": report.seconds if report else 0.0,
                       "graphs": compiled_graphs() - g0,
                       "captured": report.shapes_captured if report else 0,

@@ -46,10 +46,10 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
     checkpoints before it stay, as after a killed run); the error propagates."""
     from unittest import mock
 
-    from myxtts.train.engine.step import TrainStep
+    from myxtts.train.engine import TrainEngine
     from myxtts.train.tts import train
 
-    real, calls = TrainStep.__call__, []
+    real, calls = TrainEngine.step, []
 
     def crashing(self, batches):
         calls.append(1)
@@ -57,7 +57,7 @@ def train_crashing_at(cfg: Config, data: Path, call: int) -> None:
             raise RuntimeError("simulated crash")
         return real(self, batches)
 
-    with mock.patch.object(TrainStep, "__call__", crashing):
+    with mock.patch.object(TrainEngine, "step", crashing):
         train(cfg, data, progress=False)
 
 

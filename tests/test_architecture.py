@@ -209,6 +209,81 @@ def test_nothing_outside_the_engine_writes_private_attributes(tmp_path):
     assert _private_writes(probe) == ["probe.py:2: sched._last_lr"]
 
 
+def _defined_attributes(path: Path) -> set[str]:
+    """Attribute names the classes of ``path`` define: assigned on ``self`` in their methods,
+    or declared in their bodies (dataclass fields, class attributes)."""
+    names = set()
+    for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                names.add(stmt.target.id)
+            elif isinstance(stmt, ast.Assign):
+                names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(cls):
+            for target in _written(node):
+                if isinstance(target.value, ast.Name) and target.value.id == "self":
+                    names.add(target.attr)
+    return names
+
+
+def _written(node: ast.AST) -> list[ast.Attribute]:
+    """The attributes ``node`` assigns, augments or deletes (``x.a = ...``, ``x.a, y.b =
+    ...``, ``del x.a``; an item written, ``x.a[k] = ...``, is no attribute write)."""
+    targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else \
+        [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+    out, todo = [], list(targets)
+    while todo:
+        target = todo.pop()
+        if isinstance(target, ast.Tuple | ast.List):
+            todo.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            todo.append(target.value)
+        elif isinstance(target, ast.Attribute):
+            out.append(target)
+    return out
+
+
+def _writes_across(paths: dict[str, Path]) -> list[str]:
+    """Writes, in one of ``paths``' modules, of an attribute that a class of ANOTHER of them
+    defines (and none of its own: a name both define is taken for the module's own
+    record's), on an object other than ``self`` / ``cls``: state changed from outside the
+    object that owns it."""
+    defined = {name: _defined_attributes(path) for name, path in paths.items()}
+    found = []
+    for name, path in paths.items():
+        others = set().union(*(d for n, d in defined.items() if n != name)) - defined[name]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _written(node):
+                if (target.attr in others and not (isinstance(target.value, ast.Name)
+                                                   and target.value.id in ("self", "cls"))):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_no_engine_module_writes_what_another_engine_module_owns(tmp_path):
+    """Inside the engine the same holds for public attributes: a collaborator (the warm-up,
+    the batch-size probe, the graphs) changes the engine's state through its methods, never
+    by assigning an attribute some other engine module's class defines (no ``use_graphs``
+    setter, runner swap or marker written from outside). The writes left on other objects
+    are torch's hooks (fused AdamW's ``found_inf``, the schedule's ``base_lrs``, a compiled
+    block's ``_compiled_call_impl``) and a module's own records."""
+    engine = {name: path for name, path in _modules() if name.startswith(ENGINE + ".")}
+    assert len(engine) > 10
+    wrong = _writes_across(engine)
+    assert not wrong, "engine state written from another module:\n" + "\n".join(wrong)
+    (tmp_path / "a.py").write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass Report:\n    seconds: float = 0\n"
+        "class Step:\n    def __init__(self):\n        self.marker = None\n")
+    (tmp_path / "b.py").write_text(
+        "class Own:\n    other: int = 0\n"
+        "def f(step, report, opt, own):\n    step.marker = print\n    report.seconds += 1\n"
+        "    opt.found_inf, own.other = 1, 2\n    del step.marker\n    step.marker_log[0] = 1\n")
+    assert sorted(_writes_across({"a": tmp_path / "a.py", "b": tmp_path / "b.py"})) == [
+        "b.py:4: step.marker", "b.py:5: report.seconds", "b.py:7: step.marker"]
+
+
 def test_the_layering_check_sees_lazy_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from myxtts.inference.synthesizer import Synthesizer\n")

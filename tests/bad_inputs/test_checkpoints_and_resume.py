@@ -22,7 +22,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
-from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine import TrainEngine
 from tests.helpers import MICRO_MODEL, full_disk_for_checkpoints
 
 SETS = [*MICRO_MODEL, "train.device=cpu", "data.num_workers=0", "train.tensorboard=false",
@@ -197,7 +197,7 @@ def test_absurd_learning_rate_is_refused_naming_the_key(micro_store, tmp_path, c
 
 
 def test_nonfinite_weights_stop_the_run_unsaved(micro_store, tmp_path, capsys, monkeypatch):
-    real, calls = TrainStep.__call__, []
+    real, calls = TrainEngine.step, []
 
     def overflow_after_three(self, batches):  # what an update that overflowed leaves behind
         real(self, batches)
@@ -206,7 +206,7 @@ def test_nonfinite_weights_stop_the_run_unsaved(micro_store, tmp_path, capsys, m
             with torch.no_grad():
                 next(self.model.parameters()).fill_(float("inf"))
 
-    monkeypatch.setattr(TrainStep, "__call__", overflow_after_three)
+    monkeypatch.setattr(TrainEngine, "step", overflow_after_three)
     run = tmp_path / "r"
     line = _one_error(main(_train_argv(micro_store, run, 6)), capsys)
     assert "non-finite at step 4" in line and "not saved" in line and "train.lr" in line

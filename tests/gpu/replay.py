@@ -7,14 +7,14 @@ import torch
 
 
 def assert_replays_like_eager(eager, graphed, batches: list[dict]) -> None:
-    """Run ``eager`` and ``graphed`` (two ``TrainStep``s built alike, ``graphed`` warmed up with
-    its graphs) on each batch from the same CUDA random state, then compare every weight
+    """Run ``eager`` and ``graphed`` (two ``TrainEngine``s built alike, ``graphed`` warmed up
+    with its graphs) on each batch from the same CUDA random state, then compare every weight
     (dropout masks included: a replay must draw what the uncaptured step draws)."""
     device = next(eager.model.parameters()).device
     for batch in batches:
         state = torch.cuda.get_rng_state(device)
-        eager([batch])
+        eager.step([batch])
         torch.cuda.set_rng_state(state, device)
-        graphed([batch])
+        graphed.step([batch])
     for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"{name} differs")

@@ -24,7 +24,6 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.engine.mode import CHECKPOINT_CAPTURE_TORCH, torch_version
-from myxtts.train.engine.warmup import warm_up
 from myxtts.train.errors import is_out_of_memory
 from tests.gpu.replay import assert_replays_like_eager
 from tests.helpers import MICRO_MODEL, micro_config
@@ -36,15 +35,15 @@ SHAPES = [BatchShape(4, 24, 96, 64, N_MELS), BatchShape(2, 40, 192, 64, N_MELS)]
 CUDA = torch.device("cuda", 0)
 
 
-def _step(tmp_path, *overrides: str):
-    """The step of an engine built the way training builds it (the plan decides), and the
-    plan (these tests drive the engine's warm-up and graphs directly)."""
+def _engine(tmp_path, *overrides: str) -> tuple[TrainEngine, object]:
+    """An engine built the way training builds it (the plan decides), and the plan (these
+    tests drive the engine's warm-up and graphs directly)."""
     cfg = micro_config(tmp_path, "train.device=cuda", "train.precision=fp32",
                        "model.prenet_dropout=0", "train.warmup_steps=3", *overrides)
     torch.manual_seed(0)
     model = build_model(cfg, N_TOKENS, 1, None, None).to(CUDA)
     engine = TrainEngine(cfg, model, CUDA, DistInfo())
-    return engine._step, engine.plan
+    return engine, engine.plan
 
 
 def _batch(shape: BatchShape, seed: int, device: torch.device = CUDA) -> dict[str, torch.Tensor]:
@@ -73,25 +72,25 @@ def test_checkpointed_blocks_with_dropout_capture_and_equal_the_uncaptured_step(
     uncaptured one draw the same masks in the forward and its recomputation: same weights."""
     sets = ("train.activation_checkpointing=true", "model.dropout=0.1", "train.compile=on",
             "train.cuda_graphs=on")
-    (eager, _), (graphed, plan) = _step(tmp_path, *sets), _step(tmp_path, *sets)
+    (eager, _), (graphed, plan) = _engine(tmp_path, *sets), _engine(tmp_path, *sets)
     assert (plan.compile, plan.graphs) == (False, True) and not graphed.compiled
-    report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    report = graphed.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     batches = [_batch(SHAPES[i % 2], i) for i in range(4)]
-    assert all(graphed.graphs.ready([batch]) for batch in batches)
+    assert all(graphed._graphs.ready([batch]) for batch in batches)
     assert_replays_like_eager(eager, graphed, batches)
     assert graphed.uncaptured_steps == 0
 
 
 def test_a_shape_without_a_graph_is_counted(tmp_path, caplog):
-    step, _ = _step(tmp_path, "model.dropout=0")
-    warm_up(step, SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
-    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
-        step([_batch(SHAPES[0], 0)])
-        step([_batch(SHAPES[1], 1)])
-    assert step.uncaptured_steps == 1
+    engine, _ = _engine(tmp_path, "model.dropout=0")
+    engine.warm_up(SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.graphs"):
+        engine.step([_batch(SHAPES[0], 0)])
+        engine.step([_batch(SHAPES[1], 1)])
+    assert engine.uncaptured_steps == 1
     assert any("2 x 192 frames" in r.getMessage() for r in caplog.records)
-    assert torch.isfinite(torch.tensor(step.read()["loss"]))
+    assert torch.isfinite(torch.tensor(engine.read()["loss"]))
 
 
 def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured(tmp_path,
@@ -106,36 +105,37 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     defers for as long as it believes a capture is under way -- keep memory_reserved flat."""
     from myxtts.data.feed.prefetch import DevicePrefetcher
 
-    step, _ = _step(tmp_path, "model.dropout=0.1")
-    warm_up(step, SHAPES, N_TOKENS, 1, capture=None, echo=print)  # optimizer state exists
-    micro = step.micro
+    engine, _ = _engine(tmp_path, "model.dropout=0.1")
+    engine.warm_up(SHAPES, N_TOKENS, 1, capture=None, echo=print)  # optimizer state exists
+    micro = engine._micro
 
     def syncing(batch, n_micro, last=True):
         if batch["mel"].shape[0] == 2 and torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize()
         return micro(batch, n_micro, last)
 
-    monkeypatch.setattr(step, "micro", syncing)
+    monkeypatch.setattr(engine, "_micro", syncing)
     capture = CudaCapture(CUDA)
     pools = {tuple(capture.pool)}
-    report = warm_up(step, SHAPES, N_TOKENS, 1, capture=capture, echo=print)
+    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=capture, echo=print)
     pools.add(tuple(capture.pool))
     assert torch.cuda.current_stream(CUDA) == torch.cuda.default_stream(CUDA)
     assert not torch.cuda.is_current_stream_capturing()
-    assert report.shapes_captured == 0 and step.graphs is None and report.capture_error
+    assert report.shapes_captured == 0 and engine.mode != "graphed" and report.capture_error
     assert not _pool_segments(pools), "the failed capture's pool is still reserved"
-    monkeypatch.setattr(step, "micro", micro)
+    monkeypatch.setattr(engine, "_micro", micro)
     host = [{k: v.pin_memory() for k, v in _batch(SHAPES[i % 2], i, torch.device("cpu")).items()}
             for i in range(8)]
     feed = DevicePrefetcher(itertools.islice(itertools.cycle(host), 400), CUDA, num_batches=2)
     reserved = []
     for i, batch in enumerate(feed):
-        step([batch])
+        engine.step([batch])
         if i % 50 == 49:
             torch.cuda.synchronize()
             reserved.append(torch.cuda.memory_reserved(CUDA))
     assert max(reserved) - min(reserved) <= 8 * 2**20, reserved  # deferred blocks: ~60 MB
-    assert step.uncaptured_steps == 0 and torch.isfinite(torch.tensor(step.read()["loss"]))
+    assert engine.uncaptured_steps is None  # not graphed: every step ran the plain step
+    assert torch.isfinite(torch.tensor(engine.read()["loss"]))
 
 
 def test_the_health_check_sees_a_capture_stream_that_is_still_capturing():
@@ -163,8 +163,9 @@ def test_out_of_memory_inside_a_capture_is_recognised_and_the_shrunk_bucket_repl
     size, then the bucket is captured at 3 (3/4 of 4) -- straight away, as the real retry
     does, with no uncaptured run of that size first -- and replays like the uncaptured
     step."""
-    (eager, _), (step, _) = _step(tmp_path, "model.dropout=0"), _step(tmp_path, "model.dropout=0")
-    micro, failures, seen = step.micro, [2], []
+    (eager, _), (engine, _) = (_engine(tmp_path, "model.dropout=0"),
+                               _engine(tmp_path, "model.dropout=0"))
+    micro, failures, seen = engine._micro, [2], []
     total = torch.cuda.get_device_properties(CUDA).total_memory
 
     def starving(batch, n_micro, last=True):
@@ -178,17 +179,17 @@ def test_out_of_memory_inside_a_capture_is_recognised_and_the_shrunk_bucket_repl
                 raise
         return micro(batch, n_micro, last)
 
-    monkeypatch.setattr(step, "micro", starving)
-    report = warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    monkeypatch.setattr(engine, "_micro", starving)
+    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
     assert seen == [True, True] and "out of memory" in report.capture_error.lower()
     assert report.resized == {SHAPES[0]: 3} and report.shapes_captured == 2
     smaller = BatchShape(3, *[getattr(SHAPES[0], k) for k in ("text", "frames", "ref_frames",
                                                               "n_mels")])
     batches = [_batch(smaller, i) for i in range(3)]
-    assert all(step.graphs.ready([b]) for b in batches)
-    monkeypatch.setattr(step, "micro", micro)
-    assert_replays_like_eager(eager, step, batches)
-    assert step.uncaptured_steps == 0
+    assert all(engine._graphs.ready([b]) for b in batches)
+    monkeypatch.setattr(engine, "_micro", micro)
+    assert_replays_like_eager(eager, engine, batches)
+    assert engine.uncaptured_steps == 0
 
 
 def test_a_graphed_run_on_the_fly_with_a_broken_clip_never_leaves_its_graphs(tmp_path):

@@ -15,11 +15,9 @@ from myxtts.data.batch import BatchShape
 from myxtts.model.dummy import worst_case_batch
 from myxtts.model.xtts import build_model
 from myxtts.train.distributed import DistInfo
+from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.budget import auto_batch_sizes
 from myxtts.train.engine.graphs import CudaCapture
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.step import TrainStep
-from myxtts.train.engine.warmup import warm_up
 from tests.helpers import micro_config, train_crashing_at
 
 pytestmark = pytest.mark.gpu
@@ -29,16 +27,14 @@ SHAPES = [BatchShape(4, 24, 96, 64, N_MELS), BatchShape(2, 40, 192, 64, N_MELS)]
 CUDA = torch.device("cuda", 0)
 
 
-def _steps(tmp_path, n: int, *overrides: str, compiled: bool = False) -> list[TrainStep]:
+def _engines(tmp_path, n: int, *overrides: str, compiled: bool = False) -> list[TrainEngine]:
     cfg = micro_config(tmp_path, "train.device=cuda", "train.precision=fp32", "model.dropout=0",
                        "model.prenet_dropout=0", "train.warmup_steps=3", *overrides)
     out = []
     for _ in range(n):
         torch.manual_seed(0)
         model = build_model(cfg, N_TOKENS, 1, None, None).to(CUDA)
-        opt, fused = build_optimizer(model, cfg.train)
-        out.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CUDA, fused,
-                             compile_model=compiled))
+        out.append(TrainEngine(cfg, model, CUDA, DistInfo(), compile_model=compiled))
     return out
 
 
@@ -52,7 +48,7 @@ def _batch(i: int) -> dict[str, torch.Tensor]:
                         n_text=s.text, n_frames=s.frames, n_ref=s.ref_frames, seed=i, device=CUDA)
 
 
-def _close(a: TrainStep, b: TrainStep, rtol: float, atol: float) -> None:
+def _close(a: TrainEngine, b: TrainEngine, rtol: float, atol: float) -> None:
     ra, rb = a.read(), b.read()
     for k in ("loss", "mel_l1", "post_l1", "stop", "guided"):
         assert rb[k] == pytest.approx(ra[k], rel=rtol, abs=atol), k
@@ -62,76 +58,76 @@ def _close(a: TrainStep, b: TrainStep, rtol: float, atol: float) -> None:
 
 @pytest.mark.parametrize("ema", [0.0, 0.9])
 def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
-    eager, graphed = _steps(tmp_path, 2, f"train.ema_decay={ema}")
-    report = warm_up(graphed, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    eager, graphed = _engines(tmp_path, 2, f"train.ema_decay={ema}")
+    report = graphed.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     for i in range(6):
         batch = _batch(i)
-        assert graphed.graphs.ready([batch])  # replayed, not run uncaptured
-        eager([batch])
-        graphed([batch])
+        assert graphed._graphs.ready([batch])  # replayed, not run uncaptured
+        eager.step([batch])
+        graphed.step([batch])
     _close(eager, graphed, rtol=1e-4, atol=1e-5)
     if ema:  # the weight average is updated inside the captured update graph
-        assert graphed.ema.updates.item() == eager.ema.updates.item() == 6.0
-        for name, a, b in zip(eager.ema.names, eager.ema.shadow, graphed.ema.shadow):
+        assert graphed._ema.updates.item() == eager._ema.updates.item() == 6.0
+        for name, a, b in zip(eager._ema.names, eager._ema.shadow, graphed._ema.shadow):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"average of {name}")
 
 
 def test_dropout_stays_random_across_replays(tmp_path):
     """In the mode training runs on a GPU: compiled blocks, dropout 0.1, graphed."""
-    (step,) = _steps(tmp_path, 1, "model.dropout=0.1", compiled=True)
-    warm_up(step, SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
-    assert step.mode == "graphed" and step.compiled
-    for group in step.opt.param_groups:
+    (engine,) = _engines(tmp_path, 1, "model.dropout=0.1", compiled=True)
+    engine.warm_up(SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    assert engine.mode == "graphed" and engine.compiled
+    for group in engine._opt.param_groups:
         group["lr"] = 0.0  # replays read it: the weights stay, only dropout can differ
     totals = []
     for _ in range(3):
-        step.graphs.replay([_batch(0)])
-        totals.append(step._sums["loss"].item())  # running sum over the replays
+        engine._graphs.replay([_batch(0)])
+        totals.append(engine._totals._sums["loss"].item())  # running sum over the replays
     losses = [totals[0], totals[1] - totals[0], totals[2] - totals[1]]
     assert len({round(x, 6) for x in losses}) == 3  # each replay drew its own masks
 
 
 def test_compiled_step_equals_eager(tmp_path):
-    (eager,) = _steps(tmp_path, 1)
-    (compiled,) = _steps(tmp_path, 1, compiled=True)
+    (eager,) = _engines(tmp_path, 1)
+    (compiled,) = _engines(tmp_path, 1, compiled=True)
     for i in range(4):
-        eager([_batch(i)])
-        compiled([_batch(i)])
+        eager.step([_batch(i)])
+        compiled.step([_batch(i)])
     assert eager.mode == "eager" and compiled.mode == "compiled"
     _close(eager, compiled, rtol=2e-3, atol=2e-4)  # fused kernels reassociate sums
 
 
 def test_compiled_and_graphed_step_equals_eager(tmp_path):
     """The trainer's mode on a GPU: compiled blocks inside each shape's captured graph."""
-    (eager,) = _steps(tmp_path, 1)
-    (step,) = _steps(tmp_path, 1, compiled=True)
-    report = warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    (eager,) = _engines(tmp_path, 1)
+    (engine,) = _engines(tmp_path, 1, compiled=True)
+    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
-    assert step.mode == "graphed" and step.compiled
+    assert engine.mode == "graphed" and engine.compiled
     for i in range(6):
         batch = _batch(i)
-        assert step.graphs.ready([batch])
-        eager([batch])
-        step([batch])
-    _close(eager, step, rtol=2e-3, atol=2e-4)
+        assert engine._graphs.ready([batch])
+        eager.step([batch])
+        engine.step([batch])
+    _close(eager, engine, rtol=2e-3, atol=2e-4)
 
 
 @pytest.mark.parametrize("graphed", [False, True])
 def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
-    (step,) = _steps(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16",
-                     "train.ema_decay=0.999")
+    (engine,) = _engines(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16",
+                         "train.ema_decay=0.999")
     batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
     if graphed:
-        warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
-        assert step.mode == "graphed"
+        engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+        assert engine.mode == "graphed"
     else:
-        step([batches[0]])  # first step: lazy allocations
+        engine.step([batches[0]])  # first step: lazy allocations
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for batch in batches[1:]:
-            step([batch])
+            engine.step([batch])
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -159,13 +155,14 @@ def test_the_loader_sends_float16_and_the_prefetcher_casts_on_the_gpu(micro_stor
 
 
 def test_auto_budget_sizes_run_without_running_out_of_memory(tmp_path):
-    (step,) = _steps(tmp_path, 1, "data.auto_batch_memory_share=0.05", "data.max_batch_size=0")
-    sizes = auto_batch_sizes(step, SHAPES, [4, 4], step.cfg, tmp_path / "run", N_TOKENS, 1,
+    (engine,) = _engines(tmp_path, 1, "data.auto_batch_memory_share=0.05",
+                         "data.max_batch_size=0")
+    sizes = auto_batch_sizes(engine, SHAPES, [4, 4], engine.cfg, tmp_path / "run", N_TOKENS, 1,
                              DistInfo(), echo=print)
     limit = 0.05 * torch.cuda.get_device_properties(CUDA).total_memory
     for shape, b in zip(SHAPES, sizes):
         torch.cuda.reset_peak_memory_stats(CUDA)
-        step.run([worst_case_batch(BatchShape(b, shape.text, shape.frames, shape.ref_frames,
+        engine.run([worst_case_batch(BatchShape(b, shape.text, shape.frames, shape.ref_frames,
                                               N_MELS), N_TOKENS, 1, CUDA)])
         torch.cuda.synchronize()
         assert torch.cuda.max_memory_allocated(CUDA) <= limit * 1.05
@@ -218,13 +215,13 @@ def test_a_default_cuda_run_trains_validates_and_synthesises(micro_store, tmp_pa
                        "train.synth_sentences=2", "model.max_decoder_frames=60",
                        "train.ckpt_every=3")
     graphs_at_step: list[int] = []
-    real = TrainStep.__call__
+    real = TrainEngine.step
 
     def counting(self, batches):
         graphs_at_step.append(compiled_graphs())
         return real(self, batches)
 
-    with caplog.at_level(logging.INFO), mock.patch.object(TrainStep, "__call__", counting):
+    with caplog.at_level(logging.INFO), mock.patch.object(TrainEngine, "step", counting):
         record = train(cfg, micro_store, progress=False)
     assert record.step == 6 and len(graphs_at_step) == 6
     assert compiled_graphs() == graphs_at_step[0] > 0  # all compiled in the warm-up

@@ -1,5 +1,5 @@
 """The engine on a real GPU over a run's lifetime (``pytest -m gpu``; skipped without one):
-16 auto-sized buckets prepared (no bucket below 3/4 of its measured plan), hours of mixed
+16 auto-sized buckets started up (no bucket below 3/4 of its measured plan), hours of mixed
 shapes in miniature (2,000 steps in random bucket order, ``memory_reserved`` flat), the
 host kept at most a couple of steps ahead of a slowed GPU, a background save whose copy is
 held back while graphed steps change the weights (it still equals the state of its step),
@@ -24,14 +24,10 @@ from myxtts.model.dummy import random_batch
 from myxtts.model.xtts import build_model
 from myxtts.train.data import bucket_shapes
 from myxtts.train.distributed import DistInfo
-from myxtts.train.engine import TrainEngine
+from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.engine.budget import three_quarters
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.engine.lead import MAX_LEAD_STEPS
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.prepare import Workload
-from myxtts.train.engine.step import TrainStep
-from myxtts.train.engine.warmup import warm_up
 from myxtts.train.setup import build_setup
 from tests.gpu.replay import assert_replays_like_eager
 from tests.helpers import micro_config
@@ -63,18 +59,18 @@ def _real_batch(shape: BatchShape, n_tokens: int, seed: int) -> dict[str, torch.
                         n_ref=shape.ref_frames, seed=seed, device=CUDA)
 
 
-def test_sixteen_auto_sized_buckets_prepare_and_soak_with_memory_reserved_flat(store16,
-                                                                               tmp_path):
+def test_sixteen_auto_sized_buckets_start_up_and_soak_with_memory_reserved_flat(store16,
+                                                                                tmp_path):
     cfg = load_config(preset="tiny", overrides=[
         "train.device=cuda", "data.num_buckets=16", "data.batch_frames=auto",
         f"train.output_dir={tmp_path / 'run'}", "train.tensorboard=false"])
     run = build_setup(cfg, store16, None)
-    engine, prepared = run.engine, run.engine.prepared
+    engine, startup = run.engine, run.engine.startup
     shapes = sorted(set(bucket_shapes(run.data.sampler, run.cfg)), key=lambda s: s.frames)
-    assert len(shapes) >= 12 and prepared is not None and prepared.report is not None
-    for planned, batch in zip(prepared.planned, prepared.sizes):  # the plan, not an attempt
-        assert batch >= three_quarters(planned), (prepared.planned, prepared.sizes)
-    assert engine.mode == "graphed" and prepared.report.shapes_captured == len(shapes)
+    assert len(shapes) >= 12 and startup is not None and startup.report is not None
+    for planned, batch in zip(startup.planned, startup.sizes):  # the plan, not an attempt
+        assert batch >= three_quarters(planned), (startup.planned, startup.sizes)
+    assert engine.mode == "graphed" and startup.report.shapes_captured == len(shapes)
     order = random.Random(0)
     reserved = []
     for i in range(2000):
@@ -137,11 +133,10 @@ def test_a_light_shape_after_a_heavy_one_measures_its_own_fragmentation(tmp_path
                        "train.compile=off")
     torch.manual_seed(0)
     engine = TrainEngine(cfg, build_model(cfg, 40, 1, None, None).to(CUDA), CUDA, DistInfo())
-    step = engine._step
     heavy = BatchShape(32, 40, 800, cfg.data.ref_frames, cfg.audio.n_mels)
     light = BatchShape(2, 20, 64, cfg.data.ref_frames, cfg.audio.n_mels)
-    peak_heavy, _ = warmup._run_worst_case(step, heavy, 40, 1)
-    peak_light, frag_light = warmup._run_worst_case(step, light, 40, 1)
+    peak_heavy, _ = warmup._run_worst_case(engine, heavy, 40, 1)
+    peak_light, frag_light = warmup._run_worst_case(engine, light, 40, 1)
     assert peak_heavy - peak_light > 64 * 2**20  # the heavy shape leaves that much cached
     assert frag_light < (peak_heavy - peak_light) / 4, (frag_light, peak_heavy, peak_light)
 
@@ -158,7 +153,7 @@ def test_a_delayed_background_save_holds_the_state_of_its_step_while_graphs_repl
     torch.manual_seed(0)
     engine = TrainEngine(cfg, build_model(cfg, 40, 1, None, None).to(CUDA), CUDA, DistInfo())
     shape = BatchShape(4, 40, 200, cfg.data.ref_frames, cfg.audio.n_mels)
-    engine.prepare(Workload([shape], 40, 1))
+    engine.start_up(Workload([shape], 40, 1))
     assert engine.mode == "graphed"
     for i in range(3):
         engine.step([_real_batch(shape, 40, i)])
@@ -177,7 +172,7 @@ def test_a_delayed_background_save_holds_the_state_of_its_step_while_graphs_repl
         return real(state, device, buffers, stream)
 
     monkeypatch.setattr(saver_module, "host_snapshot", held_back)
-    state = ck.compose(ck.TrainingProgress(step=3), engine.state_dict(), {}, CUDA)
+    state = ck.compose(ck.TrainingProgress(step=3), engine.state_dict(), {})
     path = saver.save(state, 3, writes_after=engine.after_copy)
     for i in range(3, 8):  # queued while the copy waits: their updates must wait for it
         engine.step([_real_batch(shape, 40, i)])
@@ -222,15 +217,12 @@ def test_compiled_checkpointed_blocks_with_dropout_replay_exactly_in_a_capture(t
                        "model.prenet_dropout=0", "model.dropout=0.1",
                        "train.activation_checkpointing=true", "train.warmup_steps=3")
     shapes = [BatchShape(4, 24, 96, 64, cfg.audio.n_mels)]
-    steps = []
+    engines = []
     for _ in range(2):
         torch.manual_seed(0)
         model = build_model(cfg, 40, 1, None, None).to(CUDA)
-        model.set_activation_checkpointing(True)
-        opt, fused = build_optimizer(model, cfg.train)
-        steps.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CUDA, fused,
-                               compile_model=True))
-    eager, graphed = steps
-    report = warm_up(graphed, shapes, 40, 1, capture=CudaCapture(CUDA), echo=print)
+        engines.append(TrainEngine(cfg, model, CUDA, DistInfo(), compile_model=True))
+    eager, graphed = engines
+    report = graphed.warm_up(shapes, 40, 1, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and graphed.compiled
     assert_replays_like_eager(eager, graphed, [_real_batch(shapes[0], 40, i) for i in range(4)])

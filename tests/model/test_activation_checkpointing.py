@@ -188,34 +188,31 @@ def test_graphed_step_with_checkpointing_equals_the_plain_eager_step(tmp_path):
     checkpointing. Dropout off: a replay draws new random numbers, as a CUDA graph does."""
     from myxtts.data.batch import BatchShape
     from myxtts.model.dummy import worst_case_batch
-    from myxtts.train.engine.optim import build_optimizer, build_scheduler
-    from myxtts.train.engine.step import TrainStep
-    from myxtts.train.engine.warmup import warm_up
+    from myxtts.train.distributed import DistInfo
+    from myxtts.train.engine import TrainEngine
     from tests.helpers import micro_config
     from tests.train.graph_recorder import RecordingCapture
 
-    cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0",
-                       "model.prenet_dropout=0", "train.warmup_steps=4")
+    common = (f"audio.n_mels={N_MELS}", "model.dropout=0", "model.prenet_dropout=0",
+              "train.warmup_steps=4")
     shapes = [BatchShape(3, 16, 24, 12, N_MELS), BatchShape(2, 16, 48, 12, N_MELS)]
-    steps = []
+    engines = []
     for checkpointing in (False, True):
+        cfg = micro_config(tmp_path, *common, f"train.activation_checkpointing={checkpointing}")
         torch.manual_seed(0)
-        model = build_model(cfg, N_TOKENS, 1, None, None)
-        model.set_activation_checkpointing(checkpointing)
-        opt, fused = build_optimizer(model, cfg.train)
-        steps.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg,
-                               torch.device("cpu"), fused, compile_model=False))
-    eager, graphed = steps
+        engines.append(TrainEngine(cfg, build_model(cfg, N_TOKENS, 1, None, None),
+                                   torch.device("cpu"), DistInfo(), compile_model=False))
+    eager, graphed = engines
     with count_checkpoints() as ck:
-        report = warm_up(graphed, shapes, N_TOKENS, 1, capture=RecordingCapture(),
-                         echo=lambda s: None)
+        report = graphed.warm_up(shapes, N_TOKENS, 1, capture=RecordingCapture(),
+                                 echo=lambda s: None)
         assert report.shapes_captured == 2 and report.capture_error is None
         captured = ck.call_count
         for i in range(4):
             batch = [worst_case_batch(shapes[i % 2], N_TOKENS, 1, "cpu")]
-            assert graphed.graphs.ready(batch)
-            eager(batch)
-            graphed(batch)
+            assert graphed._graphs.ready(batch)
+            eager.step(batch)
+            graphed.step(batch)
     assert captured > 0 and ck.call_count == captured  # replays run no Python
     # tolerances of tests/train/test_graphs.py: the replayed AdamW reads its lr from a
     # float32 tensor, the eager one a double (an ulp apart after step 1)

@@ -18,8 +18,7 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine.budget import CACHE_NAME, auto_batch_sizes, largest_fitting
 from myxtts.train.errors import TrainError
 from tests.helpers import micro_config
-from tests.train.test_graphs import N_MELS, N_TOKENS
-from tests.train.test_warmup import _step
+from tests.train.test_graphs import N_MELS, N_TOKENS, engine_for
 
 
 @pytest.mark.parametrize("largest", [0, 1, 5, 37, 64, 100, 1000])
@@ -55,25 +54,25 @@ class FakeMemory:
 
 class FakeGpu(FakeMemory):
     """A device with ``budget`` mel frames of room: larger worst cases run out of memory
-    partway through the step (after the forward), as on a GPU."""
+    partway through the step (after the model's forward), as on a GPU."""
 
-    def __init__(self, step, budget: int, name: str = "Fake GPU 24GB",
+    def __init__(self, engine, budget: int, name: str = "Fake GPU 24GB",
                  error=lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to "
                                                            "allocate 2 GiB")) -> None:
         self.name, self.budget = name, budget
         self.runs: list[int] = []
         self.released = 0
-        real = step.micro
+        real = engine.model.forward
 
-        def micro(batch, n_micro, last=True):
+        def forward(batch, *args, **kwargs):
             frames = batch["mel"].shape[0] * batch["mel"].shape[1]
             self.runs.append(frames)
-            if frames > self.budget:
-                step.loss(batch)  # some work done, then the allocation fails
+            out = real(batch, *args, **kwargs)
+            if frames > self.budget:  # some work done, then the allocation fails
                 raise error()
-            real(batch, n_micro, last)
+            return out
 
-        step.micro = micro
+        engine.model.forward = forward
 
 
 SHAPES = [BatchShape(1, 16, 24, 12, N_MELS), BatchShape(1, 24, 48, 12, N_MELS),
@@ -89,7 +88,7 @@ def _probe(tmp_path, step, gpu, echo=None, **kw):
 
 def test_sizes_fit_the_memory_and_training_state_is_untouched(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
-    step = _step(cfg)
+    step = engine_for(cfg)
     before = {k: v.clone() for k, v in step.model.state_dict().items()}
     gpu = FakeGpu(step, budget=1000)
     sizes, lines = _probe(tmp_path, step, gpu)
@@ -118,14 +117,14 @@ def test_a_library_allocation_failure_counts_as_out_of_memory(tmp_path, one_thre
     """Near the limit cuBLAS and cuDNN fail to allocate their workspace with a plain
     RuntimeError, not torch's OutOfMemoryError: the probe lowers the size all the same."""
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
-    step = _step(cfg)
+    step = engine_for(cfg)
     sizes, _ = _probe(tmp_path, step, FakeGpu(step, budget=1000, error=lambda: RuntimeError(message)))
     assert all(b * s.frames <= 1000 and b >= 1 for s, b in zip(SHAPES, sizes))
 
 
 def test_any_other_error_while_probing_is_not_taken_for_a_full_gpu(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
-    step = _step(cfg)
+    step = engine_for(cfg)
     with pytest.raises(RuntimeError, match="an unrelated bug"):
         _probe(tmp_path, step, FakeGpu(step, budget=1000,
                                        error=lambda: RuntimeError("an unrelated bug")))
@@ -146,13 +145,13 @@ def test_memory_other_processes_hold_is_not_planned_for(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
     with pytest.raises(TrainError, match=r"fits in 10.2 GiB \(85% of Fake GPU 24GB, 24.0 GiB; "
                                          r"12.0 GiB held by other processes\)"):
-        _probe(tmp_path, _step(cfg), SharedGpu())
-    assert all(b >= 1 for b in _probe(tmp_path, _step(cfg), FakeMemory())[0])
+        _probe(tmp_path, engine_for(cfg), SharedGpu())
+    assert all(b >= 1 for b in _probe(tmp_path, engine_for(cfg), FakeMemory())[0])
 
 
 def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
-    step = _step(cfg)
+    step = engine_for(cfg)
     gpu = FakeGpu(step, budget=700)
     sizes, _ = _probe(tmp_path, step, gpu)
     cache = json.loads((tmp_path / "run" / CACHE_NAME).read_text())
@@ -161,7 +160,7 @@ def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_
     again, lines = _probe(tmp_path, step, gpu)
     assert again == sizes and len(gpu.runs) == runs  # nothing ran
     assert "from " in lines[-1]
-    other_step = _step(cfg)
+    other_step = engine_for(cfg)
     bigger, lines = _probe(tmp_path, other_step,
                            FakeGpu(other_step, budget=1400, name="Fake GPU 48GB"))
     assert "was measured with gpu = \"Fake GPU 24GB\", this run has \"Fake GPU 48GB\"" in lines[0]
@@ -172,7 +171,7 @@ def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_
                          ("train.self_feed=0.5", "self_feed")):
         settings.append(setting)  # one more change each time
         changed = micro_config(tmp_path, f"audio.n_mels={N_MELS}", *settings)
-        changed_step = _step(changed)
+        changed_step = engine_for(changed)
         _, lines = _probe(tmp_path, changed_step, FakeGpu(changed_step, budget=1400,
                                                            name="Fake GPU 48GB"))
         assert f"was measured with {key} = " in lines[0], lines[0]
@@ -180,7 +179,7 @@ def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_
 
 def test_a_gpu_too_small_for_one_utterance_is_a_clear_error(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
-    step = _step(cfg)
+    step = engine_for(cfg)
     with pytest.raises(TrainError, match=r"bucket 2 \(96 mel frames, 32 text tokens\): not "
                                          r"even one utterance fits .*data.max_duration_s"):
         _probe(tmp_path, step, FakeGpu(step, budget=50))
@@ -202,35 +201,37 @@ def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
         build_loader(micro_store, cfg, batch_sizes=[2])
 
 
-def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(tmp_path,
-                                                                               one_thread):
+def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(
+        tmp_path, one_thread, monkeypatch):
     """An out-of-memory error while AdamW creates its state (first step of a fresh run)
-    leaves some parameters with part of it; the probe clears those, so the next size's step
-    (and training after the probe) initialise them whole."""
+    leaves some parameters with part of it; the trial step clears those, so the next size's
+    step (and training after the probe) initialise them whole."""
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
-    step = _step(cfg)
-    budget, real_update, sizes_seen = 600, step.update, []
+    engine = engine_for(cfg)
+    opt = engine._opt
+    budget, real_step, sizes_seen = 600, opt.step, []
+    real_forward = engine.model.forward
 
-    def micro(batch, n_micro, last=True):
+    def forward(batch, *args, **kwargs):
         sizes_seen.append(batch["mel"].shape[0] * batch["mel"].shape[1])
-        real_micro(batch, n_micro, last)
+        return real_forward(batch, *args, **kwargs)
 
-    def update():
+    def adamw_step(*args, **kwargs):
         if sizes_seen[-1] > budget:
-            first = next(iter(step.params))
-            step.opt.state[first] = {"step": torch.zeros(())}  # half made, then no memory
+            first = next(p for group in opt.param_groups for p in group["params"])
+            opt.state[first] = {"step": torch.zeros(())}  # half made, then no memory
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
-        real_update()
+        return real_step(*args, **kwargs)
 
-    real_micro = step.micro
-    step.micro, step.update = micro, update
-    sizes, _ = _probe(tmp_path, step, FakeMemory())
+    monkeypatch.setattr(engine.model, "forward", forward)
+    monkeypatch.setattr(opt, "step", adamw_step)
+    sizes, _ = _probe(tmp_path, engine, FakeMemory())
     assert all(b * s.frames <= budget for s, b in zip(SHAPES, sizes))
-    assert {tuple(sorted(st)) for st in step.opt.state.values()} <= {
+    assert {tuple(sorted(st)) for st in opt.state.values()} <= {
         (), ("exp_avg", "exp_avg_sq", "step")}  # none, or whole
-    step.micro, step.update = real_micro, real_update
-    step([_batches_for(SHAPES[0])])  # a real step afterwards initialises AdamW whole
-    assert all(set(st) == {"step", "exp_avg", "exp_avg_sq"} for st in step.opt.state.values())
+    monkeypatch.undo()
+    engine.step([_batches_for(SHAPES[0])])  # a real step afterwards initialises AdamW whole
+    assert all(set(st) == {"step", "exp_avg", "exp_avg_sq"} for st in opt.state.values())
 
 
 def _batches_for(shape: BatchShape) -> dict[str, torch.Tensor]:
@@ -250,7 +251,7 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
     try:
         for k, budget in enumerate(budgets):
             cfg = micro_config(Path(out), f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
-            step = _step(cfg)
+            step = engine_for(cfg)
             try:
                 sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], cfg, Path(out) / f"run{k}",
                                          N_TOKENS, 1, dist, memory=FakeGpu(step, budget[rank]),
@@ -294,7 +295,7 @@ def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(t
                 p.join()
     assert [p.exitcode for p in procs] == [0, 0]
     alone = micro_config(tmp_path / "alone", f"audio.n_mels={N_MELS}", "data.max_batch_size=0")
-    step = _step(alone)
+    step = engine_for(alone)
     expected, _ = _probe(tmp_path / "alone", step, FakeGpu(step, budget=700))
     assert got[0, 0] == got[0, 1] == expected
     assert "not even one utterance fits" in got[1, 1]
@@ -307,8 +308,8 @@ def test_what_runs_beside_the_graphs_is_kept_out_of_the_budget(tmp_path, one_thr
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
     with pytest.raises(TrainError, match=r"fits in 10.4 GiB .*less 10.0 GiB kept beside the "
                                          r"CUDA graphs for validation"):
-        _probe(tmp_path, _step(cfg), SharedGpu(available=24 * 2**30), reserve=10 * 2**30)
-    assert all(b >= 1 for b in _probe(tmp_path, _step(cfg), SharedGpu(available=24 * 2**30))[0])
+        _probe(tmp_path, engine_for(cfg), SharedGpu(available=24 * 2**30), reserve=10 * 2**30)
+    assert all(b >= 1 for b in _probe(tmp_path, engine_for(cfg), SharedGpu(available=24 * 2**30))[0])
 
 
 class CountingMemory(FakeMemory):
@@ -327,15 +328,16 @@ class CountingMemory(FakeMemory):
         return self.peaks[self.runs - 1]
 
 
-def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_thread):
+def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_thread,
+                                                                 monkeypatch):
     from myxtts.train.engine.budget import side_reserve
 
-    step = _step(micro_config(tmp_path, f"audio.n_mels={N_MELS}"))
+    step = engine_for(micro_config(tmp_path, f"audio.n_mels={N_MELS}"))
     step.model.train()
     seen = []
     real = step.loss
-    step.loss = lambda batch: seen.append((step.model.training, torch.is_grad_enabled(),
-                                           batch["mel"].shape[:2])) or real(batch)
+    monkeypatch.setattr(step, "loss", lambda batch: seen.append((
+        step.model.training, torch.is_grad_enabled(), batch["mel"].shape[:2])) or real(batch))
     role = []
     need = side_reserve(step, SHAPES[2], N_TOKENS, 1, CountingMemory([150, 130]),
                         data_role=lambda: role.append(1))

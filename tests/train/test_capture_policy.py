@@ -18,7 +18,6 @@ from myxtts.data.batch import BatchShape
 from myxtts.model.dummy import worst_case_batch
 from myxtts.train.engine import warmup
 from myxtts.train.engine.graphs import StepGraphs
-from myxtts.train.engine.warmup import warm_up
 from myxtts.train.errors import TrainError, is_out_of_memory
 from tests.train.graph_recorder import RecordingCapture
 from tests.train.test_graphs import N_MELS, N_TOKENS, _batches, _pair
@@ -69,27 +68,27 @@ def sized_micro(monkeypatch):
     monkeypatch.setattr(StepGraphs, "capture", capture)
 
 
-def _ready(step, shape) -> bool:
-    return step.graphs is not None and step.graphs.ready(
+def _ready(engine, shape) -> bool:
+    return engine._graphs is not None and engine._graphs.ready(
         [worst_case_batch(shape, N_TOKENS, 1, "cpu")])
 
 
 def test_out_of_memory_once_is_retried_at_the_planned_size(tmp_path, one_thread):
-    _, (_, step) = _pair(tmp_path)
+    _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4,), OOM, times=1)
-    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4, 4] and report.resized == {}  # longer first (equal peaks)
-    assert report.shapes_captured == 2 and _ready(step, BIG) and _ready(step, SMALL)
+    assert report.shapes_captured == 2 and _ready(engine, BIG) and _ready(engine, SMALL)
 
 
 def test_out_of_memory_twice_captures_three_quarters_of_the_batch_never_less(tmp_path,
                                                                              one_thread):
-    _, (_, step) = _pair(tmp_path)
+    _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4,), OOM, times=2)
-    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4, 4, 3]
     assert report.resized == {BIG: 3} and report.shapes_captured == 2
-    assert _ready(step, replace(BIG, batch=3)) and not _ready(step, BIG)
+    assert _ready(engine, replace(BIG, batch=3)) and not _ready(engine, BIG)
 
 
 @pytest.mark.parametrize("failure", ["oom", "other"])
@@ -98,29 +97,29 @@ def test_a_shape_that_cannot_be_captured_drops_every_graph_with_one_warning(
     """BIG fails after SMALL was captured: SMALL's graph goes too (a shape left uncaptured
     would run beside the pool with memory nothing budgeted), one warning says so, and the
     run trains uncaptured exactly as the eager step does."""
-    _, (eager, step) = _pair(tmp_path)
+    _, (eager, engine) = _pair(tmp_path)
     error = OOM if failure == "oom" else RuntimeError(
         "CUDA error: operation not permitted when stream is capturing")
     capture = FailingCapture((4, 3), error, times=99)
     with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.warmup"):
-        report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+        report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
     said = [r.getMessage() for r in caplog.records]
     assert capture.order == ([2, 4, 4, 3] if failure == "oom" else [2, 4])
     assert len(said) == 1 and "training without CUDA graphs" in said[0]
     assert ("even at 3/4" in said[0]) == (failure == "oom") and "4 x 24 frames" in said[0]
-    assert step.graphs is None and step.mode == "eager" and report.shapes_captured == 0
+    assert engine._graphs is None and engine.mode == "eager" and report.shapes_captured == 0
     assert report.capture_error and not report.resized
     for i in range(3):  # training goes on, uncaptured, equal to the eager step
         batches = _batches(i, 1)
-        eager(batches)
-        step(batches)
-    assert step.uncaptured_steps == 0
-    for a, b in zip(eager.model.parameters(), step.model.parameters()):
+        eager.step(batches)
+        engine.step(batches)
+    assert engine.uncaptured_steps is None  # not graphed: no lookup, nothing counted
+    for a, b in zip(eager.model.parameters(), engine.model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)
 
 
 def test_shapes_are_captured_largest_measured_peak_first(tmp_path, one_thread, monkeypatch):
-    _, (_, step) = _pair(tmp_path)
+    _, (_, engine) = _pair(tmp_path)
     real = warmup._run_worst_case
     peaks = {BIG: 100, SMALL: 500}  # the longer, thinner bucket needs more
 
@@ -130,38 +129,38 @@ def test_shapes_are_captured_largest_measured_peak_first(tmp_path, one_thread, m
 
     monkeypatch.setattr(warmup, "_run_worst_case", measured)
     capture = FailingCapture()
-    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4] and report.peaks == peaks and report.fragmentation == 50
 
 
 def test_a_device_left_unusable_stops_the_run_naming_the_switch(tmp_path, one_thread):
-    _, (_, step) = _pair(tmp_path)
+    _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((2,), RuntimeError("operation not permitted when stream is "
                                                 "capturing"), times=1)
     capture.problem = lambda: "the capture stream is still capturing"
     with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture of a batch "
                        r"of 2 x 48 frames.*still capturing.*--set train.cuda_graphs=off"):
-        warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+        engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
 
 
 def test_an_attempt_that_starts_shrunk_keeps_the_floor_of_the_first_plan(tmp_path, one_thread):
     """A later attempt (after the graphs did not fit beside validation) starts from a batch
     an earlier one shrank: 4 of a plan of 5, whose floor is 4 (3/4 of 5, rounded up).
     Out of memory twice there drops the graphs; it never captures 3 (3/4 of 3/4)."""
-    _, (_, step) = _pair(tmp_path)
+    _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4, 3), OOM, times=2)
-    report = warm_up(step, [BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None,
+    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None,
                      floors={BIG: 4, SMALL: 2})
-    assert capture.order == [2, 4, 4] and report.shapes_captured == 0 and step.graphs is None
+    assert capture.order == [2, 4, 4] and report.shapes_captured == 0 and engine._graphs is None
 
 
-def test_every_prepare_attempt_gets_the_floors_of_the_first_plan(monkeypatch):
-    """prepare_step's attempts (capture, shrink beside the graphs, capture again): each
+def test_every_start_up_attempt_gets_the_floors_of_the_first_plan(monkeypatch):
+    """start_up's attempts (capture, shrink beside the graphs, capture again): each
     warm-up is given 3/4 of the FIRST plan as its floors, and the sizes never go below."""
     from types import SimpleNamespace
 
     from myxtts.train.distributed import DistInfo
-    from myxtts.train.engine import prepare
+    from myxtts.train.engine import startup
     from myxtts.train.engine.budget import shrink_for_graphs
     from myxtts.train.engine.warmup import WarmupReport
 
@@ -179,11 +178,11 @@ def test_every_prepare_attempt_gets_the_floors_of_the_first_plan(monkeypatch):
     def shrink(step, sizes, floors, reserve):  # graphs never fit beside validation
         return shrink_for_graphs(sizes, floors, reserved=100, reserve=50, cap=100)
 
-    monkeypatch.setattr(prepare, "warm_up_buckets", warm_up_buckets)
-    monkeypatch.setattr(prepare, "_shrink_beside_graphs", shrink)
+    monkeypatch.setattr(startup, "warm_up_buckets", warm_up_buckets)
+    monkeypatch.setattr(startup, "_shrink_beside_graphs", shrink)
     step = SimpleNamespace(compiled=True, device=torch.device("cpu"),
                            cfg=SimpleNamespace(data=SimpleNamespace(batch_frames=1200)))
-    done = prepare.prepare_step(step, prepare.Workload(shapes, N_TOKENS, 1), True, DistInfo())
+    done = startup.start_up(step, startup.Workload(shapes, N_TOKENS, 1), True, DistInfo())
     assert [floors for _, floors in seen] == [[12, 6]] * len(seen) and len(seen) >= 3
     assert all(b >= f for sizes, floors in seen for b, f in zip(sizes, floors))
     assert done.planned == plan and all(b >= f for b, f in zip(done.sizes, [12, 6]))

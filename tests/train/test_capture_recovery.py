@@ -16,7 +16,6 @@ import torch
 
 from myxtts.train.engine import graphs
 from myxtts.train.engine.graphs import CudaCapture
-from myxtts.train.engine.warmup import warm_up
 from myxtts.train.errors import TrainError
 from tests.train.cuda_model import STUCK, CudaModel
 from tests.train.test_graphs import N_TOKENS, SHAPES, _batches, _pair
@@ -132,33 +131,33 @@ def test_newer_torch_needs_no_mending(monkeypatch):
 
 @pytest.mark.parametrize("mendable", [True, False])
 def test_a_warm_up_whose_captures_fail_trains_uncaptured_or_stops_naming_the_switch(
-        tmp_path, one_thread, cuda, mendable):
+        tmp_path, one_thread, cuda, mendable, monkeypatch):
     """The real micro-step syncs while it is captured (what a stray ``.item()`` does): that
     capture fails, every graph is dropped and the run goes on uncaptured with a generator
     that draws again, equal to the eager step; or, where the device cannot be mended, one
     line naming the switch."""
-    _, (eager, step) = _pair(tmp_path)
-    micro = step.micro
+    _, (eager, engine) = _pair(tmp_path)
+    micro = engine._micro
 
     def syncing(batch, n_micro, last=True):
         torch.cuda.synchronize()
         return micro(batch, n_micro, last)
 
-    step.micro = syncing
+    monkeypatch.setattr(engine, "_micro", syncing)
     if not mendable:
         cuda.heal_fails = True
         with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture.*"
                                              r"--set train.cuda_graphs=off"):
-            warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
+            engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
         return
-    report = warm_up(step, SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
-    assert report.capture_error and report.shapes_captured == 0 and step.graphs is None
+    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
+    assert report.capture_error and report.shapes_captured == 0 and engine.mode == "eager"
     assert cuda.draw(CPU) is None and cuda.underway == [] and cuda.current is cuda.default
-    step.micro = micro
+    monkeypatch.setattr(engine, "_micro", micro)
     gc.collect()
     assert all(uses == 0 for uses in cuda.uses.values())  # nothing keeps a pool
     for i in range(2):
-        eager(_batches(i, 1))
-        step(_batches(i, 1))
-    for a, b in zip(eager.model.parameters(), step.model.parameters()):
+        eager.step(_batches(i, 1))
+        engine.step(_batches(i, 1))
+    for a, b in zip(eager.model.parameters(), engine.model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=5e-5)

@@ -28,7 +28,9 @@ def test_checkpoint_contents_and_retention(micro_store, tmp_path):
     assert (ckdir / "best.pt").is_file() and (ckdir / "latest.txt").read_text() == "ckpt_00000012.pt"
     state = ck.load(ckdir / "ckpt_00000012.pt")
     assert set(state) == {ck.FORMAT, ck.MODEL, ck.OPTIMIZER, ck.SCHEDULER, ck.SCALER, ck.RNG,
-                          ck.PROGRESS, ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD, ck.EMA}
+                          ck.PROGRESS, ck.CONFIG, ck.VOCAB, ck.MEL_MEAN, ck.MEL_STD, ck.EMA,
+                          ck.NONFINITE}
+    assert state[ck.FORMAT] == 3 and state[ck.NONFINITE] == {"steps": 0, "in_row": 0}
     progress = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
     assert progress.step == 12 and state[ck.CONFIG]["train"]["keep_last"] == 2
     # 12 steps of ~7 batches per epoch: the data position is in the second epoch
@@ -87,7 +89,7 @@ def test_checkpoint_refuses_pickled_objects(tmp_path):
 
 def test_progress_record_round_trips_and_refuses_other_layouts():
     p = ck.TrainingProgress(step=7, best_val_loss=0.5, epoch=2, batches_consumed=3,
-                            nonfinite_steps=1, nonfinite_in_row=1, data_plan={"seed": 0})
+                            data_plan={"seed": 0})
     assert ck.TrainingProgress.from_state_dict(p.state_dict()) == p
     with pytest.raises(ArtifactError, match=r"unknown keys \['extra'\]"):
         ck.TrainingProgress.from_state_dict({**p.state_dict(), "extra": 1})
@@ -104,29 +106,78 @@ def _engine(tmp_path, *overrides) -> TrainEngine:
                        DistInfo(), compile_model=False)
 
 
+def _poisoned(seed: int) -> list[dict[str, torch.Tensor]]:
+    batches = _batches(seed, 1)
+    batches[0]["mel"][0, 0, 0] = float("nan")
+    return batches
+
+
 def test_an_engines_state_saved_and_loaded_is_the_same_state(tmp_path, one_thread):
     engine = _engine(tmp_path, "train.ema_decay=0.5")
-    engine.step(_batches(0, 1))
-    progress = ck.TrainingProgress(step=1, epoch=0, batches_consumed=1, nonfinite_steps=2,
-                                   nonfinite_in_row=1)
+    for batches in (_poisoned(0), _batches(1, 1), _poisoned(2)):
+        engine.step(batches)
+    progress = ck.TrainingProgress(step=3, epoch=0, batches_consumed=3)
     ck.save(tmp_path / "a.pt", ck.compose(progress, engine.state_dict(), {"extra": 3}))
     expected_draw = torch.rand(3)  # the random streams were saved before this draw
 
     state = ck.load(tmp_path / "a.pt")
     other = _engine(tmp_path / "o", "train.ema_decay=0.5")
-    other.load_state_dict(state)
-    ck.restore_rng(state)
+    other.load_state_dict(state)  # the random streams too
+    assert torch.equal(torch.rand(3), expected_draw)
     assert ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]) == progress and state["extra"] == 3
+    assert state[ck.NONFINITE] == {"steps": 2, "in_row": 1}
     want, got = engine.state_dict(), other.state_dict()
     for key in (ck.MODEL, ck.EMA):
         flat = [(k, v) for k, v in want[key].items() if isinstance(v, torch.Tensor)]
         assert flat and all(torch.equal(v, got[key][k]) for k, v in flat), key
-    assert got[ck.SCHEDULER]["last_epoch"] == want[ck.SCHEDULER]["last_epoch"] == 1
+    assert got[ck.SCHEDULER]["last_epoch"] == want[ck.SCHEDULER]["last_epoch"] == 3
     first = next(iter(want[ck.OPTIMIZER]["state"]))
     assert torch.equal(got[ck.OPTIMIZER]["state"][first]["exp_avg"],
                        want[ck.OPTIMIZER]["state"][first]["exp_avg"])
     assert other.nonfinite_counts() == (2, 1)  # the stop on diverging runs continues
-    assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_a_resumed_engine_draws_the_same_dropout_and_continues_the_counts(tmp_path, one_thread):
+    """An engine loaded from another's state_dict (random streams and non-finite counts
+    included) takes the next steps exactly as the one that saved it: the same dropout
+    masks (bit for bit equal weights and losses), the same counts."""
+    overrides = ("model.dropout=0.2", "model.frame_dropout=0.2", "train.self_feed=0.5",
+                 "train.self_feed_after=1")
+    engine = _engine(tmp_path, *overrides)
+    for batches in (_batches(0, 1), _poisoned(1)):
+        engine.step(batches)
+    engine.read()
+    ck.save(tmp_path / "c.pt", ck.compose(ck.TrainingProgress(step=2), engine.state_dict(), {}))
+    for i in (2, 3):  # the run goes on
+        engine.step(_batches(i, 1))
+    torch.manual_seed(1234)  # whatever a restarted process drew before it resumes
+    resumed = _engine(tmp_path / "r", *overrides)
+    resumed.load_state_dict(ck.load(tmp_path / "c.pt"))
+    for i in (2, 3):
+        resumed.step(_batches(i, 1))
+    assert resumed.read() == engine.read()
+    assert resumed.nonfinite_counts() == engine.nonfinite_counts() == (1, 0)
+    for (name, a), b in zip(engine.model.state_dict().items(),
+                            resumed.model.state_dict().values()):
+        assert torch.equal(a, b), f"{name} differs after the resume"
+
+
+def test_format_2_checkpoints_load_with_their_counts_in_their_own_entry(tmp_path, one_thread):
+    """A format-2 checkpoint (the non-finite counts inside the progress record) loads in the
+    current layout and an engine continues its counts."""
+    engine = _engine(tmp_path)
+    state = ck.compose(ck.TrainingProgress(step=4, epoch=1), engine.state_dict(), {})
+    v2 = {k: v for k, v in state.items() if k != ck.NONFINITE}
+    v2[ck.PROGRESS] = {**state[ck.PROGRESS], "nonfinite_steps": 4, "nonfinite_in_row": 2}
+    torch.save({ck.FORMAT: 2, **v2}, tmp_path / "v2.pt")
+    loaded = ck.load(tmp_path / "v2.pt")
+    assert loaded[ck.FORMAT] == ck.FORMAT_VERSION == 3
+    assert loaded[ck.NONFINITE] == {"steps": 4, "in_row": 2}
+    assert ck.TrainingProgress.from_state_dict(loaded[ck.PROGRESS]) == \
+        ck.TrainingProgress(step=4, epoch=1)
+    other = _engine(tmp_path / "o")
+    other.load_state_dict(loaded)
+    assert other.nonfinite_counts() == (4, 2)
 
 
 def test_a_resumed_schedule_follows_the_config_not_the_checkpoint(tmp_path, one_thread):
@@ -171,7 +222,8 @@ def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
         ck.set_rng_state(st)
         draws.append(torch.rand(3))
     ck.set_rng_state(streams[0])
-    ck.save(tmp_path / "ddp.pt", ck.compose(ck.TrainingProgress(step=1), {}, {}, None, streams))
+    ck.save(tmp_path / "ddp.pt", ck.compose(ck.TrainingProgress(step=1),
+                                            {ck.RNG: ck.rng_state()}, {}, streams))
     state = ck.load(tmp_path / "ddp.pt")
     for rank in (0, 1):
         torch.manual_seed(99)
@@ -188,7 +240,7 @@ def test_each_ddp_rank_resumes_its_own_random_streams(tmp_path):
     assert torch.equal(torch.rand(3), expected)
     ck.restore_rng(legacy, None, 0, 2)
     assert torch.equal(torch.rand(3), draws[0])
-    single = ck.compose(ck.TrainingProgress(step=1), {}, {}, None, None)
+    single = ck.compose(ck.TrainingProgress(step=1), {}, {}, None)
     assert ck.RNG_RANKS not in single
 
 
@@ -250,5 +302,6 @@ def test_format_1_checkpoints_still_load_and_resume_where_they_stood(tmp_path):
     state = ck.load(tmp_path / "old.pt")
     assert state[ck.FORMAT] == ck.FORMAT_VERSION and "sampler" not in state and "step" not in state
     p = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
-    assert (p.step, p.best_val_loss, p.epoch, p.batches_consumed, p.nonfinite_steps) == (40, 0.7, 3, 5, 2)
+    assert (p.step, p.best_val_loss, p.epoch, p.batches_consumed) == (40, 0.7, 3, 5)
+    assert state[ck.NONFINITE] == {"steps": 2, "in_row": 0}
     assert p.data_plan == {k: v for k, v in sampler.items() if k not in ("epoch", "position")}

@@ -18,12 +18,10 @@ from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.compile import BLOCK_TYPES
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.step import TrainStep
 from myxtts.train.samples import synthesize_samples
 from myxtts.train.validation import validation_loss
 from tests.helpers import micro_config
-from tests.train.test_graphs import N_MELS, N_TOKENS, _batches
+from tests.train.test_graphs import N_MELS, _batches, engine_for
 
 
 def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, one_thread):
@@ -86,18 +84,12 @@ def _backward_fails():
     return aot_autograd(fw_compiler=lambda gm, ex: gm.forward, bw_compiler=fails)
 
 
-def _step_pair(tmp_path, backend):
+def _engine_pair(tmp_path, backend):
+    """An eager engine and one whose blocks compile with ``backend``, on identical models."""
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0",
                        "model.prenet_dropout=0")
-    steps = []
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        model = build_model(cfg, N_TOKENS, 1, None, None)
-        opt, fused = build_optimizer(model, cfg.train)
-        steps.append(TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg,
-                               torch.device("cpu"), fused, compile_model=compiled,
-                               compile_backend=backend if compiled else None))
-    return steps
+    return [engine_for(cfg, compile_model=compiled, backend=backend if compiled else None)
+            for compiled in (False, True)]
 
 
 @pytest.mark.parametrize("backend, cause", [
@@ -111,15 +103,15 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, one_th
     goes on eagerly, with one warning naming the root cause, and trains exactly as the eager
     step does (a half-accumulated backward is redone)."""
     torch._dynamo.reset()
-    eager, fallback = _step_pair(tmp_path, backend)
+    eager, fallback = _engine_pair(tmp_path, backend)
     try:
-        with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.step"):
+        with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.compile"):
             for i in range(3):
-                eager(_batches(i, 1))
-                fallback(_batches(i, 1))
+                eager.step(_batches(i, 1))
+                fallback.step(_batches(i, 1))
     finally:
         torch._dynamo.reset()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "myxtts.train.engine.step"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "myxtts.train.engine.compile"]
     assert len(warnings) == 1 and cause in warnings[0], warnings
     assert fallback.mode == "eager"
     assert fallback.read()["loss"] == pytest.approx(eager.read()["loss"], rel=1e-6)
@@ -134,10 +126,10 @@ def test_running_out_of_memory_is_not_taken_for_a_compile_failure(tmp_path, one_
         raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate")
 
     torch._dynamo.reset()
-    (_, step) = _step_pair(tmp_path, no_memory)
+    (_, engine) = _engine_pair(tmp_path, no_memory)
     try:
         with pytest.raises(Exception, match="CUBLAS_STATUS_ALLOC_FAILED"):
-            step(_batches(0, 1))
+            engine.step(_batches(0, 1))
     finally:
         torch._dynamo.reset()
-    assert step.compiled
+    assert engine.compiled

@@ -13,23 +13,18 @@ from myxtts.model.xtts import build_model
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.ema import WeightAverage
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.step import TrainStep
-from myxtts.train.engine.warmup import StateSnapshot
 from tests.helpers import micro_config
 from tests.train.test_graphs import N_TOKENS, _batches
 
 CPU = torch.device("cpu")
 
 
-def _step(tmp_path, *overrides) -> TrainStep:
+def _engine(tmp_path, *overrides) -> TrainEngine:
     cfg = micro_config(tmp_path, "audio.n_mels=16", "model.dropout=0", "model.prenet_dropout=0",
                        *overrides)
     torch.manual_seed(0)
-    model = build_model(cfg, N_TOKENS, 1, None, None)
-    opt, fused = build_optimizer(model, cfg.train)
-    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, CPU, fused,
-                     compile_model=False)
+    return TrainEngine(cfg, build_model(cfg, N_TOKENS, 1, None, None), CPU, DistInfo(),
+                       compile_model=False)
 
 
 def test_the_average_follows_its_formula_and_a_skipped_step_moves_nothing():
@@ -57,55 +52,47 @@ def test_the_average_follows_its_formula_and_a_skipped_step_moves_nothing():
 def test_the_average_never_changes_training_and_skips_a_poisoned_step(tmp_path, one_thread):
     """Weights and losses of a run with the average equal those of one without, bit for
     bit (the average only reads the weights); a non-finite step moves neither."""
-    plain, kept = _step(tmp_path / "a", "train.ema_decay=0"), _step(tmp_path / "b",
-                                                                   "train.ema_decay=0.9")
-    assert plain.ema is None and kept.ema is not None
+    plain, kept = _engine(tmp_path / "a", "train.ema_decay=0"), _engine(tmp_path / "b",
+                                                                       "train.ema_decay=0.9")
+    assert plain._ema is None and kept._ema is not None
     for i in range(5):
         batches = _batches(i, 1)
         if i == 3:
             batches[0]["mel"][0, 0, 0] = float("nan")
-        before = [s.clone() for s in kept.ema.shadow]
-        plain(batches)
-        kept(batches)
+        before = [s.clone() for s in kept._ema.shadow]
+        plain.step(batches)
+        kept.step(batches)
         if i == 3:
-            assert all(torch.equal(a, b) for a, b in zip(before, kept.ema.shadow))
+            assert all(torch.equal(a, b) for a, b in zip(before, kept._ema.shadow))
     assert plain.read() == pytest.approx(kept.read(), nan_ok=True)
     for a, b in zip(plain.model.parameters(), kept.model.parameters()):
         assert torch.equal(a, b)
-    assert float(kept.ema.updates) == 4.0
-    assert any(not torch.equal(s, p) for s, p in zip(kept.ema.shadow, kept.ema.params))
+    assert float(kept._ema.updates) == 4.0
+    assert any(not torch.equal(s, p) for s, p in zip(kept._ema.shadow, kept._ema.params))
 
 
-def test_a_warm_up_snapshot_puts_the_average_back(tmp_path, one_thread):
-    step = _step(tmp_path, "train.ema_decay=0.9")
-    step(_batches(0, 1))
-    saved = [s.clone() for s in step.ema.shadow]
-    with StateSnapshot(step):
-        step(_batches(1, 1))
-    assert all(torch.equal(a, b) for a, b in zip(saved, step.ema.shadow))
-    assert float(step.ema.updates) == 1.0
+def test_a_trial_puts_the_average_back(tmp_path, one_thread):
+    engine = _engine(tmp_path, "train.ema_decay=0.9")
+    engine.step(_batches(0, 1))
+    saved = [s.clone() for s in engine._ema.shadow]
+    with engine.trial():
+        engine.run(_batches(1, 1))
+    assert all(torch.equal(a, b) for a, b in zip(saved, engine._ema.shadow))
+    assert float(engine._ema.updates) == 1.0
 
 
 def test_validation_weights_are_swapped_in_and_back_bit_for_bit(tmp_path, one_thread):
-    step = _step(tmp_path, "train.ema_decay=0.9")
+    engine = _engine(tmp_path, "train.ema_decay=0.9")
     for i in range(3):
-        step(_batches(i, 1))
-    raw = [p.detach().clone() for p in step.model.parameters()]
-    avg = [s.clone() for s in step.ema.shadow]
-    with step.averaged():
-        assert all(torch.equal(p, s) for p, s in zip(step.ema.params, avg))
-    with step.averaged(raw=True):
-        assert all(torch.equal(p, r) for p, r in zip(step.model.parameters(), raw))
-    assert all(torch.equal(p, r) for p, r in zip(step.model.parameters(), raw))
-    assert all(torch.equal(s, a) for s, a in zip(step.ema.shadow, avg))
-
-
-def _engine(tmp_path, *overrides) -> TrainEngine:
-    cfg = micro_config(tmp_path, "audio.n_mels=16", "model.dropout=0", "model.prenet_dropout=0",
-                       *overrides)
-    torch.manual_seed(0)
-    return TrainEngine(cfg, build_model(cfg, N_TOKENS, 1, None, None), CPU, DistInfo(),
-                       compile_model=False)
+        engine.step(_batches(i, 1))
+    raw = [p.detach().clone() for p in engine.model.parameters()]
+    avg = [s.clone() for s in engine._ema.shadow]
+    with engine.evaluating():
+        assert all(torch.equal(p, s) for p, s in zip(engine._ema.params, avg))
+    with engine.evaluating(raw_weights=True):
+        assert all(torch.equal(p, r) for p, r in zip(engine.model.parameters(), raw))
+    assert all(torch.equal(p, r) for p, r in zip(engine.model.parameters(), raw))
+    assert all(torch.equal(s, a) for s, a in zip(engine._ema.shadow, avg))
 
 
 def test_a_checkpoint_keeps_the_average_and_loads_without_pickle(tmp_path, one_thread):

@@ -142,14 +142,14 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
 
 
 def test_too_many_nonfinite_steps_stop_the_run(micro_store, tmp_path, monkeypatch):
-    import myxtts.train.engine.step as step_module
+    import myxtts.train.engine.engine as engine_module
 
-    real = step_module.compute_losses
+    real = engine_module.compute_losses
 
     def diverged(*args, **kwargs):  # every step's loss overflows
         return {k: v * float("nan") for k, v in real(*args, **kwargs).items()}
 
-    monkeypatch.setattr(step_module, "compute_losses", diverged)
+    monkeypatch.setattr(engine_module, "compute_losses", diverged)
     cfg = micro_config(tmp_path / "nan", "train.max_steps=20", "train.max_nonfinite_in_row=3")
     with pytest.raises(TrainError, match="consecutive steps had a non-finite loss"):
         train(cfg, micro_store, progress=False)

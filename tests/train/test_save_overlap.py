@@ -11,7 +11,6 @@ import torch
 from myxtts.model.xtts import build_model
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
-from myxtts.train.engine.warmup import warm_up
 from tests.helpers import micro_config
 from tests.train.graph_recorder import RecordingCapture
 from tests.train.test_graphs import N_MELS, N_TOKENS, SHAPES, _batches, _pair
@@ -64,9 +63,9 @@ def test_a_replayed_update_waits_for_the_copy_after_the_replayed_passes(tmp_path
                                                                         monkeypatch):
     log: list[str] = []
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream(log))
-    _, (_, step) = _pair(tmp_path)
-    warm_up(step, SHAPES, N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
-    step.after_copy("copy-3")
-    step.marker = log.append
-    step(_batches(0, 1))
+    _, (_, engine) = _pair(tmp_path)
+    engine.warm_up(SHAPES, N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
+    engine.after_copy("copy-3")
+    with engine.timed(log.append):
+        engine.step(_batches(0, 1))
     assert log == ["forward+backward", "wait copy-3", "optimizer"]

@@ -1,4 +1,5 @@
-"""TrainStep: skips non-finite steps on the device, accumulates exactly, self-feeds in training only."""
+"""The engine's step: skips non-finite steps on the device, accumulates exactly, self-feeds in
+training only; its trial steps leave no trace."""
 
 from __future__ import annotations
 
@@ -9,54 +10,46 @@ import torch
 
 from myxtts.model.dummy import random_batch
 from myxtts.model.xtts import build_model
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.step import TrainStep
+from myxtts.train.distributed import DistInfo
+from myxtts.train.engine import TrainEngine
+from myxtts.train.engine.optim import self_feed_probability
 from tests.helpers import micro_config
 
+CPU = torch.device("cpu")
 
-def _step(cfg, model) -> TrainStep:
-    opt, fused = build_optimizer(model, cfg.train)
-    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
-                     compile_model=False)
+
+def _engine(cfg, model) -> TrainEngine:
+    return TrainEngine(cfg, model, CPU, DistInfo(), compile_model=False)
 
 
 def test_self_feed_ramps_up_after_teacher_forcing_steps():
-    from myxtts.train.engine.step import TrainStep
-
     cfg = micro_config(Path("unused"), "train.self_feed=0.6", "train.self_feed_after=100")
-    probe = TrainStep.__new__(TrainStep)
-    probe.cfg = cfg
-    got = [probe.self_feed_probability(s) for s in (0, 100, 150, 200, 5000)]
+    got = [self_feed_probability(s, cfg.train) for s in (0, 100, 150, 200, 5000)]
     assert got == pytest.approx([0.0, 0.0, 0.3, 0.6, 0.6])
-    probe.cfg = micro_config(Path("unused"))
-    assert probe.self_feed_probability(5000) == 0.0  # off by default
+    off = micro_config(Path("unused")).train
+    assert self_feed_probability(5000, off) == 0.0  # off by default
 
 
 def test_self_feed_is_training_only_validation_stays_teacher_forced(tmp_path):
     """The step feeds the model its own predictions while training; validation losses stay
     pure teacher forcing (deterministic and comparable across a run)."""
-    from myxtts.model.dummy import random_batch, randomize_weights
-    from myxtts.model.xtts import build_model
-    from myxtts.train.engine.optim import build_optimizer, build_scheduler
-    from myxtts.train.engine.step import TrainStep
+    from myxtts.model.dummy import randomize_weights
 
     cfg = micro_config(tmp_path, "train.self_feed=1.0", "train.self_feed_after=0",
                        "model.dropout=0.0", "model.prenet_dropout=0.0", "audio.n_mels=16")
     torch.manual_seed(0)
     model = build_model(cfg, 30, len(cfg.text.languages), None, None)
-    opt, fused = build_optimizer(model, cfg.train)
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
-                     compile_model=False)
+    engine = _engine(cfg, model)
     randomize_weights(model, 0)  # an untrained model's outputs barely depend on its inputs
-    assert step.self_feed_probability(5) == 1.0
-    step.self_feed.fill_(1.0)
+    assert self_feed_probability(5, cfg.train) == 1.0
+    engine._self_feed.fill_(1.0)  # (what a step at 5 sets)
     batch = random_batch(16, 30, [5, 9], [11, 23], [6, 12], n_languages=len(cfg.text.languages))
     model.eval()
-    a, b = step.loss(batch), step.loss(batch)
+    a, b = engine.loss(batch), engine.loss(batch)
     assert torch.equal(a["loss"], b["loss"])
     assert torch.equal(a["loss"], compute_losses_of(model, batch, cfg))  # == plain teacher forcing
     model.train()
-    assert not torch.allclose(step.loss(batch)["mel_l1"], a["mel_l1"])  # own predictions fed
+    assert not torch.allclose(engine.loss(batch)["mel_l1"], a["mel_l1"])  # own predictions fed
 
 
 def compute_losses_of(model, batch, cfg):
@@ -67,36 +60,29 @@ def compute_losses_of(model, batch, cfg):
 
 def test_nonfinite_steps_are_skipped_on_device_and_counted(micro_store, tmp_path):
     from myxtts.data.feed.loader import build_loader
-    from myxtts.model.xtts import build_model
-    from myxtts.train.engine.optim import build_optimizer, build_scheduler
-    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(tmp_path, "train.max_steps=10")
     loader, _ = build_loader(micro_store, cfg)
     batch = next(iter(loader))
     torch.manual_seed(0)
     model = build_model(cfg, 64, 1, None, None)
-    opt, fused = build_optimizer(model, cfg.train)
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
-                     fused, compile_model=False)
+    engine = _engine(cfg, model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     poisoned = dict(batch, mel=batch["mel"].clone())
     poisoned["mel"][0, 0, 0] = float("nan")
-    step([poisoned])
+    engine.step([poisoned])
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), f"{k} changed on a non-finite step"
-    step([batch])
+    engine.step([batch])
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    values = step.read()
+    values = engine.read()
     assert values["nonfinite_steps"] == 1.0 and values["nonfinite_run_peak"] == 1.0
+    assert engine.nonfinite_counts() == (1, 0)
 
 
 def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
     from myxtts.data.feed.loader import build_loader
     from myxtts.model.losses import compute_losses
-    from myxtts.model.xtts import build_model
-    from myxtts.train.engine.optim import build_optimizer, build_scheduler
-    from myxtts.train.engine.step import TrainStep
 
     cfg = micro_config(tmp_path, "train.grad_accum_steps=2", "train.grad_clip=0",
                        "model.dropout=0", "model.prenet_dropout=0")
@@ -110,13 +96,11 @@ def test_gradient_accumulation_sums_micro_batches(micro_store, tmp_path):
     loss = sum(compute_losses(ref(b), b, cfg.train)["loss"] for b in (b1, b2)) / 2
     loss.backward()
     expected = {n: p.grad.clone() for n, p in ref.named_parameters() if p.grad is not None}
-    opt, fused = build_optimizer(model, cfg.train)
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
-                     fused, compile_model=False)
+    engine = _engine(cfg, model)
     grads = {}
     hooks = [p.register_post_accumulate_grad_hook(lambda p, n=n: grads.__setitem__(n, p.grad.clone()))
              for n, p in model.named_parameters()]
-    step([b1, b2])
+    engine.step([b1, b2])
     for h in hooks:
         h.remove()
     for n, g in expected.items():
@@ -145,9 +129,9 @@ def test_accumulating_two_halves_equals_one_step_on_the_whole_batch(tmp_path, on
         for n, prm in model.named_parameters():
             prm.register_post_accumulate_grad_hook(
                 lambda prm, n=n, key=key: grads[key].__setitem__(n, prm.grad.clone()))
-    big, acc = _step(cfg_big, models["big"]), _step(cfg_acc, models["acc"])
-    big([whole])
-    acc(halves)
+    big, acc = _engine(cfg_big, models["big"]), _engine(cfg_acc, models["acc"])
+    big.step([whole])
+    acc.step(halves)
     read_big, read_acc = big.read(), acc.read()
     for key in ("loss", "mel_l1", "post_l1", "stop", "guided", "grad_norm"):
         assert read_acc[key] == pytest.approx(read_big[key], rel=1e-5), key
@@ -156,54 +140,68 @@ def test_accumulating_two_halves_equals_one_step_on_the_whole_batch(tmp_path, on
         torch.testing.assert_close(grads["acc"][n], g, rtol=1e-4, atol=1e-7, msg=f"{n} differs")
 
 
-def test_nonfinite_counts_continue_after_a_restart(tmp_path):
-    """What a checkpoint records of the non-finite counters is what a restarted step holds."""
-    cfg = micro_config(tmp_path)
-    step = _step(cfg, build_model(cfg, 40, 1, None, None))
-    step.load_nonfinite_counts(5, 2)
-    assert step.nonfinite_counts() == (5, 2)
-    assert step.read() == {} and float(step.nonfinite_peak) == 2.0
+def test_nonfinite_counts_continue_after_a_restart(tmp_path, one_thread):
+    """What a checkpoint records of the non-finite counters (its own entry) is what a
+    restarted engine continues from: the total, the row, and the row's peak in the next
+    read."""
+    from myxtts.artifacts import checkpoint as ck
+
+    cfg = micro_config(tmp_path, "audio.n_mels=80")
+    engine = _engine(cfg, build_model(cfg, 40, 1, None, None))
+    state = engine.state_dict()
+    assert state[ck.NONFINITE] == {"steps": 0, "in_row": 0}
+    engine.load_state_dict({**state, ck.NONFINITE: {"steps": 5, "in_row": 2}})
+    assert engine.nonfinite_counts() == (5, 2) and engine.read() == {}
+    engine.step([random_batch(80, 40, [9, 7], [30, 22], [16, 12], seed=1)])  # a finite step
+    values = engine.read()
+    assert (values["nonfinite_steps"], values["nonfinite_run_peak"]) == (5.0, 2.0)
+    assert engine.nonfinite_counts() == (5, 0)
+    assert engine.state_dict()[ck.NONFINITE] == {"steps": 5, "in_row": 0}
 
 
-def test_snapshot_and_restore_round_trip_the_accumulators_in_place(tmp_path, one_thread):
-    """What the warm-up and the memory probe rely on: steps taken after a snapshot leave no
-    trace in what is read back once it is restored, and the live tensors stay where they are."""
+def test_a_trial_puts_the_accumulators_back_in_place(tmp_path, one_thread):
+    """What the warm-up and the memory probe rely on: steps taken inside a trial leave no
+    trace in what is read back afterwards, and the live tensors stay where they are."""
     cfg = micro_config(tmp_path, "train.self_feed=0.5", "train.self_feed_after=1")
     batch = random_batch(80, 40, [9, 7], [30, 22], [16, 12], seed=1)
     torch.manual_seed(0)
     model = build_model(cfg, 40, 1, None, None)
     twin = build_model(cfg, 40, 1, None, None)
     twin.load_state_dict(model.state_dict())
-    step, plain = _step(cfg, model), _step(cfg, twin)
-    for s in (step, plain):
+    engine, plain = _engine(cfg, model), _engine(cfg, twin)
+    for e in (engine, plain):
         torch.manual_seed(1)
-        s([batch])
-    where = [t.data_ptr() for t in (*step._sums.values(), *step._counters())]
-    state = step.snapshot()
-    step.run([batch, batch])  # what a warm-up runs (no schedule step)
-    step.self_feed.fill_(0.9)
-    step.load_nonfinite_counts(7, 3)
-    assert step.read() != {}  # the read itself clears the sums: restore must refill them
-    step.restore(state)
-    assert [t.data_ptr() for t in (*step._sums.values(), *step._counters())] == where
-    assert step.nonfinite_counts() == plain.nonfinite_counts() == (0, 0)
-    assert torch.equal(step.self_feed, plain.self_feed)
-    assert step.read() == plain.read()
+        e.step([batch])
+    totals = engine._totals
+    where = [t.data_ptr() for t in (*totals._sums.values(), *totals._counters(),
+                                    engine._self_feed)]
+    with engine.trial():
+        engine.run([batch, batch])  # what a warm-up runs (no schedule step)
+        engine._self_feed.fill_(0.9)
+        totals.load_nonfinite_counts(7, 3)
+        assert engine.read() != {}  # the read itself clears the sums: the trial refills them
+    assert [t.data_ptr() for t in (*totals._sums.values(), *totals._counters(),
+                                   engine._self_feed)] == where
+    assert engine.nonfinite_counts() == plain.nonfinite_counts() == (0, 0)
+    assert torch.equal(engine._self_feed, plain._self_feed)
+    assert engine.read() == plain.read()
 
 
-def test_without_ddp_runs_the_raw_module_and_puts_the_wrapper_back(tmp_path):
+def test_a_trial_runs_the_raw_module_and_puts_the_wrapper_back(tmp_path, monkeypatch):
+    import myxtts.train.engine.engine as engine_module
+
     cfg = micro_config(tmp_path)
     model = build_model(cfg, 40, 1, None, None)
-    opt, fused = build_optimizer(model, cfg.train)
     wrapper = torch.nn.Sequential(model)  # stands in for DistributedDataParallel
-    step = TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"), fused,
-                     compile_model=False, ddp_model=wrapper)
-    with step.without_ddp():
-        assert step.runner is model
-    assert step.runner is wrapper
-    with pytest.raises(RuntimeError), step.without_ddp():
+    monkeypatch.setattr(engine_module, "wrap_ddp", lambda module, dist: wrapper)
+    engine = _engine(cfg, model)
+    assert engine._runner is wrapper
+    with engine.trial():
+        assert engine._runner is model
+    assert engine._runner is wrapper
+    with pytest.raises(RuntimeError), engine.trial():
         raise RuntimeError("a failed warm-up")
-    assert step.runner is wrapper
+    assert engine._runner is wrapper
 
 
 def test_the_mode_is_planned_in_one_place(tmp_path):
@@ -218,8 +216,8 @@ def test_the_mode_is_planned_in_one_place(tmp_path):
     assert [StepMode.of(c, g) for c, g in [(False, False), (True, False), (True, True), (False, True)]] \
         == ["eager", "compiled", "graphed", "graphed"]
     assert StepPlan(compile=True, graphs=True).mode is StepMode.GRAPHED
-    step = _step(micro_config(tmp_path), build_model(micro_config(tmp_path), 40, 1, None, None))
-    assert step.mode is StepMode.EAGER and f"{step.mode} step" == "eager step"
+    engine = _engine(micro_config(tmp_path), build_model(micro_config(tmp_path), 40, 1, None, None))
+    assert engine.mode is StepMode.EAGER and f"{engine.mode} step" == "eager step"
 
 
 def test_checkpointed_blocks_with_dropout_are_captured_only_uncompiled(tmp_path, monkeypatch):

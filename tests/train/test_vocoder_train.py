@@ -86,6 +86,23 @@ def test_training_resumes_exactly(audio_store, tmp_path, monkeypatch):
     assert load_vocoder(tmp_path / "old.pt", load_config().audio, torch.device("cpu")).projections == 0
 
 
+def test_the_vocoder_engines_state_holds_its_random_streams(tmp_path):
+    """Like the TTS engine's, the vocoder engine's ``state_dict`` carries the random streams
+    and ``load_state_dict`` puts them back; it keeps no non-finite counts, so none are saved."""
+    from myxtts.model.vocoder.discriminators import Discriminators
+    from myxtts.model.vocoder.generator import VocosGenerator
+
+    cfg = vocoder_config(tmp_path)
+    engine = VocoderEngine(VocosGenerator(cfg.audio, cfg.vocoder),
+                           Discriminators(cfg.audio, cfg.vocoder), cfg, torch.device("cpu"))
+    state = ck.compose(ck.TrainingProgress(step=2), engine.state_dict(), {})
+    assert ck.RNG in state and ck.NONFINITE not in state
+    expected = torch.rand(3)  # drawn after the streams were saved
+    torch.manual_seed(7)
+    engine.load_state_dict(state)
+    assert torch.equal(torch.rand(3), expected) and engine.steps == 2
+
+
 def test_a_store_without_audio_says_how_to_add_it(micro_store, tmp_path):
     with pytest.raises(StoreError, match=r"--audio --force"):
         train_vocoder(vocoder_config(tmp_path, "train.max_steps=1"), micro_store, progress=False)

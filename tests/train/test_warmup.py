@@ -8,20 +8,8 @@ import torch
 
 from myxtts.data.batch import BatchShape, check_batch
 from myxtts.model.dummy import worst_case_batch
-from myxtts.model.xtts import build_model
-from myxtts.train.engine.optim import build_optimizer, build_scheduler
-from myxtts.train.engine.step import TrainStep
-from myxtts.train.engine.warmup import StateSnapshot, warm_up
 from tests.helpers import micro_config
-from tests.train.test_graphs import N_MELS, N_TOKENS, SHAPES, _batches
-
-
-def _step(cfg) -> TrainStep:
-    torch.manual_seed(0)
-    model = build_model(cfg, N_TOKENS, 1, None, None)
-    opt, fused = build_optimizer(model, cfg.train)
-    return TrainStep(model, opt, build_scheduler(opt, cfg.train), cfg, torch.device("cpu"),
-                     fused, compile_model=False)
+from tests.train.test_graphs import N_MELS, N_TOKENS, SHAPES, _batches, engine_for
 
 
 @pytest.mark.parametrize("steps_before", [0, 3])
@@ -30,42 +18,42 @@ def test_training_after_a_warm_up_equals_training_without(tmp_path, one_thread, 
     back too); warm-up either before step 1 or after a few steps (AdamW state present)."""
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "model.dropout=0.1",
                        "model.frame_dropout=0.2", "train.self_feed=0.5", "train.self_feed_after=1")
-    plain, warmed = _step(cfg), _step(cfg)
+    plain, warmed = engine_for(cfg), engine_for(cfg)
     torch.manual_seed(1)
     for i in range(steps_before):
         rng = torch.get_rng_state()
-        plain(_batches(i, 1))
+        plain.step(_batches(i, 1))
         torch.set_rng_state(rng)
-        warmed(_batches(i, 1))
+        warmed.step(_batches(i, 1))
     rng = torch.get_rng_state()
-    report = warm_up(warmed, SHAPES, N_TOKENS, 1, echo=lambda s: None)
+    report = warmed.warm_up(SHAPES, N_TOKENS, 1, echo=lambda s: None)
     assert len(report.shape_seconds) == len(SHAPES)
     assert torch.equal(torch.get_rng_state(), rng)
     for i in range(steps_before, steps_before + 4):
         rng = torch.get_rng_state()
-        plain(_batches(i, 1))
+        plain.step(_batches(i, 1))
         torch.set_rng_state(rng)
-        warmed(_batches(i, 1))
+        warmed.step(_batches(i, 1))
     assert plain.read() == warmed.read()
     for (name, a), b in zip(plain.model.state_dict().items(), warmed.model.state_dict().values()):
         assert torch.equal(a, b), f"{name} differs after a warm-up"
-    for pa, pb in zip(plain.opt.state.values(), warmed.opt.state.values()):
+    for pa, pb in zip(plain._opt.state.values(), warmed._opt.state.values()):
         for k in pa:
             assert torch.equal(pa[k], pb[k]), f"AdamW {k} differs after a warm-up"
 
 
-def test_a_snapshot_restores_in_place(tmp_path, one_thread):
+def test_a_trial_restores_in_place(tmp_path, one_thread):
     """Restoring writes into the live tensors (a captured graph keeps pointing at them)."""
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
-    step = _step(cfg)
-    step(_batches(0, 1))
-    params = [p.data_ptr() for p in step.model.parameters()]
-    before = [p.clone() for p in step.model.parameters()]
-    with StateSnapshot(step):
-        step(_batches(1, 1))
-        assert any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
-    assert [p.data_ptr() for p in step.model.parameters()] == params
-    assert all(torch.equal(a, b) for a, b in zip(before, step.model.parameters()))
+    engine = engine_for(cfg)
+    engine.step(_batches(0, 1))
+    params = [p.data_ptr() for p in engine.model.parameters()]
+    before = [p.clone() for p in engine.model.parameters()]
+    with engine.trial():
+        engine.run(_batches(1, 1))
+        assert any(not torch.equal(a, b) for a, b in zip(before, engine.model.parameters()))
+    assert [p.data_ptr() for p in engine.model.parameters()] == params
+    assert all(torch.equal(a, b) for a, b in zip(before, engine.model.parameters()))
 
 
 def test_the_worst_case_batch_fills_its_shape():
@@ -78,19 +66,20 @@ def test_the_worst_case_batch_fills_its_shape():
     assert all(torch.equal(batch[k], again[k]) for k in batch)  # private, fixed generator
 
 
-def test_a_bucket_that_does_not_fit_stops_before_step_1_naming_it(tmp_path, one_thread):
+def test_a_bucket_that_does_not_fit_stops_before_step_1_naming_it(tmp_path, one_thread,
+                                                                   monkeypatch):
     from myxtts.train.errors import TrainError
 
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}", "data.batch_frames=3000")
-    step = _step(cfg)
+    engine = engine_for(cfg)
 
     def micro(batch, n_micro, last=True):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
 
-    step.micro = micro
+    monkeypatch.setattr(engine, "_micro", micro)
     with pytest.raises(TrainError, match=r"out of GPU memory before step 1 .*\(2 x 48 frames, "
                                          r"text 16, .*data.batch_frames=3000\); lower --batch-frames"):
-        warm_up(step, SHAPES, N_TOKENS, 1, echo=lambda s: None)
+        engine.warm_up(SHAPES, N_TOKENS, 1, echo=lambda s: None)
 
 
 def test_fragmentation_is_each_shapes_own_not_the_cache_a_heavier_one_left(monkeypatch):

@@ -7,8 +7,8 @@ from the internet cannot run code. Its keys are the constants below; a sha256 of
 contents travels inside the file (:func:`save`, checked by :func:`load`).
 
 How far a run got is ONE record, :class:`TrainingProgress` (step, best validation loss,
-data position, non-finite counters); the engines' ``state_dict`` supplies the rest (weights,
-optimizer, schedule, scaler, weight average) and :func:`rng_state` the random streams.
+data position); the engines' ``state_dict`` supplies the rest: weights, optimizer, schedule,
+scaler, weight average, the random streams (:func:`rng_state`) and the non-finite counts.
 The files of a run folder (``ckpt_STEP.pt``, ``best.pt``, ``latest.txt``) are
 ``artifacts.runs``'.
 """
@@ -49,8 +49,13 @@ VOCAB = "vocab"
 MEL_MEAN = "mel_mean"
 MEL_STD = "mel_std"
 EMA = "ema"  # the weights' moving average (train.ema_decay > 0): ema.WeightAverage.state_dict()
+# the TTS engine's non-finite steps, {"steps": in total, "in_row": in a row now}: the count
+# that stops a diverging run (train.max_nonfinite_in_row) continues across a restart
+NONFINITE = "nonfinite"
 FORMAT = "format_version"
-FORMAT_VERSION = 2  # 1: progress spread over step / best_val_loss / counters / sampler keys
+# 1: progress spread over step / best_val_loss / counters / sampler keys;
+# 2: the non-finite counts inside the progress record
+FORMAT_VERSION = 3
 
 DIGEST_ENTRY = ".myxtts_sha256"  # zip entry: sha256 of every other entry (name and bytes)
 # Declared contents beyond this many times the file's size (plus a little) are refused
@@ -66,16 +71,13 @@ class TrainingProgress:
     ``epoch`` / ``batches_consumed``: the data position -- this rank has trained on the
     first ``batches_consumed`` batches of ``epoch``; ``data_plan`` is what that position
     depends on (the sampler's ``plan_state``: seed, ranks, batch plan, lengths), checked
-    when the sampler resumes. ``nonfinite_in_row`` continues the count that stops a
-    diverging run (``train.max_nonfinite_in_row``) across a restart.
+    when the sampler resumes.
     """
 
     step: int = 0
     best_val_loss: float = math.inf
     epoch: int = 0
     batches_consumed: int = 0
-    nonfinite_steps: int = 0
-    nonfinite_in_row: int = 0
     data_plan: dict[str, Any] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
@@ -112,13 +114,12 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
 
 
 def compose(progress: TrainingProgress, parts: dict[str, Any], extra: dict[str, Any],
-            device: torch.device | None = None,
             rng_ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A checkpoint dict: ``parts`` (an engine's ``state_dict``: weights, optimizers, ...),
-    the random streams (:func:`rng_state`, the training ``device``'s too), ``progress`` and
-    ``extra`` (what readers need: config, vocabulary, mel statistics, a kind). ``rng_ranks``:
-    under DDP, every rank's streams (gathered by the caller), so each rank resumes its own."""
-    state = {**parts, RNG: rng_state(device), PROGRESS: progress.state_dict(), **extra}
+    """A checkpoint dict: ``parts`` (an engine's ``state_dict``: weights, optimizers, random
+    streams, ...), ``progress`` and ``extra`` (what readers need: config, vocabulary, mel
+    statistics, a kind). ``rng_ranks``: under DDP, every rank's streams (gathered by the
+    caller), so each rank resumes its own."""
+    state = {**parts, PROGRESS: progress.state_dict(), **extra}
     if rng_ranks is not None and len(rng_ranks) > 1:
         state[RNG_RANKS] = rng_ranks
     return state
@@ -126,7 +127,8 @@ def compose(progress: TrainingProgress, parts: dict[str, Any], extra: dict[str, 
 
 def restore_rng(state: dict[str, Any], device: torch.device | None = None, rank: int = 0,
                 world_size: int = 1) -> None:
-    """Put back the random streams :func:`compose` saved. Under DDP each rank takes its own;
+    """Put back the random streams a checkpoint holds (:data:`RNG`, and :data:`RNG_RANKS`
+    from :func:`compose`). Under DDP each rank takes its own;
     from a checkpoint without them (written before they were saved) the other ranks keep the
     streams they were seeded with, which at least differ from rank 0's."""
     per_rank = state.get(RNG_RANKS)
@@ -231,21 +233,35 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
                             f"{': ' + excerpt(why, 200, quote=False) if why else ''}); "
                             f"delete it to resume from an older one") from e
     if isinstance(state, dict) and state.get(FORMAT) == 1:
-        return _upgrade_v1(state)
+        state = _upgrade_v1(state)
+    if isinstance(state, dict) and state.get(FORMAT) == 2:
+        state = _upgrade_v2(state)
     if not isinstance(state, dict) or state.get(FORMAT) != FORMAT_VERSION:
         raise ArtifactError(f"{path} is not a myxtts checkpoint of format {FORMAT_VERSION}")
     return state
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
-    """A format-1 checkpoint (no TrainingProgress record) in the current layout: its step, best
+    """A format-1 checkpoint (no progress record) in the format-2 layout: its step, best
     loss, counters and full sampler state become the progress record."""
     sampler = dict(state.pop("sampler"))
     counters = state.pop("counters")
-    progress = TrainingProgress(
-        step=int(state.pop("step")), best_val_loss=float(state.pop("best_val_loss")),
-        epoch=int(sampler.pop("epoch")), batches_consumed=int(sampler.pop("position")),
-        nonfinite_steps=int(counters.get("nonfinite_steps", 0)), data_plan=sampler)
-    return {**state, FORMAT: FORMAT_VERSION, PROGRESS: progress.state_dict()}
+    progress = {"step": int(state.pop("step")), "best_val_loss": float(state.pop("best_val_loss")),
+                "epoch": int(sampler.pop("epoch")), "batches_consumed": int(sampler.pop("position")),
+                "nonfinite_steps": int(counters.get("nonfinite_steps", 0)), "nonfinite_in_row": 0,
+                "data_plan": sampler}
+    return {**state, FORMAT: 2, PROGRESS: progress}
+
+
+def _upgrade_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 checkpoint in the current layout: the non-finite counts move from the
+    progress record to their own entry (:data:`NONFINITE`; a vocoder's were always 0)."""
+    progress = state.get(PROGRESS)
+    if not isinstance(progress, dict):  # TrainingProgress.from_state_dict names what is wrong
+        return {**state, FORMAT: FORMAT_VERSION}
+    progress = dict(progress)
+    counts = {"steps": int(progress.pop("nonfinite_steps", 0)),
+              "in_row": int(progress.pop("nonfinite_in_row", 0))}
+    return {**state, FORMAT: FORMAT_VERSION, PROGRESS: progress, NONFINITE: counts}
 
 

@@ -76,7 +76,7 @@ class IntervalEfficiency:
         self._keys: list[tuple] = []
         self.gpu.start()
 
-    def prepare(self, keys: list[tuple]) -> None:
+    def count_ahead(self, keys: list[tuple]) -> None:
         """Count these shapes now (before step 1) rather than at the first log step."""
         if self.flops is not None:
             for k in keys:

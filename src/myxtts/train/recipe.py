@@ -249,8 +249,7 @@ class Recipe(ABC):
             return None
         if self.saver is None:
             self.saver = BackgroundSaver(self.manager, self.device)
-        state = ck.compose(r, self.engine.state_dict(), self.checkpoint_extra(), self.device,
-                           rng_ranks)
+        state = ck.compose(r, self.engine.state_dict(), self.checkpoint_extra(), rng_ranks)
         return self.saver.save(state, r.step, val_loss, is_best,
                                writes_after=getattr(self.engine, "after_copy", None))
 

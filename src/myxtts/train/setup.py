@@ -3,9 +3,9 @@
 ``myxtts train``, ``myxtts profile`` and every benchmark call :func:`build_setup`, so what
 they measure is what a user runs: the memory caps, the data (``train.data``), the model
 (fine-tuned from another run's, ``train.finetune``), the engine (``train.engine``: optimizer,
-schedule, scaler, moving average, compile, CUDA graphs) restored from the checkpoint, then
-prepared for the data's bucket shapes (auto batch sizes, warm-up, capture) and the loader
-rebuilt with the sizes it chose.
+schedule, scaler, moving average, compile, CUDA graphs) restored from the checkpoint with
+its random streams, then started up for the data's bucket shapes (auto batch sizes, warm-up,
+capture) and the loader rebuilt with the sizes it chose.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
                 init_from: str | Path | None = None, compile_model: bool | None = None
                 ) -> TrainSetup:
     """Data, model and engine from ``cfg`` (and the checkpoint at ``resume_path``, or the
-    trained model ``init_from`` fine-tunes), the engine prepared for the data's bucket shapes
+    trained model ``init_from`` fine-tunes), the engine started up for the data's bucket shapes
     and the loader at the batch sizes it chose. ``compile_model`` overrides what
     ``train.compile`` resolves to (benchmarks time both)."""
     dist = init_distributed(cfg.train.device)
@@ -114,10 +114,9 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
             log.info("%s", finetune.describe(base_file, base, data.tokenizer))
     engine = TrainEngine(cfg, model.to(device), device, dist, compile_model)
     if state is not None:
-        engine.load_state_dict(state)
-        ck.restore_rng(state, device, dist.rank, dist.world_size)
+        engine.load_state_dict(state)  # (this rank's random streams too)
     planned = bucket_shapes(data.sampler, cfg)
-    sizes = engine.prepare(workload(data, cfg, engine))
+    sizes = engine.start_up(workload(data, cfg, engine))
     if sizes != [s.batch for s in planned]:  # the loader follows what the engine fitted
         data.set_batch_sizes(sizes)
     data.continue_from(state, record)
@@ -127,7 +126,7 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
 
 
 def workload(data: TrainData, cfg: Config, engine: TrainEngine) -> Workload:
-    """What the engine prepares for: the train buckets' shapes at their planned sizes, the
+    """What the engine starts up for: the train buckets' shapes at their planned sizes, the
     largest validation batch, and the data role's largest feature batch when it runs on the
     training GPU (both need room beside CUDA graphs)."""
     val = None if data.val_sampler is None else max(

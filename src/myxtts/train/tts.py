@@ -173,7 +173,7 @@ class TTSRecipe(Recipe):
             eff = IntervalEfficiency(self.cfg, self.device, self.engine.dtype,
                                      self.data.vocab_size, len(self.data.languages))
             if self.device.type == "cuda":  # count every bucket shape now, not at log steps
-                eff.prepare([(s.batch, s.text, s.frames)
+                eff.count_ahead([(s.batch, s.text, s.frames)
                              for s in set(bucket_shapes(self.data.sampler, self.cfg))])
         except Exception as e:  # e.g. a model op the meta device lacks in some torch version
             log.warning("GPU utilisation/MFU will not be logged: %s: %s", type(e).__name__, e)
@@ -203,7 +203,6 @@ class TTSRecipe(Recipe):
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_extra(self) -> dict[str, Any]:
         assert self.data is not None
-        self.record.nonfinite_steps, self.record.nonfinite_in_row = self.engine.nonfinite_counts()
         return {ck.CONFIG: self.cfg.to_dict(), ck.VOCAB: self.data.tokenizer.to_dict(),
                 ck.MEL_MEAN: torch.as_tensor(self.data.mel_mean, dtype=torch.float32),
                 ck.MEL_STD: torch.as_tensor(self.data.mel_std, dtype=torch.float32)}

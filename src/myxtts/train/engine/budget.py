@@ -30,8 +30,7 @@ from myxtts.model.dummy import worst_case_batch
 from myxtts.system import atomic_write
 from myxtts.train.distributed import agree
 from myxtts.train.engine.mode import StepMode
-from myxtts.train.engine.snapshot import StateSnapshot
-from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.snapshot import TrialStep
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.memory import MemoryCaps
 
@@ -101,10 +100,10 @@ class CudaMemory:
 
 @dataclass
 class Probe:
-    """Runs a bucket's worst case through ``step`` at a given batch size: ``fits(shape)``.
-    ``peaks`` remembers the peak bytes of every size that ran."""
+    """Runs a bucket's worst case through ``step`` at a given batch size: ``fits(shape)``
+    (inside ``step.trial()``). ``peaks`` remembers the peak bytes of every size that ran."""
 
-    step: TrainStep
+    step: TrialStep
     memory: Any
     limit: int
     n_tokens: int
@@ -125,14 +124,13 @@ class Probe:
                 raise
             failed = True  # handled outside the except block: its traceback holds tensors
         batch = None
-        if failed:
-            self.step.clear_partial_state()
+        if failed:  # (the step left no partial state: TrialStep.run)
             self.memory.release()
             return False
         return self.peaks[shape] <= self.limit
 
 
-def cache_key(step: TrainStep, memory: Any, shapes: list[BatchShape], cfg: Any, distributed: bool
+def cache_key(step: TrialStep, memory: Any, shapes: list[BatchShape], cfg: Any, distributed: bool
               ) -> dict[str, Any]:
     """Everything the measured sizes depend on."""
     return {"gpu": memory.name, "gpu_memory_bytes": memory.total, "torch": torch.__version__,
@@ -201,7 +199,7 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
     peaks: list[int | None] = [None] * len(shapes)
     frames_fitted = None
     order = sorted(range(len(shapes)), key=lambda i: shapes[i].frames, reverse=True)
-    with StateSnapshot(probe.step):
+    with probe.step.trial():  # without DDP's all-reduce: ranks try different sizes
         for done, k in enumerate(order, 1):
             s = shapes[k]
             start = start_sizes[k] if frames_fitted is None else max(1, frames_fitted // s.frames)
@@ -228,7 +226,7 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
     return sizes, peaks
 
 
-def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
+def auto_batch_sizes(step: TrialStep, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
                      run_dir: Path, n_tokens: int, n_languages: int, dist: Any,
                      memory: Any = None, echo: Callable[[str], None] = log.info,
                      reserve: int = 0) -> list[int]:
@@ -273,8 +271,7 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
         probe = Probe(step, memory, limit, n_tokens, n_languages)
         failure = None
         try:
-            with step.without_ddp():  # without DDP's all-reduce: ranks try different sizes
-                sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
+            sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
         except TrainError as e:  # e.g. a bucket that does not fit: every rank stops with it
             failure = e
         agree(dist, failure)
@@ -292,7 +289,7 @@ def auto_batch_sizes(step: TrainStep, shapes: list[BatchShape], start_sizes: lis
     return sizes
 
 
-def side_reserve(step: TrainStep, val_shape: BatchShape | None, n_tokens: int, n_languages: int,
+def side_reserve(step: TrialStep, val_shape: BatchShape | None, n_tokens: int, n_languages: int,
                  memory: Any, data_role: Callable[[], None] | None = None) -> int:
     """Bytes a graphed run needs beside the graphs' pool, which stays reserved for the whole
     run: the peak of one validation forward on ``val_shape``'s worst case (blocks eager, no
@@ -316,14 +313,11 @@ def side_reserve(step: TrainStep, val_shape: BatchShape | None, n_tokens: int, n
     return need
 
 
-def _validation_forward(step: TrainStep, batch: dict[str, torch.Tensor]) -> None:
-    training = step.model.training
-    step.model.eval()
-    try:
-        with torch.no_grad(), step.eager():
-            step.loss(batch)
-    finally:
-        step.model.train(training)
+def _validation_forward(step: TrialStep, batch: dict[str, torch.Tensor]) -> None:
+    """One forward as validation runs it (eval mode, blocks eager, no gradients), on the
+    trained weights (swapping the average in would measure nothing more)."""
+    with step.evaluating(raw_weights=True), torch.no_grad():
+        step.loss(batch)
 
 
 def three_quarters(size: int) -> int:

@@ -8,6 +8,7 @@ one graph, and ``dynamic=True`` makes batch and time symbolic, so one graph per 
 every shape (``tests/train/test_compile.py`` counts them). The glue between blocks stays
 eager (the CUDA graph of the step hides its launches); eval mode runs blocks eagerly
 (:func:`eager_blocks`). Compiled code is cached on disk (:func:`configure_compile_cache`).
+A compile failure falls back to eager blocks with one warning (:class:`CompiledBlocks`).
 Measured on a 2-core CPU, torch 2.13, tiny preset: three shapes compile in 45 s cold and 9 s
 from the cache; a whole-model compile takes 93 s per shape. GPU: ``benchmarks/train_step.py``.
 """
@@ -17,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from torch import nn
 from myxtts.model.conditioning import ResamplerLayer
 from myxtts.model.decoder import DecoderLayer
 from myxtts.model.layers import EncoderLayer
+from myxtts.train.errors import error_summary, is_out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ BLOCK_TYPES: tuple[type[nn.Module], ...] = (EncoderLayer, ResamplerLayer, Decode
 # Dynamo keeps this many graphs per code object: one per block type, plus the odd
 # specialisation (a bucket of batch size 1 is compiled apart) fit well within.
 RECOMPILE_LIMIT = 64
+
+T = TypeVar("T")
 
 
 def compile_cache_dir() -> Path:
@@ -127,3 +131,59 @@ def compiled_graphs() -> int:
 def reset_compiled() -> None:
     """Forget every compiled graph in this process (benchmarks measure cold warm-ups)."""
     torch._dynamo.reset()
+
+
+class CompiledBlocks:
+    """The transformer blocks of the engine's model, compiled in place when ``enabled``
+    (``train.compile`` resolved; ``backend``: torch.compile's, tests count graphs with their
+    own), and the way back to eager: for one ``with`` (:meth:`eager`) or for the rest of the
+    run after a compile failure (:meth:`fall_back`). A platform without torch.compile
+    trains eagerly, said in one warning."""
+
+    def __init__(self, model: nn.Module, enabled: bool, device: torch.device,
+                 backend: Any = None) -> None:
+        self.device = device
+        self._blocks: list[nn.Module] = []
+        if enabled:
+            try:
+                self._blocks = compile_blocks(model, backend)
+            except Exception as e:  # pragma: no cover - depends on the platform
+                log.warning("torch.compile unavailable (%s); training eagerly", error_summary(e))
+
+    @property
+    def active(self) -> bool:
+        """Blocks run compiled (outside :meth:`eager`)."""
+        return bool(self._blocks)
+
+    def eager(self) -> contextlib.AbstractContextManager:
+        """Inside the ``with``, the blocks run eagerly: validation and sample synthesis
+        (eval mode, other shapes, ``generate``'s one-frame steps) would otherwise compile
+        graphs of their own in the middle of the run."""
+        return eager_blocks(self._blocks)  # (no blocks: nothing to switch)
+
+    def failed(self, e: Exception) -> bool:
+        """``e`` is the compiled blocks' failure, to fall back from: not out of memory (the
+        caller's business), not an error inside a CUDA graph capture (the warm-up falls back
+        to the uncaptured step for those)."""
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        return self.active and not capturing and not is_out_of_memory(e)
+
+    def guarded(self, fn: Callable[[], T]) -> T:
+        """``fn()``; where the compiled blocks fail in it (:meth:`failed`), they fall back to
+        eager (:meth:`fall_back`) and ``fn`` runs again."""
+        failed = None
+        try:
+            return fn()
+        except Exception as e:
+            if not self.failed(e):
+                raise
+            failed = error_summary(e)  # handled outside: the traceback holds tensors
+        self.fall_back(failed)
+        return fn()
+
+    def fall_back(self, reason: str) -> None:
+        """Back to eager blocks for good, with one warning naming the cause."""
+        if self._blocks:
+            log.warning("compiled step failed (%s); falling back to eager", reason)
+            uncompile_blocks(self._blocks)
+            self._blocks = []

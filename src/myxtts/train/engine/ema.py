@@ -1,7 +1,7 @@
 """An exponential moving average (EMA) of the trained weights (``train.ema_decay``).
 
 The average lives on the training device beside the weights and is updated inside the
-step's update (``TrainStep.update``), after AdamW, with foreach kernels: a lerp of every
+step's update (``TrainEngine``'s), after AdamW, with foreach kernels: a lerp of every
 averaged tensor towards its parameter. Like the rest of the step it is captured in the
 update's CUDA graph, so it keeps the step's rules: every tensor it writes is updated IN
 PLACE, and nothing reads a device value on the host. What changes between steps is read from
@@ -94,7 +94,8 @@ class WeightAverage:
         self.updates.copy_(state[UPDATES])
 
     def snapshot(self) -> list[torch.Tensor]:
-        """A host copy of the average and its count (``TrainStep.snapshot``)."""
+        """A host copy of the average and its count (a trial step's
+        ``snapshot.StateSnapshot``)."""
         return [t.detach().to("cpu", copy=True) for t in (*self.shadow, self.updates)]
 
     @torch.no_grad()

@@ -15,15 +15,18 @@ compares it with the eager step.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
 
-from myxtts.train.engine.step import TrainStep
 from myxtts.train.errors import error_summary
+
+log = logging.getLogger(__name__)
 
 Replay = Callable[[], None]
 
@@ -177,8 +180,34 @@ def unstick_generator(device: torch.device, stream: torch.cuda.Stream) -> str | 
     return None
 
 
+@contextlib.contextmanager
+def capturable_lr(opt: torch.optim.Optimizer, lr: list[torch.Tensor]) -> Iterator[None]:
+    """Inside the ``with`` (a CUDA graph capture), ``opt`` reads each group's learning rate
+    from the device tensors ``lr`` (filled with the current values), so a replay uses what
+    :func:`load_lr` wrote before it, not the value of capture time. The groups get their
+    floats back afterwards: the schedule, the checkpoint and uncaptured steps see what they
+    always see."""
+    groups = opt.param_groups
+    saved = [(g["lr"], g.get("capturable", False)) for g in groups]
+    load_lr(opt, lr)
+    for g, t in zip(groups, lr):
+        g["lr"], g["capturable"] = t, True
+    try:
+        yield
+    finally:
+        for g, (value, capturable) in zip(groups, saved):
+            g["lr"], g["capturable"] = value, capturable
+
+
+def load_lr(opt: torch.optim.Optimizer, lr: list[torch.Tensor]) -> None:
+    """This step's learning rates (``opt``'s groups) into the device tensors a captured
+    update reads."""
+    for t, group in zip(lr, opt.param_groups):
+        t.fill_(float(group["lr"]))
+
+
 class StepGraphs:
-    """The captured graphs of one ``TrainStep`` and how to replay a step with them.
+    """The captured graphs of the engine's step and how to replay a step with them.
 
     A replay is correct because the step keeps these rules: every tensor it writes lives
     outside the graph and is updated in place; what changes between steps (learning rate,
@@ -187,17 +216,28 @@ class StepGraphs:
     generator's Philox offset): a graphed run matches an eager one in distribution.
 
     ``capture``: how to capture (``CudaCapture`` on a GPU; tests pass a recorder).
+    ``optimizer``: the AdamW whose learning rates a replay reads from ``device`` memory;
+    ``n_micro``: micro-batches per step. The step's parts, which the engine hands over:
+    ``micro(batch, n_micro)`` (forward and backward of one micro-batch) and ``update()``
+    (clip, skip or apply AdamW, the weight average, the counters) are captured;
+    ``mark(phase)`` (a profiler's phase ends) and ``before_writes()`` (a checkpoint's host
+    copy in flight ends first) run around a replay.
     """
 
-    def __init__(self, step: TrainStep, capture: Capture) -> None:
-        self.step = step
-        self._capture = capture
-        self.n_micro = step.cfg.train.grad_accum_steps
+    def __init__(self, capture: Capture, optimizer: torch.optim.Optimizer,
+                 device: torch.device, n_micro: int, *,
+                 micro: Callable[[dict[str, torch.Tensor], int], None],
+                 update: Callable[[], None], mark: Callable[[str], None],
+                 before_writes: Callable[[], None]) -> None:
+        self._capture, self._opt, self.n_micro = capture, optimizer, n_micro
+        self._micro_step, self._update_step = micro, update
+        self._mark, self._before_writes = mark, before_writes
         self.micro: dict[tuple, tuple[Replay, dict[str, torch.Tensor]]] = {}
-        self._update: Replay | None = None
+        self._update_replay: Replay | None = None
+        self.uncaptured = 0  # steps that found no graph for their shape (replay() said False)
         # each parameter group's learning rate, read by the captured update from the device
-        self.lr = [torch.zeros((), dtype=torch.float32, device=step.device)
-                   for _ in step.opt.param_groups]
+        self.lr = [torch.zeros((), dtype=torch.float32, device=device)
+                   for _ in optimizer.param_groups]
 
     def __len__(self) -> int:
         """Bucket shapes captured."""
@@ -209,7 +249,7 @@ class StepGraphs:
 
     def _graphs_for(self, batches: list[dict[str, torch.Tensor]]) -> list | None:
         """Each batch's (replay, static inputs), or None if any shape was not captured."""
-        if self._update is None or len(batches) != self.n_micro:
+        if self._update_replay is None or len(batches) != self.n_micro:
             return None
         found = [self.micro.get(shape_key(b)) for b in batches]
         return None if None in found else found
@@ -225,26 +265,37 @@ class StepGraphs:
         exist and stay where they are), and the caller restores the training state
         afterwards: capturing may run the step (``CudaCapture``'s first run, a recorder's)."""
         static = {k: v.detach().clone() for k, v in batch.items()}
-        with self.step.capturable_lr(self.lr):
-            replay = self._capture(lambda: self.step.micro(static, self.n_micro))
-            if self._update is None:
-                self._update = self._capture(self.step.update)
+        with capturable_lr(self._opt, self.lr):
+            replay = self._capture(lambda: self._micro_step(static, self.n_micro))
+            if self._update_replay is None:
+                self._update_replay = self._capture(self._update_step)
         self.micro[shape_key(batch)] = (replay, static)
 
     def replay(self, batches: list[dict[str, torch.Tensor]]) -> bool:
-        """One step if every batch's shape was captured (else False, and nothing ran): this
-        step's learning rate and batches into the static tensors, then the graphs (kernel
-        launches only: no host sync)."""
+        """One step if every batch's shape was captured: this step's learning rate and
+        batches into the static tensors, then the graphs (kernel launches only: no host
+        sync). Else False, and nothing ran: the caller runs the step uncaptured, beside the
+        memory pool the graphs hold (about twice one step's memory), so such a step is
+        counted (:attr:`uncaptured`, logged as ``train/uncaptured_steps``, 0 in a healthy
+        run) and the first is said in a warning naming its shape."""
         graphs = self._graphs_for(batches)
         if graphs is None:
+            self.uncaptured += 1
+            if self.uncaptured == 1:
+                shapes = sorted({(b["mel"].shape[0], b["mel"].shape[1], b["tokens"].shape[1])
+                                 for b in batches})
+                log.warning("a batch of %s has no captured CUDA graph: this step runs "
+                            "uncaptured beside the graphs' memory pool (later ones are counted "
+                            "in train/uncaptured_steps)", ", ".join(
+                                f"{b} x {t} frames, text {n}" for b, t, n in shapes))
             return False
-        self.step.load_lr(self.lr)
+        load_lr(self._opt, self.lr)
         for batch, (run, static) in zip(batches, graphs):
             for k, v in batch.items():
                 static[k].copy_(v)
             run()
-            self.step.mark("forward+backward")  # one graph: the two cannot be told apart
-        self.step.before_writes()  # a checkpoint's host copy in flight ends first
-        self._update()  # type: ignore[misc]  # (set whenever _graphs_for found graphs)
-        self.step.mark("optimizer")
+            self._mark("forward+backward")  # one graph: the two cannot be told apart
+        self._before_writes()  # a checkpoint's host copy in flight ends first
+        self._update_replay()  # type: ignore[misc]  # (set whenever _graphs_for found graphs)
+        self._mark("optimizer")
         return True

@@ -5,9 +5,10 @@ memory later in the run.
 the most a batch of that bucket can ask of the GPU), compiling the blocks and measuring its
 peak memory, then captures the step's CUDA graphs, largest peak first, one progress line per
 shape. It runs on the real model and optimizer (a copy would double the memory measured)
-inside a :class:`StateSnapshot`, which puts weights, AdamW state, the step's accumulators
-and the random streams back IN PLACE: training starts as if no warm-up had run, and the
-captured graphs still point at the live tensors.
+inside the engine's ``trial()`` (``snapshot.TrialStep``), which puts weights, AdamW state,
+the step's accumulators and the random streams back IN PLACE: training starts as if no
+warm-up had run, and the captured graphs still point at the live tensors. The graphs come
+back in the report; the engine keeps them (``TrainEngine.warm_up``).
 
 What a failed capture does (:func:`_capture_shape`): out of memory is retried at the same
 size (the allocator's cache released), then once at 3/4 of the batch, never below the
@@ -34,10 +35,9 @@ from myxtts.data.batch import BatchShape
 from myxtts.model.dummy import worst_case_batch
 from myxtts.train.engine.budget import three_quarters
 from myxtts.train.engine.compile import compiled_graphs
-from myxtts.train.engine.graphs import Capture, StepGraphs
+from myxtts.train.engine.graphs import StepGraphs
 from myxtts.train.engine.mode import StepMode
-from myxtts.train.engine.snapshot import StateSnapshot
-from myxtts.train.engine.step import TrainStep
+from myxtts.train.engine.snapshot import TrialStep
 from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,10 @@ log = logging.getLogger(__name__)
 class WarmupReport:
     """What the warm-up did: per shape seconds, graphs compiled, shapes captured, the peak
     bytes of each shape's uncaptured step (0 on a CPU); why capturing stopped (None: every
-    shape was captured or none was asked for) and the buckets an out-of-memory capture
-    shrank (planned shape -> the batch size that was captured)."""
+    shape was captured or none was asked for), the buckets an out-of-memory capture
+    shrank (planned shape -> the batch size that was captured) and the graphs captured
+    (None: none), for the engine to replay (``TrainEngine.warm_up`` takes them out of the
+    report it returns: their lifetime is the engine's)."""
 
     seconds: float = 0.0
     shape_seconds: list[float] = field(default_factory=list)
@@ -58,6 +60,7 @@ class WarmupReport:
     fragmentation: int = 0  # reserved beyond allocated at a shape's peak, the largest
     capture_error: str | None = None
     resized: dict[BatchShape, int] = field(default_factory=dict)
+    graphs: StepGraphs | None = None
 
 
 def _describe(shape: BatchShape) -> str:
@@ -68,12 +71,16 @@ class CaptureAbandoned(Exception):
     """Capturing stops: every graph is dropped and the run trains uncaptured."""
 
 
-def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_languages: int,
-            capture: Capture | None = None, echo: Callable[[str], None] = log.info,
+def warm_up(step: TrialStep, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+            new_graphs: Callable[[], StepGraphs] | None = None,
+            echo: Callable[[str], None] = log.info,
             floors: dict[BatchShape, int] | None = None) -> WarmupReport:
-    """Run every training shape (longest first) through ``step`` and, with ``capture``
-    (``graphs.CudaCapture``), capture its CUDA graphs. The training state is restored
-    afterwards; a compile failure leaves the step eager (``TrainStep.loss``). ``floors``:
+    """Run every training shape (longest first) through ``step`` and, with ``new_graphs``
+    (makes empty graphs of ``step``'s own step: ``TrainEngine.warm_up`` passes it), capture
+    each shape's CUDA graphs; the report holds them (None: nothing captured). They are made
+    here, not passed in, so that dropping them frees their pool at once (an argument stays
+    referenced by the caller until the call returns). The training state is restored
+    afterwards; a compile failure leaves the step eager (``TrainEngine.loss``). ``floors``:
     the smallest batch an out-of-memory capture may shrink each shape to (default 3/4 of
     the shape's batch; the engine passes 3/4 of the first plan).
 
@@ -85,11 +92,10 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
     one step."""
     report = WarmupReport()
     t_start, g_start = time.perf_counter(), compiled_graphs()
-    graphs = StepGraphs(step, capture) if capture is not None else None
-    step.use_graphs(graphs)  # the step runs as it will once captured
+    graphs = new_graphs() if new_graphs is not None else None
     order = sorted(shapes, key=lambda s: (s.frames, s.text, s.batch), reverse=True)
-    total = len(order) * (2 if capture is not None else 1)
-    with StateSnapshot(step):
+    total = len(order) * (2 if graphs is not None else 1)
+    with step.trial():
         for i, shape in enumerate(order, 1):
             t0 = time.perf_counter()
             report.peaks[shape], frag = _run_worst_case(step, shape, n_tokens, n_languages)
@@ -108,19 +114,19 @@ def warm_up(step: TrainStep, shapes: list[BatchShape], n_tokens: int, n_language
                 echo(f"warm-up {i}/{total}: captured a batch of {_describe(done)} as a CUDA "
                      f"graph in {report.shape_seconds[-1]:.1f} s")
         except CaptureAbandoned:
-            graphs = None
-            step.use_graphs(None)  # every graph dropped: their pool is freed below
+            graphs = None  # every graph dropped: their pool is freed below
             report.resized.clear()
     if graphs is not None and not len(graphs):
-        step.use_graphs(None)  # nothing captured: the plain step, without the graphs' lookup
+        graphs = None  # nothing captured: the plain step, without the graphs' lookup
     _release(step.device)
     report.seconds = time.perf_counter() - t_start
     report.graphs_compiled = compiled_graphs() - g_start
-    report.shapes_captured = len(step.graphs) if step.graphs is not None else 0
+    report.shapes_captured = len(graphs) if graphs is not None else 0
+    report.graphs = graphs
     return report
 
 
-def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, floor: int,
+def _capture_shape(step: TrialStep, graphs: StepGraphs, shape: BatchShape, floor: int,
                    n_tokens: int, n_languages: int, report: WarmupReport) -> BatchShape:
     """Capture ``shape`` (the module docstring's rules), shrinking it to no fewer than
     ``floor`` utterances; returns the shape captured or raises :class:`CaptureAbandoned`
@@ -155,7 +161,7 @@ def _capture_shape(step: TrainStep, graphs: StepGraphs, shape: BatchShape, floor
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _run_worst_case(step: TrainStep, shape: BatchShape, n_tokens: int, n_languages: int
+def _run_worst_case(step: TrialStep, shape: BatchShape, n_tokens: int, n_languages: int
                     ) -> tuple[int, int]:
     """One uncaptured step on the worst case of ``shape``: its peak allocated bytes, and how
     far the allocator's reserved memory peaked beyond that (this shape's fragmentation);

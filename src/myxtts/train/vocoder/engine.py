@@ -178,15 +178,19 @@ class VocoderEngine:
             self.gen.train(training)
 
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoint entries the engine owns (``artifacts.vocoder`` keys)."""
+        """The checkpoint entries the engine owns (``artifacts.vocoder`` keys): weights, both
+        optimizers and the random streams (``artifacts.checkpoint.rng_state``)."""
         return {vck.GENERATOR: self.gen.state_dict(), vck.DISCRIMINATORS: self.disc.state_dict(),
                 vck.OPTIMIZERS: {"opt_g": self.opt_g.state_dict(),
-                                 "opt_d": self.opt_d.state_dict()}}
+                                 "opt_d": self.opt_d.state_dict()},
+                ck.RNG: ck.rng_state(self.device)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a vocoder checkpoint: weights, both optimizers, the step count."""
+        """Continue from a vocoder checkpoint: weights, both optimizers, the step count and
+        the random streams."""
         self.gen.load_state_dict(state[vck.GENERATOR])
         self.disc.load_state_dict(state[vck.DISCRIMINATORS])
         self.opt_g.load_state_dict(state[vck.OPTIMIZERS]["opt_g"])
         self.opt_d.load_state_dict(state[vck.OPTIMIZERS]["opt_d"])
         self.steps = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS]).step
+        ck.restore_rng(state, self.device)

@@ -98,8 +98,7 @@ def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
         if saved.get(vck.KIND) != vck.VOCODER:
             raise TrainError(f"{resume} is a TTS checkpoint; a vocoder run resumes from its own "
                              f"checkpoints (choose another --output-dir)")
-        engine.load_state_dict(saved)
-        ck.restore_rng(saved, device)
+        engine.load_state_dict(saved)  # (the random streams too)
         record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
         log.info("resumed from %s at step %d", resume, record.step)
     return VocoderSetup(cfg, device, engine, train_store, val_store, record)

@@ -1,13 +1,14 @@
 """Everything the engine does before step 1 for a set of bucket shapes, in one sequence.
 
-:func:`prepare_step` runs, on a GPU or with compiled blocks:
+:func:`start_up` runs, on a GPU or with compiled blocks:
 
 1. the room a graphed run keeps beside its graphs (:func:`graphs_reserve`: the largest
    validation forward and a data role on the training GPU, ``budget.side_reserve``);
 2. ``data.batch_frames=auto`` on a GPU: each bucket's largest batch that fits, less that
    room (``budget.auto_batch_sizes``, cached in the run folder);
-3. the warm-up of every shape (``warmup.warm_up``: compile, capture the CUDA graphs; an
-   out-of-memory capture shrinks its bucket, never below 3/4 of its plan);
+3. the warm-up of every shape (``TrainEngine.warm_up``: compile, capture the CUDA graphs,
+   which the engine keeps; an out-of-memory capture shrinks its bucket, never below 3/4 of
+   its plan);
 4. after a graphed warm-up, the graphs' pool plus the room beside it plus the warm-up's
    measured fragmentation (reserved beyond allocated at a shape's peak) must fit the GPU's
    share; else every bucket shrinks, never below 3/4 of its plan, and the warm-up captures
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -42,9 +44,10 @@ from myxtts.train.engine.budget import (
     side_reserve,
     three_quarters,
 )
-from myxtts.train.engine.graphs import CudaCapture
-from myxtts.train.engine.step import TrainStep
-from myxtts.train.engine.warmup import WarmupReport, warm_up
+from myxtts.train.engine.graphs import Capture, CudaCapture
+from myxtts.train.engine.mode import StepMode
+from myxtts.train.engine.snapshot import TrialStep
+from myxtts.train.engine.warmup import WarmupReport
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import MemoryCaps
 
@@ -53,9 +56,22 @@ log = logging.getLogger(__name__)
 CAPTURE_TRIES = 3  # warm-ups whose graphs may be shrunk and captured again before stopping
 
 
+class StartingStep(TrialStep, Protocol):
+    """The engine as :func:`start_up` drives it (``TrainEngine`` satisfies it): a trial step
+    (``snapshot.TrialStep``) that warms up its bucket shapes and keeps the CUDA graphs it
+    captures (``warm_up``: ``warmup.warm_up``'s report, the graphs taken out), and says
+    how its steps run now (``mode``)."""
+
+    @property
+    def mode(self) -> StepMode: ...
+    def warm_up(self, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+                capture: Capture | None = None, echo: Callable[[str], None] = log.info,
+                floors: dict[BatchShape, int] | None = None) -> WarmupReport: ...
+
+
 @dataclass(frozen=True)
 class Workload:
-    """What the engine is prepared for. ``shapes``: each train bucket's padded shape, in bucket
+    """What the engine starts up for. ``shapes``: each train bucket's padded shape, in bucket
     order, its ``batch`` the planned size; ``n_tokens`` / ``n_languages``: the vocabulary the
     worst-case batches draw from; ``val_shape``: the largest validation batch (None: no
     validation); ``data_role``: makes the data role's largest feature batch when it runs on
@@ -70,8 +86,8 @@ class Workload:
 
 
 @dataclass
-class Prepared:
-    """What :func:`prepare_step` did: each bucket's batch size (in ``Workload.shapes``'
+class Startup:
+    """What :func:`start_up` did: each bucket's batch size (in ``Workload.shapes``'
     order) and the plan it started from (the measured or configured sizes, before any
     shrinking for the graphs), the last warm-up's report (None: none ran), the room kept
     beside the graphs and the seconds the batch sizes took (measured or read from the run
@@ -84,12 +100,12 @@ class Prepared:
     sizing_s: float = 0.0
 
 
-def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) -> Prepared:
+def start_up(step: StartingStep, work: Workload, graphs: bool, dist: DistInfo) -> Startup:
     """Steps 1-4 of the module docstring for ``step`` (``graphs``: the plan captures them)."""
     cfg, cuda = step.cfg, step.device.type == "cuda"
     sizes = [s.batch for s in work.shapes]
     if not (step.compiled or cuda):
-        return Prepared(sizes, list(sizes))
+        return Startup(sizes, list(sizes))
     echo = log.info if dist.rank == 0 else (lambda _: None)
     started = time.perf_counter()
     reserve = graphs_reserve(step, work) if graphs and cuda else 0
@@ -120,10 +136,10 @@ def prepare_step(step: TrainStep, work: Workload, graphs: bool, dist: DistInfo) 
             sizes = [report.resized.get(s, s.batch) for s in shapes]
             break
         sizes = smaller
-    return Prepared(sizes, plan, report, reserve, sizing_s)
+    return Startup(sizes, plan, report, reserve, sizing_s)
 
 
-def graphs_reserve(step: TrainStep, work: Workload) -> int:
+def graphs_reserve(step: TrialStep, work: Workload) -> int:
     """Bytes a graphed run needs beside the graphs' pool (``budget.side_reserve``): the
     largest validation batch's forward and, on the fly with features on the training GPU,
     the data role's largest batch. Measured with the random streams put back after."""
@@ -132,13 +148,14 @@ def graphs_reserve(step: TrainStep, work: Workload) -> int:
                             CudaMemory(step.device), work.data_role)
 
 
-def _shrink_beside_graphs(step: TrainStep, sizes: list[int], floors: list[int], reserve: int
+def _shrink_beside_graphs(step: StartingStep, sizes: list[int], floors: list[int], reserve: int
                           ) -> list[int] | None:
     """After a graphed warm-up: None if the graphs' pool plus ``reserve`` (the room beside
     them and the fragmentation margin) fit the training GPU's share; else smaller batch
-    sizes, never below ``floors`` (said in one warning when they are smaller), the graphs
-    dropped for the warm-up to capture again or to run without them."""
-    if step.graphs is None or step.device.type != "cuda":
+    sizes, never below ``floors`` (said in one warning when they are smaller), for the
+    warm-up to capture again or to run without the graphs (the next warm-up drops them and
+    frees their pool before it measures anything)."""
+    if step.mode != StepMode.GRAPHED or step.device.type != "cuda":
         return None
     memory = CudaMemory(step.device)
     share = MemoryCaps(step.device, None, step.cfg.train.device_memory_cap, 0.0).training_share()
@@ -150,20 +167,17 @@ def _shrink_beside_graphs(step: TrainStep, sizes: list[int], floors: list[int], 
                     "the data role and a fragmentation margin need %.1f GiB beside them: more "
                     "than the %.1f GiB this run may use; batch sizes %s -> %s, capturing again",
                     pool / GIB, reserve / GIB, cap / GIB, sizes, smaller)
-    if smaller is not None:
-        step.use_graphs(None)
-        memory.release()
     return smaller
 
 
-def warm_up_buckets(step: TrainStep, shapes: list[BatchShape], work: Workload, dist: DistInfo,
+def warm_up_buckets(step: StartingStep, shapes: list[BatchShape], work: Workload, dist: DistInfo,
                     graphs: bool, floors: list[int]) -> WarmupReport:
     """Every bucket shape before step 1: compile and capture now, with a progress line per
     shape, instead of pausing the run later, and prove on a GPU that each bucket's worst case
-    fits (``warmup.warm_up``). Under DDP the ranks warm up without DDP's gradient hooks, like
-    the auto budget's probe: a rank that runs out of memory must not leave the others
-    waiting in an all-reduce; every rank then stops with its error (``agree``). ``floors``:
-    each bucket's smallest batch (in ``shapes``' order)."""
+    fits (``TrainEngine.warm_up``). Under DDP the ranks warm up without DDP's gradient hooks
+    (a trial step's), like the auto budget's probe: a rank that runs out of memory must not
+    leave the others waiting in an all-reduce; every rank then stops with its error
+    (``agree``). ``floors``: each bucket's smallest batch (in ``shapes``' order)."""
     unique = sorted(set(shapes), key=lambda s: s.frames)
     floor_of: dict[BatchShape, int] = {}
     for shape, floor in zip(shapes, floors):  # (buckets of one shape: the lowest floor)
@@ -171,10 +185,9 @@ def warm_up_buckets(step: TrainStep, shapes: list[BatchShape], work: Workload, d
     echo = log.info if dist.rank == 0 else (lambda _: None)
     report, failure = None, None
     try:
-        with step.without_ddp():
-            report = warm_up(step, unique, work.n_tokens, work.n_languages,
-                             capture=CudaCapture(step.device) if graphs else None, echo=echo,
-                             floors=floor_of)
+        report = step.warm_up(unique, work.n_tokens, work.n_languages,
+                              capture=CudaCapture(step.device) if graphs else None, echo=echo,
+                              floors=floor_of)
     except TrainError as e:
         failure = e
     agree(dist, failure)
