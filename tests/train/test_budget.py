@@ -192,14 +192,14 @@ def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
     cfg = micro_config(tmp_path)
     _, planned = build_loader(micro_store, cfg)
     sizes = [k + 1 for k in range(len(planned.boundaries))]
-    loader, sampler = build_loader(micro_store, cfg, batch_sizes=sizes)
+    loader, sampler = build_loader(micro_store, cfg, plan=planned.plan.with_batch_sizes(sizes))
     assert sampler.boundaries == planned.boundaries  # same buckets, other sizes
     assert sampler.bucket_batch_sizes == sizes
     for batch in loader:
         k = sampler.boundaries.index(batch["mel"].shape[1])
         assert batch["mel"].shape[0] == sizes[k]
     with pytest.raises(ValueError, match="batch_sizes must give each of the"):
-        build_loader(micro_store, cfg, batch_sizes=[2])
+        planned.plan.with_batch_sizes([2])
 
 
 def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(tmp_path,
