@@ -11,7 +11,7 @@ builds every batch straight into a free one (``Slots.write``: a store's batch is
 What the training process does with a slot's batch:
 - training on the CPU: hands out tensors that ARE the slot (no copy; a 5 MB copy per batch
   cost 0.8 ms, as much as building the batch). The slot goes back to its worker once
-  nothing holds any of the batch's arrays (``collate.unreferenced``, what ``BufferPool``
+  nothing holds any of the batch's arrays (``buffers.unreferenced``, what ``BufferPool``
   reuses its buffers by), checked at every batch taken;
 - training on a GPU: copies the batch into pinned memory (an asynchronous copy to the GPU
   needs it) and gives the slot back at once.

@@ -68,7 +68,7 @@ class SegmentBatches:
 
     def stream(self, start: int) -> Iterator[dict[str, torch.Tensor]]:
         """Batches ``start, start+1, ...`` (endless); pinned on CUDA-capable hosts so the
-        prefetcher's copies are asynchronous."""
+        feed's copies are asynchronous."""
         pin = torch.cuda.is_available()
         k = start
         while True:
