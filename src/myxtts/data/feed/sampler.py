@@ -6,11 +6,12 @@ size, so an epoch uses at most ``num_buckets`` shapes; the sampler batches by a
 ``data.feed.buckets.BucketPlan`` made before it (an exact DP minimising frames per epoch,
 padding and fill repeats included; the batch sizes the trainer may have measured). Every
 batch is handed out as ``(epoch, indices)``: the epoch travels with it to loader workers,
-which ``set_epoch`` in the training process never reaches. Fill repeats: a bucket's last batch is filled with other utterances
-of the bucket drawn from the (seed, epoch) generator, never cut short (a new shape) or
-dropped (unseen data); a few utterances (< one batch per bucket) are seen twice. The plan of
-epoch ``e`` depends only on ``(seed, e)``. Only lengths are read: planning the buckets of a
-million utterances takes ~0.2 s, an epoch's batches ~0.1 s.
+which ``set_epoch`` in the training process never reaches. Fill repeats: a bucket's last
+batch is filled with other utterances of the bucket drawn from the (seed, epoch) generator,
+never cut short (a new shape) or dropped (unseen data); a few utterances (< one batch per
+bucket) are seen twice. The plan of epoch ``e`` depends only on ``(seed, e)``. Only lengths
+are read: planning the buckets of a million utterances takes ~0.2 s, an epoch's batches
+~0.1 s.
 """
 
 from __future__ import annotations
