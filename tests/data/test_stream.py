@@ -72,3 +72,27 @@ def test_store_workers_stream_keeps_the_samplers_passes(store_path, monkeypatch,
     sampler.load_state_dict(state | {"epoch": 1})
     same(list(loader), rest)
     same(list(loader), want[2])
+
+
+def test_dropping_a_loader_stops_its_workers_without_the_garbage_collector(store_path):
+    """Nothing the workers' stream holds points back at the loader: once the loader is
+    dropped its worker processes end (and with them every file they inherited, a run
+    folder's lock among them), with no wait for a collection of reference cycles."""
+    import gc
+    import multiprocessing
+    import time
+
+    before = set(multiprocessing.active_children())
+    loader, _ = build_loader(store_path, _cfg(), num_workers=2)
+    batches = len(list(loader))
+    workers = set(multiprocessing.active_children()) - before
+    assert batches and len(workers) == 2
+    gc.disable()
+    try:
+        del loader
+        deadline = time.time() + 20
+        while any(w.is_alive() for w in workers) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not any(w.is_alive() for w in workers)
+    finally:
+        gc.enable()

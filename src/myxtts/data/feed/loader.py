@@ -12,6 +12,7 @@ epochs (``stream``). Copying to the GPU ahead of use is the trainer's feed's job
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -30,7 +31,7 @@ from myxtts.data.feed.dataset import StoreBatches, VocabMap
 from myxtts.data.feed.prefetch import CopyFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.feed.slots import PREFETCH_PER_WORKER, Slots, check_shared_memory, slot_bytes
-from myxtts.data.feed.stream import WorkerStream
+from myxtts.data.feed.stream import StreamPasses, WorkerStream
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
@@ -268,13 +269,12 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     # one stream of batches runs on across them, ``group`` to a task (``stream``). Own
     # generator: the DataLoader draws a base seed at every iter(); from the global RNG that
     # would shift the model's dropout stream and break bit-exact resume.
-    stream = WorkerStream(sampler, group)
-    workers_loader = DataLoader(batches, batch_sampler=stream, collate_fn=_built,
-                                num_workers=workers, persistent_workers=True,
+    workers_loader = DataLoader(batches, batch_sampler=WorkerStream(sampler, group),
+                                collate_fn=_built, num_workers=workers, persistent_workers=True,
                                 prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
                                 generator=torch.Generator().manual_seed(seed))
-    return StoreLoader(batches, sampler, workers_loader, stream, pin,
-                       cfg.data.prefetch_batches, note), sampler
+    return StoreLoader(batches, sampler, workers_loader, pin, cfg.data.prefetch_batches,
+                       note), sampler
 
 
 def _built(results: list) -> list:
@@ -287,8 +287,9 @@ class StoreLoader:
     """What ``build_loader`` returns: iterate it for batch dicts (one epoch per pass).
 
     Without workers each batch is built here as the sampler names it (``batches``: pinned
-    when training on CUDA); with them, the sampler's pass is cut from the workers' stream
-    (``stream``) and each batch taken out of a worker's shared slot (``slots``, pinned as it
+    when training on CUDA); with them (``dataloader``, whose batch sampler is a
+    ``stream.WorkerStream``), the sampler's pass is cut from the workers' stream
+    (``passes``) and each batch taken out of a worker's shared slot (``slots``, pinned as it
     leaves when training on CUDA: ``pin``). ``prefetch``: batches the trainer's feed keeps in
     flight (``data.prefetch_batches``). ``worker_note``: set where the workers asked for cost
     the training process more than they save on this store (``choose_workers``' rule): what
@@ -296,10 +297,15 @@ class StoreLoader:
     """
 
     def __init__(self, batches: StoreBatches, sampler: BucketBatchSampler,
-                 dataloader: DataLoader | None = None, stream: WorkerStream | None = None,
-                 pin: bool = False, prefetch: int = 2, worker_note: str | None = None) -> None:
+                 dataloader: DataLoader | None = None, pin: bool = False, prefetch: int = 2,
+                 worker_note: str | None = None) -> None:
         self.batches, self.sampler = batches, sampler
-        self.dataloader, self.stream, self.slots = dataloader, stream, batches.slots
+        self.dataloader, self.slots = dataloader, batches.slots
+        # what a new iteration of the workers' DataLoader hands over: no reference to this
+        # loader, so dropping it stops the workers at once (no cycle for the collector)
+        self.passes = None if dataloader is None else StreamPasses(
+            dataloader.batch_sampler, functools.partial(batches.slots.receive, dataloader, pin,
+                                                        grouped=True))
         self.pin = pin
         self.prefetch = int(prefetch)
         self.worker_note = worker_note
@@ -324,12 +330,8 @@ class StoreLoader:
         return CopyFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.stream is None:
+        if self.passes is None:
             for epoch, indices in self.sampler:
                 yield self.batches.batch(epoch, indices)
         else:
-            yield from self.stream.one_pass(self._receive)
-
-    def _receive(self) -> Iterator[Batch]:
-        """A new pass of the workers' DataLoader (from where ``stream`` starts)."""
-        return self.slots.receive(self.dataloader, self.pin, grouped=True)
+            yield from self.passes.one_pass()

@@ -15,6 +15,7 @@ statistics (:func:`split_mel_stats`) and the data role's heaviest batch
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.feed.ring import SlotRing
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, Slots, slot_bytes
-from myxtts.data.feed.stream import WorkerStream
+from myxtts.data.feed.stream import StreamPasses, WorkerStream
 from myxtts.data.prepare.plan import choose_refs, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
@@ -64,17 +65,24 @@ class OnTheFlyLoader:
     role with the step.
 
     ``loader``: the DataLoader of ``wav_collator``'s batches; with workers, its batch sampler
-    is ``stream`` (the sampler's passes cut from it) and, where the workers featurize, its
-    batches arrive through ``slots``. ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from
+    is a ``stream.WorkerStream`` (the sampler's passes cut from it: ``passes``) and, where the
+    workers featurize, its batches arrive through ``slots``. ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from
     ``mel_stats`` or, when none was given, from one pass over the split on first access.
     """
 
-    def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, stream: WorkerStream | None,
-                 wav_collator: WavCollator, slots: Slots | None, cfg: Config,
-                 device: torch.device, tokenizer: Any, speakers: list[str], raw: RawSplit,
+    def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, wav_collator: WavCollator,
+                 slots: Slots | None, cfg: Config, device: torch.device, tokenizer: Any,
+                 speakers: list[str], raw: RawSplit,
                  mel_stats: tuple[np.ndarray, np.ndarray] | None, pin: bool = False) -> None:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
-        self.stream, self.wav_collator, self.slots = stream, wav_collator, slots
+        self.wav_collator, self.slots = wav_collator, slots
+        # a new iteration of the DataLoader, as the host receives it (no reference to this
+        # loader, so dropping it stops the workers at once: no cycle for the collector)
+        self._receive = (functools.partial(slots.receive, loader, pin) if slots is not None
+                         else loader.__iter__)
+        stream = loader.batch_sampler
+        self.passes = (StreamPasses(stream, self._receive)
+                       if isinstance(stream, WorkerStream) else None)
         self.pin = pin  # copy batches out of the workers' slots into pinned memory
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
@@ -91,12 +99,7 @@ class OnTheFlyLoader:
         """One pass (the sampler's next) as the host receives it: a worker's finished batches
         from its shared-memory slot (``slots``), taken from the workers' stream across
         epochs (``stream``); None for a batch no clip of which loaded."""
-        return self.stream.one_pass(self._receive) if self.stream is not None else self._receive()
-
-    def _receive(self) -> Iterator[Any]:
-        if self.slots is not None:
-            return self.slots.receive(self.loader, self.pin)
-        return iter(self.loader)
+        return self.passes.one_pass() if self.passes is not None else self._receive()
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -319,10 +322,10 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
         # memory for a GPU), not through a new shared-memory segment per tensor per batch.
         slots = Slots(slot_bytes(sampler.plan, cfg.audio.n_mels, cfg.data.ref_frames))
         collate = SlotCollator(wavs, slots)
-    stream = WorkerStream(sampler) if workers else None
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
-                        batch_sampler=stream or sampler, collate_fn=collate,
-                        num_workers=workers, pin_memory=pin and slots is None,
+                        batch_sampler=WorkerStream(sampler) if workers else sampler,
+                        collate_fn=collate, num_workers=workers,
+                        pin_memory=pin and slots is None,
                         generator=torch.Generator().manual_seed(seed), **extra)
-    return OnTheFlyLoader(loader, sampler, stream, wavs, slots, cfg, device, tokenizer, speakers,
-                          raw, mel_stats, pin=pin), sampler
+    return OnTheFlyLoader(loader, sampler, wavs, slots, cfg, device, tokenizer, speakers, raw,
+                          mel_stats, pin=pin), sampler

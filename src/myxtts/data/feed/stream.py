@@ -7,9 +7,9 @@ corpus of a few hundred batches per epoch that bubble is small; on a small one (
 fine-tuning set, a validation split, a benchmark) it costs as much as the batches. Here the
 DataLoader's batch sampler is a :class:`WorkerStream`, the sampler's plan epoch after epoch
 without end, and the training process takes it one sampler pass at a time
-(:meth:`WorkerStream.one_pass`): the workers are already building the next epoch while it
-takes the last batches of this one. Where a batch is cheap (a store's), several travel as
-one task (``group``).
+(:class:`StreamPasses`): the workers are already building the next epoch while it takes the
+last batches of this one. Where a batch is cheap (a store's), several travel as one task
+(``group``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ class WorkerStream:
         if group < 0:
             raise ValueError(f"group must be >= 0, got {group}")
         self.sampler, self.group, self.start = sampler, int(group), (0, 0)
-        self._live: Iterator[Any] | None = None  # the workers' results, across passes
-        self._next: tuple[int, int] | None = None  # (epoch, position) they continue with
 
     def _batches(self) -> Iterator[tuple[int, list[int]]]:
         epoch, position = self.start
@@ -52,19 +50,32 @@ class WorkerStream:
     def __len__(self) -> int:
         return len(self.sampler)
 
-    def one_pass(self, receive: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-        """The sampler's next pass, taken from ``receive()`` (an iterator over the DataLoader
-        this is the batch sampler of, one result per batch). The sampler's own pass runs in
-        step, one batch list per batch handed out (its epoch, ``state_dict``); a pass the
-        stream did not predict (``set_epoch``, a resume, the previous pass left unfinished)
-        restarts the stream there, dropping what the workers had begun."""
-        start = (self.sampler.epoch, self.sampler.resume_position)
-        steps = iter(self.sampler)
+
+class StreamPasses:
+    """The training process's side of a :class:`WorkerStream`: the sampler's passes, taken
+    from ``receive()`` (a new iteration of the DataLoader whose batch sampler ``stream`` is,
+    one result per batch). Held by the loader, not by the stream: a batch sampler holding
+    its DataLoader's live iterator would tie the two in a reference cycle, keeping the worker
+    processes (and every file they inherited) alive until the garbage collector runs."""
+
+    def __init__(self, stream: WorkerStream, receive: Callable[[], Iterator[Any]]) -> None:
+        self.stream, self.receive = stream, receive
+        self._live: Iterator[Any] | None = None  # the workers' results, across passes
+        self._next: tuple[int, int] | None = None  # (epoch, position) they continue with
+
+    def one_pass(self) -> Iterator[Any]:
+        """The sampler's next pass, from the stream. The sampler's own pass runs in step, one
+        batch list per batch handed out (its epoch, ``state_dict``); a pass the stream did
+        not predict (``set_epoch``, a resume, the previous pass left unfinished) restarts the
+        stream there, dropping what the workers had begun."""
+        sampler = self.stream.sampler
+        start = (sampler.epoch, sampler.resume_position)
+        steps = iter(sampler)
         if self._live is None or self._next != start:
-            self.start = start
-            self._live = receive()
+            self.stream.start = start
+            self._live = self.receive()
         self._next = None  # until this pass is taken to its end
         for position, _ in enumerate(steps, start[1] + 1):
-            if position == len(self.sampler):
+            if position == len(sampler):
                 self._next = (start[0] + 1, 0)
             yield next(self._live)
