@@ -66,8 +66,9 @@ class OnTheFlyLoader:
 
     ``loader``: the DataLoader of ``wav_collator``'s batches; with workers, its batch sampler
     is a ``stream.WorkerStream`` (the sampler's passes cut from it: ``passes``) and, where the
-    workers featurize, its batches arrive through ``slots``. ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from
-    ``mel_stats`` or, when none was given, from one pass over the split on first access.
+    workers featurize, its batches arrive through ``slots``. ``mel_mean`` / ``mel_std``
+    (float32 [n_mels]) come from ``mel_stats`` or, when none was given, from one pass over
+    the split on first access.
     """
 
     def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, wav_collator: WavCollator,
@@ -80,9 +81,8 @@ class OnTheFlyLoader:
         # loader, so dropping it stops the workers at once: no cycle for the collector)
         self._receive = (functools.partial(slots.receive, loader, pin) if slots is not None
                          else loader.__iter__)
-        stream = loader.batch_sampler
-        self.passes = (StreamPasses(stream, self._receive)
-                       if isinstance(stream, WorkerStream) else None)
+        self.passes = (StreamPasses(loader.batch_sampler, self._receive) if loader.num_workers
+                       else None)
         self.pin = pin  # copy batches out of the workers' slots into pinned memory
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
@@ -98,7 +98,7 @@ class OnTheFlyLoader:
     def host_batches(self) -> Iterator[Any]:
         """One pass (the sampler's next) as the host receives it: a worker's finished batches
         from its shared-memory slot (``slots``), taken from the workers' stream across
-        epochs (``stream``); None for a batch no clip of which loaded."""
+        epochs (``passes``); None for a batch no clip of which loaded."""
         return self.passes.one_pass() if self.passes is not None else self._receive()
 
     def __len__(self) -> int:
