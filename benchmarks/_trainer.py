@@ -81,9 +81,9 @@ class Trainer:
         from myxtts.observe.flops import batch_key
 
         if loader is None:
-            loader, sampler = build_loader(self.data.loader.dataset.store, self.cfg,
+            loader, sampler = build_loader(self.data.loader.batches.store, self.cfg,
                                            device=self.device, num_workers=0,
-                                           batch_sizes=self.batch_sizes)
+                                           plan=self.data.sampler.plan)
         wanted, staged = set(self.data.sampler.shapes()), {}
         for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
             sampler.set_epoch(epoch)

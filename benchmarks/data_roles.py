@@ -8,7 +8,7 @@ preset, four ways to feed the trainer (columns), each through the trainer's own 
 (a run built as ``myxtts train`` builds it, ``_trainer.Trainer``, read through the recipe's
 stream) in the trainer's step mode:
 
-* store: ``myxtts prepare`` first, then the store's loader -> ``DevicePrefetcher`` (baseline);
+* store: ``myxtts prepare`` first, then the store's loader -> ``CopyFeed`` (baseline);
 * cpu-role: the raw folder, ``data.data_device=cpu``: ``--workers`` loader processes decode
   the clips and compute the log-mels, batches reach the step through the slot ring;
 * gpu-role (same GPU): ``data.data_device=cuda:0`` while training on cuda:0: the workers only
@@ -66,7 +66,7 @@ def stage_onthefly(t: Trainer) -> dict[tuple, tuple[dict, int]]:
     return t.stage(*build_onthefly_loader(
         t.data.source, t.cfg, tokenizer=src.tokenizer, mel_stats=(src.mel_mean, src.mel_std),
         raw_splits=({"train": src.raw}, src.tokenizer, src.speakers), num_workers=0,
-        batch_sizes=t.batch_sizes))
+        plan=t.data.sampler.plan))
 
 
 class Arm:

@@ -1,13 +1,14 @@
 """Host cost of one store batch, per path: what the training process spends building a batch
-before it goes to the device (dataset slices + collation; 0 loader workers, one thread).
+before it goes to the device (``StoreBatches.batch``: gathers, crops and the copy out of the
+memory map; 0 loader workers, one thread).
 
 Arms, measured interleaved in the same run on the same batches:
 
-* ``cpu``: a CPU run's batch (float32 mels: the collator casts the store's float16 frames
-  as it fills the batch);
+* ``cpu``: a CPU run's batch (float32 mels: the store's float16 frames are cast as they
+  fill the batch);
 * ``gpu``: a GPU run's batch (the store's float16 bytes copied once, no cast on the host);
-* ``gpu, widen+narrow`` (the baseline): the same float16 batch built from float32 items, i.e.
-  widened per item and narrowed back by the collator.
+* ``gpu, widen+narrow`` (the baseline): the same float16 batch made the long way round: the
+  store's frames widened into a float32 batch, its mels narrowed back to float16.
 
 Two frame budgets: the CPU's planning budget and a large-GPU one (batches several times
 larger). Pinned memory needs CUDA and is left out here: where CUDA is available the GPU arm's
@@ -33,25 +34,19 @@ BUDGETS = {"planning budget (12000 frames)": 12000, "large GPU (48000 frames)": 
 
 
 def _arms(store, cfg):
-    from myxtts.data.feed.collate import Collator
-    from myxtts.data.feed.dataset import StoreDataset
+    from myxtts.data.feed.dataset import StoreBatches
     from myxtts.data.feed.loader import build_sampler, pad_multiple
 
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, seed=0)
-    table = sampler.shape_table()
     batches = sampler.batches(0)
 
-    def widened(items: list[dict]) -> list[dict]:  # float32 copies of every item's mels
-        return [{**it, "mel": it["mel"].astype("float32"), "ref_mel": it["ref_mel"].astype("float32")}
-                for it in items]
-
     def arm(transfer: bool, widen: bool = False):
-        ds = StoreDataset(store, cfg.data.ref_frames, seed=0, transfer=transfer)
-        col = Collator(table, store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
-                       transfer=transfer)
+        built = StoreBatches(store, sampler.plan, cfg.data.ref_frames, seed=0,
+                             pad_multiple=pad_multiple(cfg), transfer=transfer and not widen)
         if widen:
-            return lambda idx: col(widened(ds.__getitems__((0, idx))))
-        return lambda idx: col(ds.__getitems__((0, idx)))
+            return lambda idx: {k: v.half() if k in ("mel", "ref_mel") else v
+                                for k, v in built.batch(0, idx).items()}
+        return lambda idx: built.batch(0, idx)
 
     arms = {"cpu (float32)": arm(False), "gpu (float16, no host cast)": arm(True),
             "gpu, widen+narrow (baseline)": arm(True, widen=True)}

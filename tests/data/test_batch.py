@@ -17,7 +17,7 @@ from myxtts.data.batch import (
     crop,
     stop_targets,
 )
-from myxtts.data.feed.collate import Collator
+from myxtts.data.feed.dataset import StoreBatches
 from myxtts.model.dummy import random_batch
 
 SHAPE = BatchShape(batch=3, text=16, frames=40, ref_frames=12, n_mels=8)
@@ -42,16 +42,13 @@ def test_stop_targets_mark_the_last_real_frame_and_the_padding():
     assert host.dtype == np.float32 and np.array_equal(host, got.numpy())
 
 
-@pytest.mark.parametrize("producer", ["collator", "random_batch"])
+@pytest.mark.parametrize("producer", ["store", "random_batch"])
 def test_every_producer_builds_the_contract(producer):
-    if producer == "collator":
-        rng = np.random.default_rng(0)
-        items = [{"tokens": rng.integers(4, 30, t).astype(np.int32),
-                  "mel": rng.normal(size=(n, 8)).astype(np.float16),
-                  "ref_mel": rng.normal(size=(r, 8)).astype(np.float16),
-                  "speaker_id": 1, "language_id": 0, "index": i}
-                 for i, (t, n, r) in enumerate([(5, 33, 12), (9, 20, 4), (16, 40, 30)])]
-        out = Collator(None, 8, 12, pad_multiple=8)(items)
+    if producer == "store":
+        from .tiny_store import tiny_store
+
+        store = tiny_store([(33, 5), (20, 9), (40, 16)], 8)
+        out = StoreBatches(store, None, 12, pad_multiple=8).batch(0, [0, 1, 2])
     else:
         out = random_batch(8, 30, [5, 9, 16], [33, 20, 40], [12, 4, 12], n_frames=40)
     assert check_batch(out) == SHAPE

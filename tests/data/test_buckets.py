@@ -1,4 +1,4 @@
-"""Bucket edges: the dynamic programme finds the cheapest plan; the shape table maps batches."""
+"""Bucket edges: the dynamic programme finds the cheapest plan; the plan maps batches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from myxtts.data.feed.buckets import ShapeTable, choose_boundaries
+from myxtts.data.feed.buckets import BucketPlan, choose_boundaries
 
 
 def _epoch_cost(boundaries, mel, batch_frames, max_batch_size, fill_cost):
@@ -42,8 +42,8 @@ def test_boundary_dp_is_optimal_against_brute_force(fill_cost):
     assert _epoch_cost(list(dp), mel, bf, mbs, fill_cost) == pytest.approx(best)
 
 
-def test_shape_table_maps_a_batch_to_its_bucket_and_refuses_longer_ones():
-    table = ShapeTable(boundaries=(16, 40), text_caps=(8, 24), batch_sizes=(4, 2))
+def test_the_plan_maps_a_batch_to_its_bucket_and_refuses_longer_ones():
+    table = BucketPlan(boundaries=(16, 40), text_caps=(8, 24), batch_sizes=(4, 2), num_buckets=2)
     assert table.shape_for(1) == (16, 8) and table.shape_for(16) == (16, 8)
     assert table.shape_for(17) == (40, 24) and table.bucket_for(40) == 1
     with pytest.raises(ValueError, match="41-frame mel but the longest bucket is 40"):

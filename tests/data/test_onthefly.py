@@ -8,7 +8,7 @@ from myxtts.audio.frames import crop_window, n_frames_for
 from myxtts.audio.mel import MelSpectrogram
 from myxtts.config import AudioConfig, ConfigError, load_config
 from myxtts.data.batch import check_batch
-from myxtts.data.feed.dataset import StoreDataset
+from myxtts.data.feed.dataset import StoreBatches
 from myxtts.data.feed.onthefly import build_onthefly_loader, read_raw_splits
 from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore
@@ -28,13 +28,13 @@ def demo(tmp_path_factory):
 def test_onthefly_batches_equal_store_features(demo, workers):
     data, path, cfg = demo
     store = FeatureStore.open(path, "train", cfg)
-    items = StoreDataset(store, cfg.data.ref_frames, cfg.data.shuffle_seed)
+    items = StoreBatches(store, None, cfg.data.ref_frames, cfg.data.shuffle_seed)
     loader, sampler = build_onthefly_loader(data, cfg, mel_stats=store, num_workers=workers)
     assert loader.tokenizer == store.tokenizer and loader.speakers == store.speakers
     np.testing.assert_array_equal(loader.mel_mean, store.mel_mean)
     seen = set()
     for batch in loader:
-        shape = check_batch(batch)  # the same contract as the store path's Collator
+        shape = check_batch(batch)  # the same contract as the store path's StoreBatches
         b, t = shape.batch, shape.frames
         assert (shape.ref_frames, shape.n_mels) == (48, 80)
         assert (b, shape.text, t) in sampler.shapes()
@@ -50,8 +50,9 @@ def test_onthefly_batches_equal_store_features(demo, workers):
             k = int(batch["token_lengths"][j])
             assert batch["tokens"][j, :k].tolist() == store.tokens(i).tolist()
             # Same references, same hash -> the same crop as the store path (epoch 0).
-            ref = items.item(i, 0)["ref_mel"].astype(np.float32)
+            stored_ref = items.batch(0, [i])
             r = int(batch["ref_lengths"][j])
+            ref = stored_ref["ref_mel"][0, :int(stored_ref["ref_lengths"][0])].numpy()
             assert r == len(ref) and not batch["ref_mel"][j, r:].any()
             np.testing.assert_allclose(batch["ref_mel"][j, :r].numpy(), ref, rtol=2**-10, atol=1e-3)
     assert seen == set(range(len(store)))
@@ -59,19 +60,25 @@ def test_onthefly_batches_equal_store_features(demo, workers):
 
 def test_reference_crops_read_alone_equal_those_cut_from_the_loaded_clip(demo):
     """Once a clip has been loaded its span is known, and a reference crop of it is read
-    from the file alone: the same samples, bit for bit, as cutting the whole loaded clip."""
+    from the file alone: the same samples, bit for bit, as cutting the whole loaded clip.
+    What loading found out belongs to the split (every dataset over it shares it): a copy of
+    the split knows nothing yet."""
+    import dataclasses
+
     from myxtts.data.feed.raw import RawAudioDataset
 
     data, _, cfg = demo
     raw = read_raw_splits(data, cfg)[0]["train"]
     warm = RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, 7)
-    cold = RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, 7)
+    cold = RawAudioDataset(dataclasses.replace(raw), cfg.audio, cfg.data.ref_frames, 7)
     n = len(raw.paths)
     warm.__getitems__((0, list(range(n))))  # every clip loaded once: every span known
     assert (warm.spans.numpy() >= 0).all() and (cold.spans.numpy() < 0).all()
+    assert RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, 3).spans is warm.spans
     for epoch in (1, 2):
         for i in range(n):
-            a, b = warm.item(i, epoch), cold.__class__(raw, cfg.audio, cfg.data.ref_frames, 7).item(i, epoch)
+            fresh = RawAudioDataset(dataclasses.replace(raw), cfg.audio, cfg.data.ref_frames, 7)
+            a, b = warm.item(i, epoch), fresh.item(i, epoch)
             np.testing.assert_array_equal(a["ref_wav"], b["ref_wav"])
             assert (a["ref_first"], a["ref_frames"]) == (b["ref_first"], b["ref_frames"])
 
@@ -128,9 +135,9 @@ def test_the_raw_wav_batch_follows_its_table_and_counts_its_frames_on_the_host(d
     loader, sampler = build_onthefly_loader(data, cfg, mel_stats=FeatureStore.open(path),
                                             num_workers=0)
     assert isinstance(loader, TrainLoader)
-    collate, dataset = loader.loader.collate_fn, loader.loader.dataset
-    for indices in list(sampler)[:3]:
-        raw = collate.pad(dataset.__getitems__(indices))
+    collate, dataset = loader.wav_collator, loader.loader.dataset
+    for epoch, indices in list(sampler)[:3]:  # the sampler's (epoch, indices), as a worker gets it
+        raw = collate.pad(dataset.__getitems__((epoch, indices)))
         sizes = check_fields(raw, RAW_FIELDS)  # the same check as every batch
         assert sizes["B"] == len(indices) and int(raw["n_frames"]) in {s[2] for s in sampler.shapes()}
         batch = loader.featurizer(raw, torch.device("cpu"))
@@ -175,7 +182,7 @@ def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_onc
     stats = (np.zeros(80, np.float32), np.ones(80, np.float32))
     loader, sampler = build_onthefly_loader(data, cfg, mel_stats=stats, num_workers=0,
                                             raw_splits=splits)
-    dataset, collate = loader.loader.dataset, loader.loader.collate_fn
+    dataset, collate = loader.loader.dataset, loader.wav_collator
     reads = []
     real_load = raw_mod.load_audio_span  # what the loader reads a clip with
     monkeypatch.setattr(raw_mod, "load_audio_span",
@@ -187,7 +194,7 @@ def test_a_clip_that_fails_to_load_keeps_its_batch_in_its_bucket_and_is_said_onc
                 raw = collate.pad(dataset.__getitems__((epoch, indices)))
                 # the bucket the sampler drew: as many utterances, the same padded frames
                 assert raw["wav"].shape[0] == len(indices)
-                edge = sampler.shape_table().shape_for(int(splits[0]["train"].est_frames[indices].max()))
+                edge = sampler.plan.shape_for(int(splits[0]["train"].est_frames[indices].max()))
                 assert int(raw["n_frames"]) == edge[0]
                 got = raw["indices"].tolist()
                 assert victim not in got and set(got) == set(indices) - {victim}

@@ -1,104 +1,91 @@
-"""DevicePrefetcher: CPU pass-through, generic device move, CUDA side-stream copies."""
+"""CopyFeed: each batch with its real frames counted on the host, in the model's dtypes, on
+the device: a CPU pass-through, a generic device move, CUDA side-stream copies ahead of use."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from myxtts.data.feed.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import CopyFeed
+from myxtts.data.feed.protocol import DeviceFeed
 
 
 def batches(n: int = 5) -> list[dict]:
-    return [{"mel": torch.full((2, 3), float(i)), "indices": torch.tensor([i, i + 1]),
-             "name": f"b{i}", "nested": {"x": torch.arange(3) + i}} for i in range(n)]
+    return [{"mel": torch.full((2, 3), float(i)), "mel_lengths": torch.tensor([i, i + 1]),
+             "indices": torch.tensor([i, i + 1]), "name": f"b{i}"} for i in range(n)]
 
 
-def test_cpu_is_identity_passthrough_in_order_nothing_lost():
+def test_cpu_passes_the_batches_through_in_order_nothing_lost():
     data = batches()
-    pf = DevicePrefetcher(data, "cpu", num_batches=2)
-    out = list(pf)
-    assert len(out) == len(data) == len(pf)
-    assert all(a is b for a, b in zip(out, data))
-    assert list(pf) == out  # every iter() is a new pass
-
-
-def test_len_follows_the_underlying_iterable():
-    with pytest.raises(TypeError):
-        len(DevicePrefetcher((b for b in batches()), "cpu"))
-    assert len(list(DevicePrefetcher((b for b in batches(3)), "cpu"))) == 3
+    feed = CopyFeed(data, "cpu", ahead=2)
+    out = list(feed)
+    assert len(out) == len(data)
+    assert all(a[k] is b[k] for (a, _), b in zip(out, data) for k in b)  # no copy, no cast
+    assert [n for _, n in out] == [2 * i + 1 for i in range(5)]  # real frames, on the host
+    assert [b for b, _ in feed] == [b for b, _ in out]  # every iter() is a new pass
+    assert len(list(CopyFeed((b for b in batches(3)), "cpu"))) == 3  # any iterable
 
 
 def test_other_devices_move_tensors_and_keep_other_values():
-    out = list(DevicePrefetcher(batches(3), "meta"))
-    assert [b["name"] for b in out] == ["b0", "b1", "b2"]
-    assert out[1]["mel"].device.type == "meta" and out[1]["nested"]["x"].device.type == "meta"
-    assert out[1]["mel"].shape == (2, 3)
-
-
-def test_transform_runs_on_each_batch_once_it_is_on_the_device():
-    from myxtts.data.batch import to_model_dtypes
-
-    data = [{"mel": torch.full((2, 3), 0.5, dtype=torch.float16), "indices": torch.tensor([i])}
-            for i in range(3)]
-    for device in ("cpu", "meta"):
-        out = list(DevicePrefetcher(data, device, transform=to_model_dtypes))
-        assert [b["mel"].dtype for b in out] == [torch.float32] * 3
-        assert [b["indices"].dtype for b in out] == [torch.int64] * 3
-    on_cpu = list(DevicePrefetcher(data, "cpu", transform=to_model_dtypes))
-    assert torch.equal(on_cpu[2]["mel"], torch.full((2, 3), 0.5))
-    assert on_cpu[2]["indices"] is data[2]["indices"]  # nothing else is touched
+    out = list(CopyFeed(batches(3), "meta"))
+    assert [b["name"] for b, _ in out] == ["b0", "b1", "b2"]
+    assert out[1][0]["mel"].device.type == "meta" and out[1][0]["mel"].shape == (2, 3)
+    assert [n for _, n in out] == [1, 3, 5]  # counted before the move
 
 
 def test_the_store_feed_pairs_each_batch_with_its_real_frames_in_model_dtypes():
-    from myxtts.data.feed.prefetch import PrefetchFeed
-    from myxtts.data.feed.protocol import DeviceFeed
-
     data = [{"mel": torch.full((2, 4, 3), 0.5, dtype=torch.float16),
-             "mel_lengths": torch.tensor([4, i + 1])} for i in range(3)]
+             "mel_lengths": torch.tensor([4, i + 1]), "indices": torch.tensor([i])}
+            for i in range(3)]
     for device in ("cpu", "meta"):
-        feed = PrefetchFeed(data, device, num_batches=2)
-        assert isinstance(feed, DeviceFeed) and feed.occupancy() is None
+        feed = CopyFeed(data, device, ahead=2)
+        assert isinstance(feed, DeviceFeed) and feed.occupancy() is None  # nothing ahead
         for _ in range(2):  # every iter() is a new pass
             out = list(feed)
             assert [n for _, n in out] == [5, 6, 7]  # counted on the host, before the copy
             assert [b["mel"].dtype for b, _ in out] == [torch.float32] * 3
+            assert [b["indices"].dtype for b, _ in out] == [torch.int64] * 3
             assert {b["mel"].device.type for b, _ in out} == {device}
         feed.close()
+    on_cpu = list(CopyFeed(data, "cpu"))
+    assert torch.equal(on_cpu[2][0]["mel"], torch.full((2, 4, 3), 0.5))
+    assert on_cpu[2][0]["indices"] is data[2]["indices"]  # nothing else is touched
+    assert [n for _, n in CopyFeed(data, "cpu", frames=None)] == [0, 0, 0]  # not counted
 
 
-def test_rejects_zero_batches():
+def test_rejects_zero_batches_ahead():
     with pytest.raises(ValueError, match="prefetch_batches"):
-        DevicePrefetcher([], "cpu", num_batches=0)
+        CopyFeed([], "cpu", ahead=0)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_batches", [1, 2, 8])
-def test_cuda_copies_values_to_device_in_order(num_batches):
+@pytest.mark.parametrize("ahead", [1, 2, 8])
+def test_cuda_copies_values_to_device_in_order(ahead):
     data = batches(6)
-    pf = DevicePrefetcher(data, "cuda", num_batches=num_batches)
+    feed = CopyFeed(data, "cuda", ahead=ahead)
     out = []
-    for b in pf:
+    for b, n in feed:
         # Use each batch on the compute stream right away, like a training step would.
-        out.append({"sum": (b["mel"] * 2).sum(), **b})
-    assert len(out) == len(data) == len(pf)
-    for src, got in zip(data, out):
-        assert got["mel"].is_cuda and got["indices"].is_cuda and got["nested"]["x"].is_cuda
-        assert got["name"] == src["name"]
+        out.append(({"sum": (b["mel"] * 2).sum(), **b}, n))
+    assert len(out) == len(data)
+    for src, (got, n) in zip(data, out):
+        assert got["mel"].is_cuda and got["indices"].is_cuda and got["name"] == src["name"]
+        assert n == int(src["mel_lengths"].sum())
         assert torch.equal(got["mel"].cpu(), src["mel"])
         assert torch.equal(got["indices"].cpu(), src["indices"])
-        assert torch.equal(got["nested"]["x"].cpu(), src["nested"]["x"])
         assert got["sum"].item() == pytest.approx(2 * src["mel"].sum().item())
     assert not data[0]["mel"].is_cuda  # inputs untouched
+    assert 0 <= feed.occupancy() <= ahead  # copies finished when each batch was asked for
+    assert feed.occupancy() == 0.0  # reset by the read
+    feed.close()
 
 
 @pytest.mark.gpu
 def test_cuda_float16_batches_are_cast_on_the_device_exactly():
-    from myxtts.data.batch import to_model_dtypes
-
     data = [{"mel": (torch.randn(4, 100, 80) * 3).half().pin_memory(),
              "mel_lengths": torch.tensor([100, 90, 80, 70])} for _ in range(4)]
-    out = list(DevicePrefetcher(data, "cuda", num_batches=2, transform=to_model_dtypes))
-    for src, got in zip(data, out):
+    out = list(CopyFeed(data, "cuda", ahead=2))
+    for src, (got, _) in zip(data, out):
         assert got["mel"].is_cuda and got["mel"].dtype == torch.float32
         assert torch.equal(got["mel"].cpu(), src["mel"].float())
         assert got["mel_lengths"].dtype == torch.int64
@@ -108,9 +95,22 @@ def test_cuda_float16_batches_are_cast_on_the_device_exactly():
 def test_cuda_pinned_input_and_large_batches_survive_allocator_reuse():
     # Many big batches through a 2-deep pipeline: with missing record_stream / waits, the
     # values read on the compute stream would come from reused or unfinished buffers.
-    data = [{"mel": torch.full((64, 1024, 80), float(i)).pin_memory()} for i in range(12)]
+    data = [{"mel": torch.full((64, 1024, 80), float(i)).pin_memory(),
+             "mel_lengths": torch.tensor([1024] * 64)} for i in range(12)]
     sums = []
-    for b in DevicePrefetcher(data, torch.device("cuda", 0), num_batches=2):
+    for b, _ in CopyFeed(data, torch.device("cuda", 0), ahead=2):
         sums.append((b["mel"] @ torch.ones(80, 1, device="cuda")).mean())
         del b
     assert [s.item() for s in sums] == [80.0 * i for i in range(12)]
+
+
+@pytest.mark.gpu
+def test_a_pass_left_early_and_close_drop_the_copies_ahead():
+    data = batches(6)
+    feed = CopyFeed(data, "cuda", ahead=3)
+    it = iter(feed)
+    first, _ = next(it)
+    assert len(feed._queue) == 3  # batches 1..3 copied ahead of batch 0
+    assert [b["name"] for b, _ in feed] == [b["name"] for b in data]  # a new pass, whole
+    feed.close()
+    assert not feed._queue and first["mel"].is_cuda

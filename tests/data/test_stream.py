@@ -6,27 +6,30 @@ import pytest
 import torch
 
 import myxtts.data.feed.loader as loader_mod
+from myxtts.data.feed.buckets import plan_buckets
 from myxtts.data.feed.loader import batches_per_task, build_loader
 from myxtts.data.feed.sampler import BucketBatchSampler
-from myxtts.data.feed.stream import BatchGroup, BatchStream
+from myxtts.data.feed.stream import WorkerStream
 
 from .test_loader import KEYS, _cfg
 
 
 def test_a_stream_runs_on_across_epochs_in_groups_from_its_start():
-    sampler = BucketBatchSampler([50 + 7 * i for i in range(40)], [10] * 40, 400, 0, 4, 3)
+    mel, text = [50 + 7 * i for i in range(40)], [10] * 40
+    sampler = BucketBatchSampler(mel, text, plan_buckets(mel, text, 400, 0, 4), seed=3)
     plan = [(e, b) for e in range(4) for b in sampler.batches(e)]
     n = len(sampler)
-    stream = BatchStream(sampler, group=3)
+    stream = WorkerStream(sampler, group=3)
     stream.start = (1, 2)  # a resumed position
     it = iter(stream)
     tasks = [next(it) for _ in range(4)]
-    assert all(isinstance(t, BatchGroup) and len(t) == 3 for t in tasks)
+    assert all(isinstance(t, list) and len(t) == 3 for t in tasks)
     assert [x for t in tasks for x in t] == plan[n + 2:n + 14]  # across the epoch's end
-    single = iter(BatchStream(sampler))
+    assert [next(iter(WorkerStream(sampler, group=1))) for _ in range(2)] == [plan[:1]] * 2
+    single = iter(WorkerStream(sampler))  # group 0: one bare (epoch, indices) per task
     assert [next(single) for _ in range(n + 1)] == plan[:n + 1]
     with pytest.raises(ValueError, match="group"):
-        BatchStream(sampler, group=0)
+        WorkerStream(sampler, group=-1)
 
 
 def test_cheap_batches_travel_several_to_a_task():
@@ -69,3 +72,27 @@ def test_store_workers_stream_keeps_the_samplers_passes(store_path, monkeypatch,
     sampler.load_state_dict(state | {"epoch": 1})
     same(list(loader), rest)
     same(list(loader), want[2])
+
+
+def test_dropping_a_loader_stops_its_workers_without_the_garbage_collector(store_path):
+    """Nothing the workers' stream holds points back at the loader: once the loader is
+    dropped its worker processes end (and with them every file they inherited, a run
+    folder's lock among them), with no wait for a collection of reference cycles."""
+    import gc
+    import multiprocessing
+    import time
+
+    before = set(multiprocessing.active_children())
+    loader, _ = build_loader(store_path, _cfg(), num_workers=2)
+    batches = len(list(loader))
+    workers = set(multiprocessing.active_children()) - before
+    assert batches and len(workers) == 2
+    gc.disable()
+    try:
+        del loader
+        deadline = time.time() + 20
+        while any(w.is_alive() for w in workers) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not any(w.is_alive() for w in workers)
+    finally:
+        gc.enable()

@@ -216,7 +216,7 @@ def test_shm_need_is_exact_with_a_store_and_an_estimate_without(micro_store):
     checks, plan = dd.check_data(cfg, micro_store)
     assert [c.status for c in checks] == ["ok", "ok"] and plan.table is not None
     store = FeatureStore.open(micro_store, "train", cfg)
-    table = build_sampler(store.mel_lengths, store.token_lengths, cfg).shape_table()
+    table = build_sampler(store.mel_lengths, store.token_lengths, cfg).plan
     for transfer in (False, True):
         assert dd.shm_per_worker(cfg, plan, transfer) == (
             slot_bytes(table, store.n_mels, cfg.data.ref_frames, transfer=transfer),

@@ -103,7 +103,7 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     release (the failed capture's use of it given back), and 400 steps of prefetched
     batches -- copied on a side stream and ``record_stream``-ed, whose blocks the allocator
     defers for as long as it believes a capture is under way -- keep memory_reserved flat."""
-    from myxtts.data.feed.prefetch import DevicePrefetcher
+    from myxtts.data.feed.prefetch import CopyFeed
 
     engine, _ = _engine(tmp_path, "model.dropout=0.1")
     engine.warm_up(SHAPES, N_TOKENS, 1, capture=None, echo=print)  # optimizer state exists
@@ -126,9 +126,9 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     monkeypatch.setattr(engine, "_micro", micro)
     host = [{k: v.pin_memory() for k, v in _batch(SHAPES[i % 2], i, torch.device("cpu")).items()}
             for i in range(8)]
-    feed = DevicePrefetcher(itertools.islice(itertools.cycle(host), 400), CUDA, num_batches=2)
+    feed = CopyFeed(itertools.islice(itertools.cycle(host), 400), CUDA, ahead=2)
     reserved = []
-    for i, batch in enumerate(feed):
+    for i, (batch, _) in enumerate(feed):
         engine.step([batch])
         if i % 50 == 49:
             torch.cuda.synchronize()

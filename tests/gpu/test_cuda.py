@@ -133,22 +133,21 @@ def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_the_loader_sends_float16_and_the_prefetcher_casts_on_the_gpu(micro_store, tmp_path,
-                                                                      workers):
+def test_the_loader_sends_float16_and_the_feed_casts_on_the_gpu(micro_store, tmp_path, workers):
     """What crosses PCIe is float16 in pinned memory (half the bytes; through the workers'
-    shared slots too); the side-stream prefetcher casts it to float32 on the GPU, exactly."""
-    from myxtts.data.batch import to_model_dtypes
+    shared slots too); the side-stream feed casts it to float32 on the GPU, exactly."""
     from myxtts.data.feed.loader import build_loader
-    from myxtts.data.feed.prefetch import DevicePrefetcher
+    from myxtts.data.feed.prefetch import CopyFeed
 
     cfg = micro_config(tmp_path, "train.device=cuda")
     loader, _ = build_loader(micro_store, cfg, device=CUDA, num_workers=workers, shuffle=False)
     sent = list(loader)
     assert sent and all(b["mel"].dtype == torch.float16 and b["ref_mel"].dtype == torch.float16
                         and all(t.is_pinned() for t in b.values()) for b in sent)
-    got = list(DevicePrefetcher(sent, CUDA, num_batches=2, transform=to_model_dtypes))
+    got = list(CopyFeed(sent, CUDA, ahead=2))
     assert len(got) == len(sent)
-    for src, dev in zip(sent, got):
+    for src, (dev, frames) in zip(sent, got):
+        assert frames == int(src["mel_lengths"].sum())
         assert dev["mel"].is_cuda and dev["mel"].dtype == torch.float32
         assert torch.equal(dev["mel"].cpu(), src["mel"].float())
         assert torch.equal(dev["ref_mel"].cpu(), src["ref_mel"].float())

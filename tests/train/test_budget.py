@@ -191,14 +191,54 @@ def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
     cfg = micro_config(tmp_path)
     _, planned = build_loader(micro_store, cfg)
     sizes = [k + 1 for k in range(len(planned.boundaries))]
-    loader, sampler = build_loader(micro_store, cfg, batch_sizes=sizes)
+    loader, sampler = build_loader(micro_store, cfg, plan=planned.plan.with_batch_sizes(sizes))
     assert sampler.boundaries == planned.boundaries  # same buckets, other sizes
     assert sampler.bucket_batch_sizes == sizes
     for batch in loader:
         k = sampler.boundaries.index(batch["mel"].shape[1])
         assert batch["mel"].shape[0] == sizes[k]
     with pytest.raises(ValueError, match="batch_sizes must give each of the"):
-        build_loader(micro_store, cfg, batch_sizes=[2])
+        planned.plan.with_batch_sizes([2])
+
+
+def test_the_train_loader_is_built_once_for_the_engines_batch_sizes(micro_store, tmp_path,
+                                                                     monkeypatch):
+    """``build_setup`` plans the buckets from the lengths, the engine sizes them (here sizes
+    of its own, as ``data.batch_frames=auto`` measures them on a GPU), and only then is the
+    train loader built, once, for that plan; the data position is restored on it."""
+    import myxtts.train.data as data_mod
+    from myxtts.train.data import bucket_shapes
+    from myxtts.train.engine import TrainEngine
+    from myxtts.train.setup import build_setup
+
+    built: list[str] = []
+    real = data_mod.build_loader
+
+    def counting(store, cfg, **kw):
+        built.append(kw.get("split", "train"))
+        return real(store, cfg, **kw)
+
+    seen: dict[str, Any] = {}
+
+    def prepare(engine, work):
+        seen["built"] = list(built)  # the loaders that existed when the engine sized buckets
+        seen["sizes"] = [s.batch + 1 for s in work.shapes]
+        return seen["sizes"]
+
+    monkeypatch.setattr(data_mod, "build_loader", counting)
+    monkeypatch.setattr(TrainEngine, "prepare", prepare)
+    cfg = micro_config(tmp_path)
+    run = build_setup(cfg, micro_store, None)
+    sizes = seen["sizes"]
+    assert "train" not in seen["built"] and built.count("train") == 1  # built once, after
+    assert run.data.sampler.bucket_batch_sizes == sizes
+    assert [s.batch for s in bucket_shapes(run.data.sampler, cfg)] == sizes
+    assert run.record.data_plan == run.data.sampler.plan_state()  # the position's plan
+    epoch, indices = next(iter(run.data.sampler))  # the sampler yields (epoch, indices)
+    assert epoch == 0 and len(indices) == sizes[run.data.sampler.bucket_of[indices[0]]]
+    for batch in run.data.loader:
+        k = run.data.sampler.boundaries.index(batch["mel"].shape[1])
+        assert batch["mel"].shape[0] == sizes[k]
 
 
 def test_memory_running_out_inside_adamws_first_step_leaves_no_half_made_state(

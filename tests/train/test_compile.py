@@ -10,8 +10,6 @@ import pytest
 import torch
 
 from myxtts.artifacts.checkpoint import TrainingProgress
-from myxtts.data.batch import to_model_dtypes
-from myxtts.data.feed.prefetch import DevicePrefetcher
 from myxtts.model.xtts import build_model
 from myxtts.observe.loggers import NullLogger
 from myxtts.train.data import open_train_data
@@ -50,7 +48,7 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
         assert len(train_shapes) >= 3  # enough shapes for per-shape compiling to show
         model.train()
         for epoch in range(2):
-            for batch in DevicePrefetcher(data.loader, device, transform=to_model_dtypes):
+            for batch, _ in data.loader.device_feed(device):
                 engine.step([batch])
             if epoch == 0:
                 after_first_epoch = len(graphs)

@@ -7,7 +7,7 @@ Then three rooms, each importing only the rooms before it:
               and the problem report), plan, chunks (parallel feature extraction), build
               (the ``prepare`` command's work), report, inspect
     store/    the packed, memory-mapped features: format, writer, reader, verify
-    feed/     from a store (or raw audio, on the fly) to batches on the device: dataset,
-              buckets, sampler, collate, loader, prefetch, raw, features, onthefly, ring;
-              ``protocol`` is the trainer's view of either path
+    feed/     from a store (or raw audio, on the fly) to batches on the device: buckets,
+              sampler, dataset, buffers, loader, slots, stream, prefetch, raw, features,
+              onthefly, ring; ``protocol`` is the trainer's view of either path
 """

@@ -1,14 +1,14 @@
 """The batch: the one contract between the data pipeline and the model.
 
-Producers (the store ``Collator``, the ``OnTheFlyLoader``, ``model.dummy.random_batch``)
+Producers (the store's ``StoreBatches``, the ``OnTheFlyLoader``, ``model.dummy.random_batch``)
 build it; consumers (``XTTS.forward``, the losses, the loader's shared-memory slots, the
-prefetcher) read it. ``FIELDS`` defines every field once (``RAW_FIELDS`` the on-the-fly wav
+device feed) read it. ``FIELDS`` defines every field once (``RAW_FIELDS`` the on-the-fly wav
 batch), so slot layout, ``allocate`` and ``crop`` follow from the table. Padding: token ids
 are ``PAD_ID``, mels 0.0, ``stop_target`` 1.0 from the last real frame on. ``mel`` and
 ``ref_mel`` travel to a GPU as float16 (``FieldSpec.transfer_dtype``: half the bytes a
 worker writes and PCIe carries) and are cast exactly on the device. Why a plain dict typed
 as :class:`Batch`, not a dataclass: ``torch.compile``, ``pin_memory``, the slots and the
-prefetcher all walk dicts of tensors without special cases.
+device feed all walk dicts of tensors without special cases.
 """
 
 from __future__ import annotations

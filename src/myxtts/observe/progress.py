@@ -1,6 +1,6 @@
-"""Console progress bar: step, loss, utterances/s, audio-seconds/s, data-wait %, with
-on-the-fly data the batches the data role had ready (slot occupancy), and on a GPU its
-NVML utilisation and the run's MFU.
+"""Console progress bar: step, loss, utterances/s, audio-seconds/s, data-wait %, the batches
+the device feed had ready (on the fly: filled slots; a store on a GPU: finished copies), and
+on a GPU its NVML utilisation and the run's MFU.
 
 Updated only at log intervals (the values come from the one sync per interval), so
 drawing it costs nothing on the hot path. Falls back to plain log lines when stdout
@@ -30,7 +30,7 @@ class Progress:
                 f"{values.get('utterances_per_s', 0):.1f} {self.unit}/s | "
                 f"{values.get('audio_s_per_s', 0):.1f} audio-s/s | "
                 f"data-wait {100 * values.get('data_wait_share', 0):.1f}%")
-        if "data_ready_slots" in values:  # on-the-fly: batches the data role had ready
+        if "data_ready_slots" in values:  # batches the device feed had ready
             text += f" | ready {values['data_ready_slots']:.1f}"
         if "uncaptured_steps" in values:  # graphed runs: steps that found no graph (0 is healthy)
             text += f" | uncaptured {values['uncaptured_steps']:.0f}"

@@ -1,24 +1,26 @@
 """What the trainer needs from the data side, from a prepared store or a raw dataset.
 
-Two sources, one result (:class:`TrainData`): a store folder (has ``manifest.json``)
-gives memory-mapped features; anything else is read as a raw dataset and featurised on
-the fly on ``data.data_device``. On resume the checkpoint's vocabulary must cover the
-data's (a store) or is used (on the fly), its mel statistics are reused, and the sampler
-continues mid-epoch from the checkpoint's position (:meth:`TrainData.continue_from`). A run
-that fine-tunes a trained model (``base``) speaks that model's vocabulary grown by the
-data's new symbols (:func:`model_vocabulary`): the data's ids are mapped into it on the host.
+Two sources, one result: a store folder (has ``manifest.json``) gives memory-mapped
+features; anything else is read as a raw dataset and featurised on the fly on
+``data.data_device``. On resume the checkpoint's vocabulary must cover the data's (a store)
+or is used (on the fly), its mel statistics are reused, and the sampler continues mid-epoch
+from the checkpoint's position (:meth:`TrainData.continue_from`). A run that fine-tunes a
+trained model (``base``) speaks that model's vocabulary grown by the data's new symbols
+(:func:`model_vocabulary`): the data's ids are mapped into it on the host.
 
-The train loader can be rebuilt with one batch size per bucket
-(:meth:`TrainData.set_batch_sizes`): ``data.batch_frames=auto`` plans the buckets first,
-the trainer measures what fits the GPU, then the loader is built for those sizes -- before
-the data position is restored, which depends on the final batch plan.
+Two steps, so the train loader is built once, for its final batch plan: :func:`open_data`
+gives a :class:`TrainSource` (vocabulary, mel statistics, validation, and the train split's
+batch plan at the config's sizes: what the model and the engine are built from); the engine
+sizes each bucket's batch (``data.batch_frames=auto``), and :meth:`TrainSource.train_data`
+builds the train loader for that plan (a :class:`TrainData`), before the data position is
+restored, which depends on the final plan. :func:`open_train_data` does both at the
+config's sizes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,22 +31,41 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape, to_model_dtypes
+from myxtts.data.feed.buckets import BucketPlan
 from myxtts.data.feed.dataset import VocabMap
-from myxtts.data.feed.loader import build_loader
-from myxtts.data.feed.onthefly import RawSplit, build_onthefly_loader, read_raw_splits
-from myxtts.data.feed.protocol import TrainLoader
+from myxtts.data.feed.loader import bucket_plan, build_loader
+from myxtts.data.feed.onthefly import (
+    RawSplit,
+    build_onthefly_loader,
+    feature_work,
+    read_raw_splits,
+    split_mel_stats,
+)
+from myxtts.data.feed.protocol import FeatureWork, TrainLoader
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.store import MANIFEST, FeatureStore, ensure_finite
 from myxtts.text import Tokenizer
 from myxtts.train.distributed import DistInfo
 from myxtts.train.errors import TrainError
 
-# builds (train loader, sampler) for explicit per-bucket batch sizes (None: the config's)
-Rebuild = Callable[[list[int] | None], tuple[TrainLoader, BucketBatchSampler]]
-
 log = logging.getLogger(__name__)
 
 VAL_SEED = 0  # validation batches and reference crops are the same at every validation
+
+
+def check_vocabulary(tokenizer: Tokenizer, state: dict[str, Any], source: str) -> None:
+    """TrainError unless the data (``source``) speaks the vocabulary of the checkpoint
+    ``state`` (checked before its weights are loaded: another size would not even fit the
+    model)."""
+    if tokenizer.to_dict() != state[ck.VOCAB]:
+        try:
+            theirs = Tokenizer.from_dict(state[ck.VOCAB]).vocab_size
+        except Exception:  # an unreadable vocabulary: the message needs no number
+            theirs = "?"
+        raise TrainError(f"{source or 'the data'} has another vocabulary than the "
+                         f"checkpoint ({tokenizer.vocab_size} symbols here, the "
+                         f"checkpoint's {theirs}); resume on the data the run started "
+                         f"with, or start a new run with another --output-dir")
 
 
 @dataclass
@@ -58,7 +79,6 @@ class TrainData:
     mel_std: np.ndarray
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
-    rebuild: Rebuild | None = None
     source: str = ""  # the store or dataset folder, for messages
 
     @property
@@ -69,24 +89,9 @@ class TrainData:
     def languages(self) -> list[str]:
         return self.tokenizer.languages
 
-    def set_batch_sizes(self, sizes: list[int]) -> None:
-        """Rebuild the train loader with one batch size per bucket of the current plan."""
-        if self.rebuild is None:
-            raise RuntimeError("this TrainData cannot be rebuilt")
-        self.loader, self.sampler = self.rebuild(sizes)
-
     def check_vocabulary(self, state: dict[str, Any]) -> None:
-        """TrainError unless the data speaks the vocabulary of the checkpoint ``state`` (checked
-        before its weights are loaded: another size would not even fit the model)."""
-        if self.tokenizer.to_dict() != state[ck.VOCAB]:
-            try:
-                theirs = Tokenizer.from_dict(state[ck.VOCAB]).vocab_size
-            except Exception:  # an unreadable vocabulary: the message needs no number
-                theirs = "?"
-            raise TrainError(f"{self.source or 'the data'} has another vocabulary than the "
-                             f"checkpoint ({self.tokenizer.vocab_size} symbols here, the "
-                             f"checkpoint's {theirs}); resume on the data the run started "
-                             f"with, or start a new run with another --output-dir")
+        """:func:`check_vocabulary` of this data."""
+        check_vocabulary(self.tokenizer, state, self.source)
 
     def continue_from(self, state: dict[str, Any] | None, progress: ck.TrainingProgress) -> None:
         """With a checkpoint ``state``: its vocabulary must match, and the sampler continues
@@ -102,36 +107,98 @@ class TrainData:
         progress.data_plan = self.sampler.plan_state()
 
 
+@dataclass
+class TrainSource:
+    """The run's data before its train loader exists: what the model and the engine are
+    built from (vocabulary, mel statistics, the validation loader, the synthesis batch) and
+    ``plan``, the train split's batch plan at the config's sizes. ``store`` (a store) or
+    ``raw`` (on the fly: ``read_raw_splits``' result) is what :meth:`train_data` batches."""
+
+    cfg: Config
+    dist: DistInfo
+    device: torch.device
+    tokenizer: Tokenizer
+    mel_mean: np.ndarray
+    mel_std: np.ndarray
+    plan: BucketPlan
+    val_loader: TrainLoader | None
+    val_sampler: BucketBatchSampler | None
+    store: FeatureStore | None = None
+    vocab_map: VocabMap | None = None
+    raw: tuple[dict[str, RawSplit], Tokenizer, list[str]] | None = None
+    synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
+    synth_names: list[str] = field(default_factory=list)
+    source: str = ""  # the store or dataset folder, for messages
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def languages(self) -> list[str]:
+        return self.tokenizer.languages
+
+    def check_vocabulary(self, state: dict[str, Any]) -> None:
+        """:func:`check_vocabulary` of this data."""
+        check_vocabulary(self.tokenizer, state, self.source)
+
+    def feature_work(self, plan: BucketPlan) -> FeatureWork | None:
+        """The data role's largest batch of feature work at ``plan`` (None: a store's
+        features are made)."""
+        return None if self.store is not None else feature_work(plan, self.cfg)
+
+    def train_data(self, plan: BucketPlan) -> TrainData:
+        """The run's data with its train loader, built for ``plan`` (once: the trainer's
+        final batch plan)."""
+        cfg, dist = self.cfg, self.dist
+        if self.store is not None:
+            loader, sampler = build_loader(self.store, cfg, rank=dist.rank,
+                                           world_size=dist.world_size, device=self.device,
+                                           plan=plan, vocab_map=self.vocab_map)
+        else:
+            loader, sampler = build_onthefly_loader(
+                self.source, cfg, tokenizer=self.tokenizer, mel_stats=(self.mel_mean, self.mel_std),
+                rank=dist.rank, world_size=dist.world_size, raw_splits=self.raw, plan=plan)
+        return TrainData(loader, sampler, self.val_loader, self.val_sampler, self.tokenizer,
+                         self.mel_mean, self.mel_std, self.synth_batch, self.synth_names,
+                         self.source)
+
+
 def bucket_shapes(sampler: BucketBatchSampler, cfg: Config) -> list[BatchShape]:
     """Each bucket's padded batch shape, in bucket order (what the warm-up and the auto batch
     budget run)."""
-    return [BatchShape(b, l_text, t_mel, cfg.data.ref_frames, cfg.audio.n_mels)
-            for b, l_text, t_mel in zip(sampler.bucket_batch_sizes, sampler.text_caps,
-                                        sampler.boundaries)]
+    return sampler.plan.batch_shapes(cfg.data.ref_frames, cfg.audio.n_mels)
 
 
 def is_store(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
-def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
-                    state: dict[str, Any] | None, base: dict[str, Any] | None = None) -> TrainData:
-    """The run's data, batched as the config plans it. ``state`` (the checkpoint resumed)
-    supplies the vocabulary on the fly and the mel statistics; ``base`` (the checkpoint a
-    fine-tuning run starts from) the vocabulary to grow and the mel statistics. Call
-    :meth:`TrainData.continue_from` once the batch plan is final."""
+def open_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
+              state: dict[str, Any] | None, base: dict[str, Any] | None = None) -> TrainSource:
+    """The run's data up to its train loader, batched as the config plans it. ``state`` (the
+    checkpoint resumed) supplies the vocabulary on the fly and the mel statistics; ``base``
+    (the checkpoint a fine-tuning run starts from) the vocabulary to grow and the mel
+    statistics. Build the train loader with :meth:`TrainSource.train_data` once the batch
+    plan is final, then call :meth:`TrainData.continue_from`."""
     path = Path(data_path)
     if not path.exists():
         raise TrainError(f"{path} does not exist: pass a store from `myxtts prepare` or a dataset folder")
     data = _from_store(cfg, path, device, dist, state, base) if is_store(path) else \
         _on_the_fly(cfg, path, device, dist, state, base)
-    data.source = str(path)
     if data.val_sampler is not None and data.val_sampler.only is not None and dist.rank == 0:
         log.info("validation on %d of the %d val utterances (a fixed subset: "
                  "data.max_val_utterances=%d)", len(data.val_sampler.only),
                  len(data.val_sampler.mel_lengths), cfg.data.max_val_utterances)
     _pick_synth_batch(cfg, data)
     return data
+
+
+def open_train_data(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
+                    state: dict[str, Any] | None, base: dict[str, Any] | None = None) -> TrainData:
+    """:func:`open_data` with its train loader at the config's batch sizes."""
+    source = open_data(cfg, data_path, device, dist, state, base)
+    return source.train_data(source.plan)
 
 
 def model_vocabulary(data: Tokenizer, state: dict[str, Any] | None,
@@ -167,7 +234,7 @@ def _remap_raw(splits: dict[str, RawSplit], vocab_map: VocabMap) -> dict[str, Ra
 
 
 def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
-                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
+                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainSource:
     train_store = FeatureStore.open(path, "train", cfg)
     train_store.check_statistics()
     # A NaN store would train a NaN model: prepare's recorded check, else one pass recorded
@@ -179,12 +246,7 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                          f"the store with --force")
 
     tokenizer, vocab_map = model_vocabulary(train_store.tokenizer, state, base)
-
-    def rebuild(sizes: list[int] | None) -> tuple[TrainLoader, BucketBatchSampler]:
-        return build_loader(train_store, cfg, rank=dist.rank, world_size=dist.world_size,
-                            device=device, batch_sizes=sizes, vocab_map=vocab_map)
-
-    loader, sampler = rebuild(None)
+    plan = bucket_plan(train_store.mel_lengths, train_store.token_lengths, cfg)
     val_loader = val_sampler = None
     val_store = FeatureStore.open(path, "val", cfg)
     if len(val_store) > 0:
@@ -194,12 +256,12 @@ def _from_store(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
                                                vocab_map=vocab_map,
                                                max_utterances=cfg.data.max_val_utterances)
     mean, std = _saved_stats(base or state) or (train_store.mel_mean, train_store.mel_std)
-    return TrainData(loader, sampler, val_loader, val_sampler, tokenizer, mean, std,
-                     rebuild=rebuild)
+    return TrainSource(cfg, dist, device, tokenizer, mean, std, plan, val_loader, val_sampler,
+                       store=train_store, vocab_map=vocab_map, source=str(path))
 
 
 def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
-                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainData:
+                state: dict[str, Any] | None, base: dict[str, Any] | None) -> TrainSource:
     tok = Tokenizer.from_dict(state[ck.VOCAB]) if state is not None else None
     stats = _saved_stats(state if state is not None else base)
     raw = read_raw_splits(path, cfg, tok)
@@ -207,25 +269,20 @@ def _on_the_fly(cfg: Config, path: Path, device: torch.device, dist: DistInfo,
         tok, vocab_map = model_vocabulary(raw[1], None, base)
         if vocab_map is not None:
             raw = (_remap_raw(raw[0], vocab_map), tok, raw[2])
-    loader, sampler = build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=stats,
-                                            rank=dist.rank, world_size=dist.world_size, raw_splits=raw)
-    mean, std = loader.mel_mean, loader.mel_std  # one pass over the audio for a new model
-
-    def rebuild(sizes: list[int] | None) -> tuple[TrainLoader, BucketBatchSampler]:
-        return build_onthefly_loader(path, cfg, tokenizer=raw[1], mel_stats=(mean, std),
-                                     rank=dist.rank, world_size=dist.world_size, raw_splits=raw,
-                                     batch_sizes=sizes)
-
+    train = raw[0]["train"]
+    plan = bucket_plan(train.est_frames, np.array([len(t) for t in train.tokens], np.int64), cfg)
+    mean, std = stats or split_mel_stats(train, cfg)  # one pass over the audio for a new model
     val_loader = val_sampler = None
     if raw[0]["val"].paths:
         val_loader, val_sampler = build_onthefly_loader(
             path, cfg, split="val", tokenizer=raw[1], mel_stats=(mean, std), seed=VAL_SEED,
             rank=dist.rank, world_size=dist.world_size, shuffle=False, num_workers=0,
             raw_splits=raw, max_utterances=cfg.data.max_val_utterances)
-    return TrainData(loader, sampler, val_loader, val_sampler, raw[1], mean, std, rebuild=rebuild)
+    return TrainSource(cfg, dist, device, raw[1], mean, std, plan, val_loader, val_sampler,
+                       raw=raw, source=str(path))
 
 
-def _pick_synth_batch(cfg: Config, data: TrainData) -> None:
+def _pick_synth_batch(cfg: Config, data: TrainSource) -> None:
     """The first validation utterances (fixed): sentences and reference voices to synthesise."""
     n = cfg.train.synth_sentences
     if n == 0 or data.val_loader is None:

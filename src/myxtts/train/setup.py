@@ -5,7 +5,8 @@ they measure is what a user runs: the memory caps, the data (``train.data``), th
 (fine-tuned from another run's, ``train.finetune``), the engine (``train.engine``: optimizer,
 schedule, scaler, moving average, compile, CUDA graphs) restored from the checkpoint with
 its random streams, then started up for the data's bucket shapes (auto batch sizes, warm-up,
-capture) and the loader rebuilt with the sizes it chose.
+capture); the train loader is built once, for the batch plan with the sizes the engine
+chose, and the data position restored on it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
 from myxtts.model.xtts import build_model
 from myxtts.train import finetune
-from myxtts.train.data import TrainData, bucket_shapes, is_store, open_train_data
+from myxtts.train.data import TrainData, TrainSource, bucket_shapes, is_store, open_data
 from myxtts.train.distributed import DistInfo, agree, init_distributed
 from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError
@@ -96,45 +97,50 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
     caps = resolve_caps(cfg, device, resolve_device(cfg.data.data_device, "data.data_device")
                         if on_the_fly else None)
     apply_caps(caps)  # before anything is allocated on a capped GPU
-    data, failure = None, None
+    source, failure = None, None
     try:
-        data = open_train_data(cfg, data_path, device, dist, state, base)
+        source = open_data(cfg, data_path, device, dist, state, base)
     except (TrainError, ConfigError, OSError, ValueError) as e:  # e.g. a store missing on a node
         failure = e
     agree(dist, failure)
-    assert data is not None
+    assert source is not None
     if state is not None:
-        data.check_vocabulary(state)
+        source.check_vocabulary(state)
     if base is not None:
-        finetune.check_freeze(cfg.train.freeze, base, data.tokenizer)
-    model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
+        finetune.check_freeze(cfg.train.freeze, base, source.tokenizer)
+    model = build_model(cfg, source.vocab_size, len(source.languages), source.mel_mean,
+                        source.mel_std)
     if base is not None:
-        finetune.load_base_weights(model, base, data.tokenizer)
+        finetune.load_base_weights(model, base, source.tokenizer)
         if dist.rank == 0:
-            log.info("%s", finetune.describe(base_file, base, data.tokenizer))
+            log.info("%s", finetune.describe(base_file, base, source.tokenizer))
     engine = TrainEngine(cfg, model.to(device), device, dist, compile_model)
     if state is not None:
         engine.load_state_dict(state)  # (this rank's random streams too)
-    planned = bucket_shapes(data.sampler, cfg)
-    sizes = engine.start_up(workload(data, cfg, engine))
-    if sizes != [s.batch for s in planned]:  # the loader follows what the engine fitted
-        data.set_batch_sizes(sizes)
+    sizes = engine.start_up(workload(source, cfg, engine))
+    data = None
+    try:  # the train loader, built once: for the plan at the sizes the engine fitted
+        data = source.train_data(source.plan.with_batch_sizes(sizes))
+    except (TrainError, ConfigError, OSError, ValueError) as e:  # e.g. /dev/shm on one node
+        failure = e
+    agree(dist, failure)
+    assert data is not None
     data.continue_from(state, record)
     if on_the_fly:
         check_feature_memory(data.loader.feature_work(), caps)
     return TrainSetup(cfg, dist, device, data, engine, record)
 
 
-def workload(data: TrainData, cfg: Config, engine: TrainEngine) -> Workload:
+def workload(data: TrainSource, cfg: Config, engine: TrainEngine) -> Workload:
     """What the engine starts up for: the train buckets' shapes at their planned sizes, the
     largest validation batch, and the data role's largest feature batch when it runs on the
     training GPU (both need room beside CUDA graphs)."""
     val = None if data.val_sampler is None else max(
         bucket_shapes(data.val_sampler, cfg), key=lambda s: s.batch * s.frames)
-    work = data.loader.feature_work()
+    work = data.feature_work(data.plan)
     role = work.run if work is not None and work.device == engine.device else None
-    return Workload(bucket_shapes(data.sampler, cfg), data.vocab_size, len(data.languages),
-                    val, role, Path(cfg.train.output_dir))
+    return Workload(data.plan.batch_shapes(cfg.data.ref_frames, cfg.audio.n_mels),
+                    data.vocab_size, len(data.languages), val, role, Path(cfg.train.output_dir))
 
 
 def configure_device(device: torch.device) -> None:

@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from myxtts.data.batch import to_model_dtypes
-from myxtts.data.feed.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import CopyFeed
 from myxtts.train.engine import TrainEngine
 
 
@@ -49,7 +48,7 @@ def validation_sums(engine: TrainEngine, data: Any, device: torch.device
     data.val_sampler.set_epoch(0)
     real = data.val_sampler.real_batches
     sums: dict[str, torch.Tensor] = {}
-    for k, batch in enumerate(DevicePrefetcher(data.val_loader, device, 2, to_model_dtypes)):
+    for k, (batch, _) in enumerate(CopyFeed(data.val_loader, device, 2, frames=None)):
         losses = {name: v.detach().float() for name, v in engine.loss(batch).items()}
         if k >= real:  # only reached when this rank has no real batch at all
             return {name: torch.zeros_like(v) for name, v in losses.items()}, 0

@@ -1,22 +1,27 @@
-"""Bucket edges: where to cut the length axis, and the shape each bucket pads to.
+"""Bucket edges and the batch plan: where to cut the length axis, the shape each bucket pads
+to and how many utterances each batch holds.
 
 Boundaries are chosen by an exact dynamic programme over the (rounded) lengths that
 minimises the mel frames the GPU processes per epoch -- padding *and* fill repeats
 (weighted by ``fill_cost``) -- using at most ``num_buckets`` buckets. It uses fewer
 when another bucket would cost more in fill repeats than it saves in padding, which
 happens on tiny datasets (100 clips fill only a handful of 20-utterance batches).
-``ShapeTable`` then maps any batch to its bucket's padded shape; it is what the
-collator (in loader workers) needs of the sampler.
+:func:`plan_buckets` turns the edges into a :class:`BucketPlan`: a frozen value made from
+the lengths alone, before any loader exists, so the trainer can size each bucket's batch
+(``BucketPlan.with_batch_sizes``) and the loader is built once, for the final plan. The plan
+maps any batch to its bucket's padded shape; it is what the batch builders (in loader
+workers too) need of the sampler.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from myxtts.data.batch import round_up
+from myxtts.data.batch import PAD_MULTIPLE, BatchShape, round_up
 
 _MAX_CANDIDATES = 512  # DP is O(K * U^2) over candidate boundaries; cap U to keep it ~ms
 _TABLE_LIMIT = 1 << 20  # lengths below this are looked up in a table over every length
@@ -39,19 +44,38 @@ def bucket_index(edges: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.searchsorted(edges, np.arange(int(lengths.max()) + 1), side="left")[lengths]
 
 
+def check_lengths(mel_lengths, text_lengths) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths as int64 arrays, after checking they can be planned and batched: equal
+    length, non-empty, 1-D integers, mels of at least one frame."""
+    mel, text = np.asarray(mel_lengths), np.asarray(text_lengths)
+    if mel.ndim != 1 or text.shape != mel.shape or len(mel) == 0:
+        raise ValueError(f"mel_lengths and text_lengths must be equal-length non-empty 1-D "
+                         f"arrays, got shapes {mel.shape} and {text.shape}")
+    if not (np.issubdtype(mel.dtype, np.integer) and np.issubdtype(text.dtype, np.integer)):
+        raise ValueError(f"lengths must be integer arrays, got {mel.dtype} and {text.dtype}")
+    if mel.min() < 1 or text.min() < 0:
+        raise ValueError(f"mel lengths must be >= 1 and text lengths >= 0; got min mel "
+                         f"{int(mel.min())}, min text {int(text.min())} (empty utterance in the store?)")
+    return mel.astype(np.int64), text.astype(np.int64)
+
+
 @dataclass(frozen=True)
-class ShapeTable:
-    """Maps a batch to its bucket's padded shape; small and picklable for loader workers.
+class BucketPlan:
+    """The batch plan: per bucket its mel edge, text cap and batch size. Small, frozen and
+    picklable (loader workers pad by it).
 
     ``boundaries`` are ascending mel-frame upper edges; ``text_caps[i]`` and
     ``batch_sizes[i]`` belong to ``boundaries[i]``. A batch belongs to the first bucket
     whose boundary is >= its longest mel, which is exactly the bucket the sampler drew it
-    from (every member of bucket i is longer than ``boundaries[i-1]``).
+    from (every member of bucket i is longer than ``boundaries[i-1]``). ``num_buckets``:
+    the buckets asked for (``data.num_buckets``; the plan may use fewer), which a saved
+    data position records.
     """
 
     boundaries: tuple[int, ...]
     text_caps: tuple[int, ...]
     batch_sizes: tuple[int, ...]
+    num_buckets: int
 
     def bucket_for(self, max_mel_frames: int) -> int:
         i = bisect.bisect_left(self.boundaries, int(max_mel_frames))
@@ -66,6 +90,51 @@ class ShapeTable:
         """``(padded_T, padded_L)`` of the bucket a batch with this longest mel belongs to."""
         i = self.bucket_for(max_mel_frames)
         return self.boundaries[i], self.text_caps[i]
+
+    def with_batch_sizes(self, sizes: list[int]) -> BucketPlan:
+        """The same buckets with one batch size each (e.g. the largest that fits a GPU, as the
+        trainer's auto budget measures them)."""
+        if len(sizes) != len(self.boundaries) or min(sizes) < 1:
+            raise ValueError(f"batch_sizes must give each of the {len(self.boundaries)} buckets "
+                             f"a size >= 1, got {list(sizes)}")
+        return dataclasses.replace(self, batch_sizes=tuple(int(s) for s in sizes))
+
+    def batch_shapes(self, ref_frames: int, n_mels: int) -> list[BatchShape]:
+        """Each bucket's padded batch shape, in bucket order."""
+        return [BatchShape(b, l_text, t_mel, ref_frames, n_mels)
+                for b, l_text, t_mel in zip(self.batch_sizes, self.text_caps, self.boundaries)]
+
+
+def plan_buckets(mel_lengths, text_lengths, batch_frames: int, max_batch_size: int = 0,
+                 num_buckets: int = 10, pad_multiple: int = 8, fill_cost: float = 1.0
+                 ) -> BucketPlan:
+    """The plan of the utterances of these lengths: :func:`choose_boundaries`' edges, each
+    bucket's text cap (its longest text, rounded up to ``PAD_MULTIPLE``) and batch size
+    (``batch_frames // edge``, at most ``max_batch_size`` when that is set, at least 1).
+    A budget that cannot hold the longest utterance is a ValueError naming
+    ``data.batch_frames`` and the value to use."""
+    mel, text = check_lengths(mel_lengths, text_lengths)
+    if pad_multiple < 1 or num_buckets < 1 or max_batch_size < 0 or fill_cost < 0:
+        raise ValueError(f"need pad_multiple >= 1, num_buckets >= 1, max_batch_size >= 0, "
+                         f"fill_cost >= 0; got {pad_multiple}, {num_buckets}, {max_batch_size}, "
+                         f"{fill_cost}")
+    longest = int(mel.max())
+    needed = int(round_up(longest, pad_multiple))
+    if batch_frames < needed:
+        raise ValueError(
+            f"data.batch_frames={batch_frames} cannot hold the longest utterance ({longest} "
+            f"frames, padded to {needed}); raise data.batch_frames to at least {needed} or lower "
+            f"data.max_duration_s")
+    bounds = choose_boundaries(mel, num_buckets, batch_frames, max_batch_size, pad_multiple,
+                               fill_cost)
+    caps = np.zeros(len(bounds), np.int64)
+    np.maximum.at(caps, bucket_index(bounds, mel), text)  # every bucket holds an utterance
+    sizes = batch_frames // bounds
+    if max_batch_size:
+        sizes = np.minimum(sizes, max_batch_size)
+    return BucketPlan(tuple(int(b) for b in bounds),
+                      tuple(int(round_up(max(int(c), 1), PAD_MULTIPLE)) for c in caps),
+                      tuple(max(1, int(s)) for s in sizes), int(num_buckets))
 
 
 def choose_boundaries(mel_lengths: np.ndarray, num_buckets: int, batch_frames: int,

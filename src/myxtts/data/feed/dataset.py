@@ -1,22 +1,34 @@
-"""Map-style dataset over a prepared store: utterance index -> per-utterance item dict.
+"""A store's padded batches: ``(epoch, indices)`` -> the batch the model consumes.
 
-Why it is this thin: all decoding and feature work happened in ``prepare``; an item is a few
-slices of the memmapped store (O(1) look-ups, no file opened) plus a reference crop. Crops
-are deterministic: the reference and the crop start come from a hash of ``(seed, epoch,
+Why it is this thin: all decoding and feature work happened in ``prepare``; a batch is a few
+gathers over the memmapped store (O(1) look-ups, no file opened), each utterance's frames
+copied once from the memory map into the batch's buffer, plus a reference crop. Crops are
+deterministic: the reference and the crop start come from a hash of ``(seed, epoch,
 index)``, so a resumed run sees the same crops, whatever the worker count and fetch order.
-The epoch arrives with the indices (``EpochBatches`` tags every batch), because
+The epoch arrives with the indices (the sampler yields ``(epoch, indices)``), because
 ``set_epoch`` in the main process never reaches persistent workers.
+
+Why pad to the bucket's shape, not the batch maximum: the sampler promises at most
+``num_buckets`` shapes; per-batch maxima would make nearly every batch a new shape
+(recompiles, allocator churn). Buffers come from a pool, from pinned memory (the training
+process building a GPU's batch: no second copy before the asynchronous transfer) or from a
+loader worker's shared slot (``slots``); ``buffers`` says why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+import functools
+import warnings
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-from torch.utils.data import Dataset
+import torch
 
+from myxtts.data.batch import FIELDS, PAD_MULTIPLE, Batch, BatchShape, allocate_pinned, round_up
+from myxtts.data.feed.buckets import BucketPlan
+from myxtts.data.feed.buffers import BufferPool, Specs, empty, fill_rows
+from myxtts.data.feed.slots import SlotRef, Slots
 from myxtts.data.store import FeatureStore
 
 if TYPE_CHECKING:
@@ -48,47 +60,6 @@ def mix64_many(seed: int, epoch: int, values: np.ndarray) -> np.ndarray:
     return x
 
 
-class StoreBatch:
-    """One batch as columns (what ``StoreDataset.__getitems__`` hands the collator): per
-    utterance the offsets and lengths of its frames, reference crop and tokens in the store's
-    arrays, and its ids; ``Collator`` reads the columns directly (per-utterance dicts and
-    views cost more than its copies). Still a sequence of item dicts (``batch[j]``, ``len``,
-    iteration) for any other consumer."""
-
-    __slots__ = ("index", "mel_off", "mel_len", "ref_off", "ref_len", "tok_off", "tok_len",
-                 "speaker", "language", "mels", "tokens", "token_map")
-
-    def __init__(self, index: np.ndarray, mel_off: np.ndarray, mel_len: np.ndarray,
-                 ref_off: np.ndarray, ref_len: np.ndarray, tok_off: np.ndarray,
-                 tok_len: np.ndarray, speaker: np.ndarray, language: np.ndarray,
-                 mels: np.ndarray, tokens: np.ndarray, token_map: np.ndarray | None) -> None:
-        self.index = index  # int64 [B] utterance indices
-        self.mel_off, self.mel_len = mel_off, mel_len  # int64 [B]: frames in ``mels``
-        self.ref_off, self.ref_len = ref_off, ref_len  # int64 [B]: the reference crop's
-        self.tok_off, self.tok_len = tok_off, tok_len  # int64 [B]: ids in ``tokens``
-        self.speaker, self.language = speaker, language  # [B] ids
-        self.mels = mels  # float16 [total_frames, n_mels]: the split's mels (memmap view)
-        self.tokens = tokens  # int32 [total_tokens]: the split's token ids (memmap view)
-        self.token_map = token_map  # int32 [vocab]: store id -> model id (None: as stored)
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self[j] for j in range(len(self)))
-
-    def __getitem__(self, j: int) -> dict[str, Any]:
-        """Utterance ``j`` as an item dict (see ``StoreDataset``)."""
-        off, n, t_off = int(self.mel_off[j]), int(self.mel_len[j]), int(self.tok_off[j])
-        r_off, r_len = int(self.ref_off[j]), int(self.ref_len[j])
-        text = self.tokens[t_off:t_off + int(self.tok_len[j])]  # int32 [L] view
-        return {"tokens": text if self.token_map is None else self.token_map[text],
-                "mel": self.mels[off:off + n],  # [T, n_mels]
-                "ref_mel": self.mels[r_off:r_off + r_len],  # [R', n_mels]
-                "speaker_id": int(self.speaker[j]), "language_id": int(self.language[j]),
-                "index": int(self.index[j])}
-
-
 class VocabMap(NamedTuple):
     """The data's token and language ids in a model's larger vocabulary (a fine-tuned model
     grows the vocabulary it was trained with by the new data's symbols: ``Tokenizer.extended``)."""
@@ -105,45 +76,44 @@ class VocabMap(NamedTuple):
                    np.asarray([model.language_id(x) for x in data.languages], np.int64))
 
 
-class StoreDataset(Dataset):
-    """Items of one split of a ``FeatureStore``; picklable (workers re-map the files).
+Alloc = Callable[[Specs], dict[str, np.ndarray] | None]  # a batch's arrays, or None
 
-    An item (numpy): ``tokens`` int32 [L], ``mel`` [T, n_mels], ``ref_mel`` [R' <=
-    ref_frames, n_mels], ``speaker_id``, ``language_id``, ``index``. Mels are float16
-    memmap views, read once by the collator: a GPU batch takes their bytes as they are (the
-    GPU casts; widening here and narrowing there costs ~20x the copy), a CPU batch casts
-    them into its float32 buffer in the same pass (``collate.Collator``; a float32 copy per
-    item first was a second pass and ~40 allocations per batch).
 
-    ``__getitems__`` fetches a whole batch in one call (torch's DataLoader uses it with a
-    ``batch_sampler``), accepting either a list of indices or ``(epoch, indices)`` from
-    :class:`EpochBatches`. ``epoch`` (default 0) is used for plain index lists.
-    ``transfer``: the batches go to a GPU, so items carry float16 memmap views (see the
-    module docstring); else float32 batches (the same float16 views: the collator casts).
-    ``vocab_map``: token and language ids mapped
-    into a model's vocabulary (None: the store's ids).
+class StoreBatches:
+    """The padded batches of one split of a ``FeatureStore``; picklable (workers re-map the
+    files and build their own buffer pool).
+
+    ``batch(epoch, indices)`` -> ``data.batch.Batch``: padded to the bucket's ``(T, L)`` of
+    ``plan`` (None: to the batch's own maxima rounded up to ``pad_multiple`` (mel) and
+    ``PAD_MULTIPLE`` (text), where no sampler planned the batches); references zero-padded
+    to ``ref_frames``, longer ones cropped. ``transfer``: the batch goes to a GPU, so its mels
+    stay float16, the store's bytes copied without a cast (the GPU casts exactly; widening
+    here and narrowing there costs ~20x the copy); else float32, cast from the float16
+    memmap in the same pass. ``pinned``: built in pinned host memory (never pooled: torch's
+    caching host allocator must see the copies queued from it). ``vocab_map``: token and
+    language ids mapped into a model's vocabulary (None: the store's ids). ``slots``: a
+    loader worker's shared slots, what ``__getitems__`` builds its task's batches into.
     """
 
-    def __init__(self, store: FeatureStore | str | Path, ref_frames: int, seed: int = 0,
-                 split: str = "train", transfer: bool = False,
-                 vocab_map: VocabMap | None = None) -> None:
-        if not isinstance(store, FeatureStore):
-            store = FeatureStore.open(store, split)
-        if ref_frames < 1:
-            raise ValueError(f"ref_frames must be >= 1 (data.ref_frames), got {ref_frames}")
-        self.store = store
-        self.ref_frames = int(ref_frames)
-        self.seed = int(seed)
-        self.transfer = bool(transfer)
-        self.vocab_map = vocab_map
-        self.epoch = 0
+    def __init__(self, store: FeatureStore, plan: BucketPlan | None, ref_frames: int,
+                 seed: int = 0, pad_multiple: int = PAD_MULTIPLE, transfer: bool = False,
+                 pinned: bool = False, vocab_map: VocabMap | None = None,
+                 slots: Slots | None = None) -> None:
+        if ref_frames < 1 or pad_multiple < 1:
+            raise ValueError(f"ref_frames (data.ref_frames) and pad_multiple must be >= 1, got "
+                             f"{ref_frames} and {pad_multiple}")
+        self.store, self.plan, self.ref_frames = store, plan, int(ref_frames)
+        self.seed, self.pad_multiple = int(seed), int(pad_multiple)
+        self.transfer, self.pinned = bool(transfer) or bool(pinned), bool(pinned)
+        self.vocab_map, self.slots = vocab_map, slots
         self._refresh()
 
     def _refresh(self) -> None:
-        # Numpy arrays, gathered per BATCH (one fancy-index + tolist per field): per-item
-        # numpy scalar access would be slow, and per-utterance Python lists would cost
-        # ~250 bytes/utterance in every worker (refcount writes defeat fork's page sharing).
+        # Numpy arrays, gathered per BATCH (one fancy-index per field): per-item numpy scalar
+        # access would be slow, and per-utterance Python lists would cost ~250
+        # bytes/utterance in every worker (refcount writes defeat fork's page sharing).
         st = self.store
+        self.n_mels = st.n_mels
         self._mel_off, self._mel_len = st.mel_offsets, st.mel_lengths
         self._tok_off, self._tok_len = st.token_offsets, st.token_lengths
         self._speaker, self._language = st.speaker_ids, st.language_ids
@@ -153,17 +123,17 @@ class StoreDataset(Dataset):
         self._refs = st.ref_table  # int32 [N, R], valid entries first, -1 after
         self._n_refs = (st.ref_table >= 0).sum(axis=1)  # [N]
         self._plain: tuple[np.ndarray, np.ndarray] | None = None  # mapped on first use
+        self._pool = BufferPool()
 
-    def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no tensors
-        return {"store": self.store, "ref_frames": self.ref_frames, "seed": self.seed,
-                "transfer": self.transfer, "epoch": self.epoch, "vocab_map": self.vocab_map}
+    _STATE = ("store", "plan", "ref_frames", "seed", "pad_multiple", "transfer", "pinned",
+              "vocab_map", "slots")
+
+    def __getstate__(self) -> dict[str, Any]:  # no arrays, no memmaps, no buffers
+        return {k: self.__dict__[k] for k in self._STATE}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._refresh()
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return len(self._mel_len)
@@ -176,58 +146,76 @@ class StoreDataset(Dataset):
                            self.store.token_array.view(np.ndarray))
         return self._plain
 
-    def _batch(self, indices: Sequence[int], epoch: int) -> StoreBatch:
+    def padded_shape(self, max_mel_frames: int, max_tokens: int) -> tuple[int, int]:
+        """``(T, L)`` a batch with these maxima is padded to."""
+        if self.plan is None:
+            return (round_up(max(max_mel_frames, 1), self.pad_multiple),
+                    round_up(max(max_tokens, 1), PAD_MULTIPLE))
+        n_frames, n_tokens = self.plan.shape_for(max_mel_frames)
+        if max_tokens > n_tokens:
+            raise ValueError(
+                f"a batch has {max_tokens} text tokens but its bucket caps text at {n_tokens}; the "
+                f"sampler was built from other text lengths than the dataset serves (stale store?) "
+                f"-- rebuild the sampler from the store's lengths")
+        return n_frames, n_tokens
+
+    def _specs(self, shape: BatchShape) -> Specs:
+        sizes = shape.sizes()
+        return {name: (shape.of(name, sizes), spec.host_dtype(self.transfer))
+                for name, spec in FIELDS.items()}
+
+    def batch(self, epoch: int, indices: Sequence[int], alloc: Alloc | None = None) -> Batch:
+        """The padded batch of utterances ``indices`` as served in ``epoch``. ``alloc``: given
+        every field's ``(shape, dtype)``, the arrays to build it in (a worker's shared slot),
+        or None (then this object's own). Every element of the arrays is written: real values
+        or padding (zeros; ``stop_target`` 1.0 from the last real frame on)."""
         idx = np.asarray(indices, dtype=np.int64)  # [B]
-        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
-            raise IndexError(f"utterance index out of range for {len(self)} utterances")
+        if not idx.size:
+            raise ValueError("an empty batch: a batch needs at least one utterance")
+        if idx.min() < 0 or idx.max() >= len(self._mel_len):
+            raise IndexError(f"utterance index out of range for {len(self._mel_len)} utterances")
         mels, tokens = self._arrays()
+        # the reference: picked by the hash, a random crop where longer than ref_frames
         hashes = mix64_many(self.seed, epoch, idx)  # uint64 [B]
         pick = (hashes % self._n_refs[idx].astype(np.uint64)).astype(np.int64)
         ref = self._refs[idx, pick].astype(np.int64)  # [B] chosen reference utterance
-        ref_off, ref_len = self._mel_off[ref], self._mel_len[ref]
-        # random crop of references longer than ref_frames, start from the hash's upper half
-        spare = np.maximum(ref_len - self.ref_frames, 0)
-        ref_off = ref_off + ((hashes >> np.uint64(32)) % (spare + 1).astype(np.uint64)).astype(np.int64)
-        return StoreBatch(idx, self._mel_off[idx], self._mel_len[idx], ref_off,
-                          np.minimum(ref_len, self.ref_frames), self._tok_off[idx],
-                          self._tok_len[idx], self._speaker[idx], self._language[idx],
-                          mels, tokens, self._token_map)
+        ref_len = self._mel_len[ref]
+        spare = np.maximum(ref_len - self.ref_frames, 0)  # crop start from the hash's upper half
+        ref_off = self._mel_off[ref] + (
+            (hashes >> np.uint64(32)) % (spare + 1).astype(np.uint64)).astype(np.int64)
+        ref_len = np.minimum(ref_len, self.ref_frames)
+        mel_off, mel_len = self._mel_off[idx], self._mel_len[idx]
+        tok_off, tok_len = self._tok_off[idx], self._tok_len[idx]
+        n_frames, n_tokens = self.padded_shape(int(mel_len.max()), int(tok_len.max()))
+        shape = BatchShape(len(idx), n_tokens, n_frames, self.ref_frames, self.n_mels)
+        out = alloc(self._specs(shape)) if alloc is not None else None
+        pinned = None
+        if out is None:
+            pinned = allocate_pinned(shape) if self.pinned else None  # handed on, never pooled
+            out = ({k: t.numpy() for k, t in pinned.items()} if pinned is not None else
+                   self._pool.take((shape, self.transfer), lambda: empty(self._specs(shape))))
+        # tokens: [B, L] gather, PAD_ID (0) after each utterance's length
+        cols = np.arange(n_tokens)
+        real = cols < tok_len[:, None]
+        ids = tokens[np.where(real, tok_off[:, None] + cols, 0)]  # int32 [B, L]
+        if self._token_map is not None:
+            ids = self._token_map[ids]
+        np.multiply(ids, real, out=out["tokens"], casting="unsafe")
+        with warnings.catch_warnings():  # torch.from_numpy of the read-only memmap: only read
+            warnings.simplefilter("ignore", UserWarning)
+            fill_rows(out["mel"], mels, mel_off.tolist(), mel_len.tolist())
+            fill_rows(out["ref_mel"], mels, ref_off.tolist(), ref_len.tolist())
+        out["token_lengths"][:], out["mel_lengths"][:] = tok_len, mel_len
+        out["ref_lengths"][:], out["indices"][:] = ref_len, idx
+        out["speaker_ids"][:], out["language_ids"][:] = self._speaker[idx], self._language[idx]
+        np.greater_equal(np.arange(n_frames), np.maximum(mel_len - 1, 0)[:, None],
+                         out=out["stop_target"])  # = data.batch.stop_targets, in place
+        if pinned is not None:
+            return pinned  # type: ignore[return-value]
+        return {k: torch.from_numpy(v) for k, v in out.items()}  # type: ignore[return-value]
 
-    def item(self, i: int, epoch: int) -> dict[str, Any]:
-        """Utterance ``i`` as served in ``epoch`` (same crop as in a batch of that epoch)."""
-        return self._batch([i], epoch)[0]
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        i = int(i)
-        return self.item(i + len(self) if i < 0 else i, self.epoch)
-
-    def __getitems__(self, indices: Sequence[int] | tuple[int, Sequence[int]]) -> StoreBatch:
-        epoch = self.epoch
-        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
-            epoch, indices = indices
-        return self._batch(indices, int(epoch))
-
-
-class EpochBatches:
-    """Wraps a batch sampler so every batch travels as ``(epoch, indices)``.
-
-    The sampler's epoch is read when a pass starts (``iter``), which is when the
-    BucketBatchSampler fixes the epoch it iterates. ``len`` and attribute access pass
-    through, so code can treat this like the sampler.
-    """
-
-    def __init__(self, sampler: Any) -> None:
-        self.sampler = sampler
-
-    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
-        epoch = int(getattr(self.sampler, "epoch", 0))
-        for batch in self.sampler:
-            yield epoch, batch
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "sampler":  # not set yet (unpickling): avoid infinite recursion
-            raise AttributeError(name)
-        return getattr(self.sampler, name)
+    def __getitems__(self, tasks: list[tuple[int, list[int]]]) -> list[Batch | SlotRef | None]:
+        """A loader worker's task (several ``(epoch, indices)``, ``stream.WorkerStream``'s
+        group): each batch built straight into a free shared slot of ``slots``."""
+        return [self.slots.write(functools.partial(self.batch, epoch, indices))
+                for epoch, indices in tasks]

@@ -1,39 +1,37 @@
 """``build_loader``: store -> bucketed, padded batches, as fast as the host allows.
 
-Pieces: :class:`StoreDataset` (memmap views), :class:`BucketBatchSampler` (few shapes,
-little padding), :class:`Collator` (one preallocated buffer per batch), torch's DataLoader
-(worker processes, pinned memory), and shared-memory slots a worker reuses for every batch
-(:class:`SlotCollator`). Copying to the GPU ahead of use is ``DevicePrefetcher``'s job (the
-trainer's feed: :meth:`StoreLoader.device_feed`). The worker count is
-:func:`default_num_workers`'s.
+Pieces: the batch plan (:func:`bucket_plan`: made from the lengths alone, so the trainer can
+size it before any loader exists), :class:`BucketBatchSampler` (``(epoch, indices)``: few
+shapes, little padding, exact resume), ``dataset.StoreBatches`` (the padded batch, built
+straight from the memory map into a reused buffer) and, with workers, torch's DataLoader over
+shared-memory slots a worker reuses for every batch (``slots``), one stream of them across
+epochs (``stream``). Copying to the GPU ahead of use is the trainer's feed's job
+(:meth:`StoreLoader.device_feed`: ``prefetch.CopyFeed``). The worker count is
+:func:`choose_workers`'.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from myxtts.config import Config, ConfigError
 from myxtts.data.batch import PAD_MULTIPLE, Batch
-from myxtts.data.feed.collate import Collator
-from myxtts.data.feed.dataset import EpochBatches, StoreDataset, VocabMap
-from myxtts.data.feed.prefetch import PrefetchFeed
+from myxtts.data.feed.buckets import BucketPlan, plan_buckets
+from myxtts.data.feed.dataset import StoreBatches, VocabMap
+from myxtts.data.feed.prefetch import CopyFeed
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
-from myxtts.data.feed.slots import (
-    PREFETCH_PER_WORKER,
-    SlotCollator,
-    check_shared_memory,
-    slot_bytes,
-)
-from myxtts.data.feed.stream import BatchStream, Grouped, StreamPasses
+from myxtts.data.feed.slots import PREFETCH_PER_WORKER, Slots, check_shared_memory, slot_bytes
+from myxtts.data.feed.stream import StreamPasses, WorkerStream
 from myxtts.data.store import FeatureStore
 from myxtts.system import available_cpus
 
@@ -77,7 +75,7 @@ WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every b
 
 
 # Workers: a store batch builds in ~1 ms, and a worker's queue round trip costs ~0.2 ms of
-# CPU per task, so cheap batches travel several to a task (``stream.BatchStream``'s group):
+# CPU per task, so cheap batches travel several to a task (``stream.WorkerStream``'s group):
 # enough for TASK_S of work, at most MAX_GROUP (each batch in flight holds a shared slot).
 TASK_S = 3e-3
 MAX_GROUP = 3
@@ -125,21 +123,20 @@ def store_batch_cost(store: FeatureStore, cfg: Config) -> tuple[float, int]:
     """:func:`batch_cost` of the train loader ``build_loader`` makes of ``store`` (a CPU
     run's batches): what ``myxtts doctor`` weighs the worker count against."""
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg)
-    return batch_cost(StoreDataset(store, cfg.data.ref_frames, cfg.data.shuffle_seed),
-                      Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames,
-                               pad_multiple(cfg)), sampler)
+    return batch_cost(StoreBatches(store, sampler.plan, cfg.data.ref_frames,
+                                   cfg.data.shuffle_seed, pad_multiple(cfg)), sampler)
 
 
-def batch_cost(dataset: StoreDataset, collator: Collator, sampler: BucketBatchSampler,
+def batch_cost(batches: StoreBatches, sampler: BucketBatchSampler,
                tries: int = 3) -> tuple[float, int]:
     """``(seconds, bytes)`` of the first epoch's largest batch, built in this process (the
     fastest of ``tries``: the first may read the store from disk). ~1-10 ms."""
-    sizes = dataset.store.mel_lengths
-    batch = max(sampler.batches(0), key=lambda b: int(sizes[b].sum()))
+    sizes = batches.store.mel_lengths
+    largest = max(sampler.batches(0), key=lambda b: int(sizes[b].sum()))
     best, nbytes = float("inf"), 0
     for _ in range(tries):
         start = time.perf_counter()
-        out = collator(dataset.__getitems__((0, batch)))
+        out = batches.batch(0, largest)
         best = min(best, time.perf_counter() - start)
         nbytes = sum(t.numel() * t.element_size() for t in out.values())
     return best, nbytes
@@ -147,7 +144,7 @@ def batch_cost(dataset: StoreDataset, collator: Collator, sampler: BucketBatchSa
 
 # data.batch_frames=auto: the frame budget bucket edges are planned with, and on a CPU (where
 # memory is not the limit, step time is) the budget itself. On a GPU the trainer then
-# probes each bucket's batch size (myxtts.train.engine.budget) and rebuilds with those.
+# probes each bucket's batch size (myxtts.train.engine.budget) and builds the loader for those.
 AUTO_PLAN_FRAMES = 12000
 
 
@@ -170,31 +167,44 @@ def worker_init(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+def bucket_plan(mel_lengths, token_lengths, cfg: Config, max_utterances: int = 0) -> BucketPlan:
+    """The batch plan of these lengths at the config's budget (``buckets.plan_buckets``); a
+    budget too small is a ConfigError. ``max_utterances``: planned for the fixed seeded
+    subset :func:`build_sampler` draws from (0 = all)."""
+    mel, tok = np.asarray(mel_lengths), np.asarray(token_lengths)
+    only = capped_subset(len(mel), max_utterances, cfg.data.split_seed)
+    if only is not None:
+        mel, tok = mel[only], tok[only]
+    try:
+        return plan_buckets(mel, tok, plan_frames(cfg), cfg.data.max_batch_size,
+                            cfg.data.num_buckets, pad_multiple(cfg))
+    except ValueError as e:
+        # The message names data.batch_frames and the value to use; ConfigError makes the
+        # CLI print it as one line instead of a traceback.
+        raise ConfigError(str(e)) from e
+
+
 def build_sampler(mel_lengths, token_lengths, cfg: Config, *, rank: int = 0, world_size: int = 1,
-                  seed: int | None = None, shuffle: bool = True,
-                  batch_sizes: list[int] | None = None,
+                  seed: int | None = None, shuffle: bool = True, plan: BucketPlan | None = None,
                   max_utterances: int = 0) -> BucketBatchSampler:
-    """The bucket sampler for these lengths; a batch budget too small is a ConfigError.
-    ``batch_sizes``: one per bucket (the auto budget's), instead of the frame budget's.
-    ``max_utterances``: draw from at most this many utterances, a fixed subset seeded by
-    ``data.split_seed`` (:func:`capped_subset`; validation's ``data.max_val_utterances``);
-    0 = all."""
+    """The bucket sampler for these lengths. ``plan``: the batch plan (default
+    :func:`bucket_plan`'s, at the config's batch sizes). ``max_utterances``: draw from at most
+    this many utterances, a fixed subset seeded by ``data.split_seed`` (:func:`capped_subset`;
+    validation's ``data.max_val_utterances``); 0 = all."""
+    plan = bucket_plan(mel_lengths, token_lengths, cfg, max_utterances) if plan is None else plan
     only = capped_subset(len(mel_lengths), max_utterances, cfg.data.split_seed)
     try:
-        return BucketBatchSampler(
-            mel_lengths, token_lengths, plan_frames(cfg), cfg.data.max_batch_size,
-            cfg.data.num_buckets, cfg.data.shuffle_seed if seed is None else seed, rank, world_size,
-            pad_multiple(cfg), shuffle, batch_sizes=batch_sizes, only=only)
+        return BucketBatchSampler(mel_lengths, token_lengths, plan,
+                                  cfg.data.shuffle_seed if seed is None else seed, rank,
+                                  world_size, shuffle, only)
     except ValueError as e:
-        # The sampler's message names data.batch_frames and the value to use; ConfigError
-        # makes the CLI print it as one line instead of a traceback.
         raise ConfigError(str(e)) from e
 
 
 def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = "train",
                  rank: int = 0, world_size: int = 1, device: str | torch.device | None = None,
                  seed: int | None = None, shuffle: bool = True, num_workers: int | None = None,
-                 batch_sizes: list[int] | None = None, vocab_map: VocabMap | None = None,
+                 plan: BucketPlan | None = None, vocab_map: VocabMap | None = None,
                  max_utterances: int = 0
                  ) -> tuple[StoreLoader, BucketBatchSampler]:
     """Batches (``data.batch.Batch``, on the CPU) of one split of a store.
@@ -204,8 +214,9 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
     copied from the store without a host cast (cast on the GPU:
     ``data.batch.to_model_dtypes``) and, where CUDA is available, pinned batches.
     ``seed``: batch order and reference crops (default ``data.shuffle_seed``).
-    ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`default_num_workers`).
-    ``batch_sizes``: one per bucket, replacing the frame budget's (``data.batch_frames=auto``).
+    ``num_workers`` overrides ``data.num_workers`` (-1 = :func:`choose_workers`' choice).
+    ``plan``: the batch plan (:func:`bucket_plan`'s, with the batch sizes the trainer chose
+    for ``data.batch_frames=auto``); default: the config's.
     ``vocab_map``: the store's token and language ids as a model's (``dataset.VocabMap``).
     ``max_utterances``: batch a fixed seeded subset of at most this many (0 = all).
     Returns ``(loader, sampler)``: call ``sampler.set_epoch`` / ``state_dict`` on the
@@ -218,20 +229,18 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                           f"set data.val_fraction > 0")
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg, rank=rank,
-                            world_size=world_size, seed=seed, shuffle=shuffle,
-                            batch_sizes=batch_sizes, max_utterances=max_utterances)
+                            world_size=world_size, seed=seed, shuffle=shuffle, plan=plan,
+                            max_utterances=max_utterances)
     transfer = device is not None and torch.device(device).type == "cuda"
     pin = transfer and torch.cuda.is_available()
-    dataset = StoreDataset(store, cfg.data.ref_frames, seed, transfer=transfer,
-                           vocab_map=vocab_map)
+    ref_frames, multiple = cfg.data.ref_frames, pad_multiple(cfg)
     workers = worker_count(cfg.data.num_workers if num_workers is None else int(num_workers))
     note, group = None, 1
     if workers != 0:
         # Measured once per loader (a few ms): what decides workers for -1, and what
         # ``myxtts profile`` weighs a user's count against (``StoreLoader.worker_note``).
-        build_s, nbytes = batch_cost(dataset, Collator(sampler.shape_table(), store.n_mels,
-                                                       cfg.data.ref_frames, pad_multiple(cfg),
-                                                       transfer=transfer), sampler)
+        build_s, nbytes = batch_cost(StoreBatches(store, sampler.plan, ref_frames, seed,
+                                                  multiple, transfer=transfer), sampler)
         best, why = choose_workers(available_cpus(), build_s, nbytes if pin else 0)
         group = batches_per_task(build_s)
         if workers < 0:
@@ -245,84 +254,84 @@ def build_loader(store: FeatureStore | str | Path, cfg: Config, *, split: str = 
                     f"{many} save the training process too little on this store to pay for "
                     f"their CPU: "
                     f"{why}")
-    # The training process pins as it collates; workers cannot (no CUDA in forked processes):
-    # their batches are copied into pinned memory as they leave the shared slots.
-    collator = Collator(sampler.shape_table(), store.n_mels, cfg.data.ref_frames, pad_multiple(cfg),
-                        transfer=transfer, pinned=pin and workers == 0)
-    # Own generator: DataLoader draws a base seed at every iter(); from the global RNG that
-    # would shift the model's dropout stream and break bit-exact resume.
-    gen = torch.Generator().manual_seed(seed)
     if workers == 0:
-        loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler), collate_fn=collator,
-                            num_workers=0, generator=gen)
-        return StoreLoader(loader, sampler, None, pin, cfg.data.prefetch_batches, note), sampler
-    per_slot = slot_bytes(sampler.shape_table(), store.n_mels, cfg.data.ref_frames,
-                          transfer=transfer)
+        # The training process pins as it builds; workers cannot (no CUDA in forked
+        # processes): their batches are copied into pinned memory as they leave the slots.
+        batches = StoreBatches(store, sampler.plan, ref_frames, seed, multiple, transfer=transfer,
+                               pinned=pin, vocab_map=vocab_map)
+        return StoreLoader(batches, sampler, pin=pin, prefetch=cfg.data.prefetch_batches,
+                           worker_note=note), sampler
+    per_slot = slot_bytes(sampler.plan, store.n_mels, ref_frames, transfer=transfer)
     check_shared_memory(per_slot, group, workers)
-    slots = SlotCollator(collator, per_slot, group)
+    batches = StoreBatches(store, sampler.plan, ref_frames, seed, multiple, transfer=transfer,
+                           vocab_map=vocab_map, slots=Slots(per_slot, group))
     # Persistent workers keep their memmaps, page cache and shared slots across epochs, and
-    # one stream of batches runs on across them, ``group`` to a task (``stream``).
-    loader = DataLoader(Grouped(dataset) if group > 1 else dataset,
-                        batch_sampler=BatchStream(sampler, group), collate_fn=slots,
-                        num_workers=workers, persistent_workers=True,
-                        prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
-                        generator=gen)
-    return StoreLoader(loader, sampler, slots, pin, cfg.data.prefetch_batches, note), sampler
+    # one stream of batches runs on across them, ``group`` to a task (``stream``). Own
+    # generator: the DataLoader draws a base seed at every iter(); from the global RNG that
+    # would shift the model's dropout stream and break bit-exact resume.
+    workers_loader = DataLoader(batches, batch_sampler=WorkerStream(sampler, group),
+                                collate_fn=_built, num_workers=workers, persistent_workers=True,
+                                prefetch_factor=PREFETCH_PER_WORKER, worker_init_fn=worker_init,
+                                generator=torch.Generator().manual_seed(seed))
+    return StoreLoader(batches, sampler, workers_loader, pin, cfg.data.prefetch_batches,
+                       note), sampler
+
+
+def _built(results: list) -> list:
+    """A store DataLoader's ``collate_fn``: its dataset hands over batches already built (in
+    shared slots: ``StoreBatches.__getitems__``)."""
+    return results
 
 
 class StoreLoader:
     """What ``build_loader`` returns: iterate it for batch dicts (one epoch per pass).
 
-    Wraps the DataLoader: takes batches from the workers' shared slots (``slots``) and pins
-    them when training on CUDA. ``dataloader``, ``num_workers`` and ``len()`` pass through.
-    ``prefetch``: batches the trainer's feed keeps in flight (``data.prefetch_batches``).
-    ``worker_note``: set where the workers asked for cost the training process more than
-    they save on this store (``choose_workers``' rule): what ``myxtts profile`` says.
+    Without workers each batch is built here as the sampler names it (``batches``: pinned
+    when training on CUDA); with them (``dataloader``, whose batch sampler is a
+    ``stream.WorkerStream``), the sampler's pass is cut from the workers' stream
+    (``passes``) and each batch taken out of a worker's shared slot (``slots``, pinned as it
+    leaves when training on CUDA: ``pin``). ``prefetch``: batches the trainer's feed keeps in
+    flight (``data.prefetch_batches``). ``worker_note``: set where the workers asked for cost
+    the training process more than they save on this store (``choose_workers``' rule): what
+    ``myxtts profile`` says.
     """
 
-    def __init__(self, dataloader: DataLoader, sampler: BucketBatchSampler,
-                 slots: SlotCollator | None, pin: bool, prefetch: int = 2,
+    def __init__(self, batches: StoreBatches, sampler: BucketBatchSampler,
+                 dataloader: DataLoader | None = None, pin: bool = False, prefetch: int = 2,
                  worker_note: str | None = None) -> None:
-        self.dataloader = dataloader
-        self.slots = slots
+        self.batches, self.sampler = batches, sampler
+        self.dataloader, self.slots = dataloader, batches.slots
+        # what a new iteration of the workers' DataLoader hands over: no reference to this
+        # loader, so dropping it stops the workers at once (no cycle for the collector)
+        self.passes = None if dataloader is None else StreamPasses(
+            dataloader.batch_sampler, functools.partial(batches.slots.receive, dataloader, pin,
+                                                        grouped=True))
         self.pin = pin
         self.prefetch = int(prefetch)
         self.worker_note = worker_note
-        # workers: the sampler's passes, cut from one stream across epochs
-        self._passes = None if slots is None else StreamPasses(
-            sampler, dataloader.batch_sampler, lambda: slots.batches(dataloader, pin))
 
     @property
     def num_workers(self) -> int:
-        return self.dataloader.num_workers
-
-    @property
-    def dataset(self) -> Any:
-        ds = self.dataloader.dataset
-        return ds.dataset if isinstance(ds, Grouped) else ds
+        return 0 if self.dataloader is None else self.dataloader.num_workers
 
     def feature_work(self) -> None:
         """A store's features are made: no data role computes any."""
         return None
 
     def __len__(self) -> int:
-        return len(self.dataloader)
+        return len(self.sampler)
 
     def device_feed(self, device: torch.device, *, hold: int = 1,
-                    copy_log: list | None = None) -> PrefetchFeed:
-        """The trainer's ``feed.DeviceFeed``: this loader's batches copied to ``device`` on a
-        side stream, ``prefetch`` ahead. ``hold`` needs nothing here (a handed-out batch keeps
-        its memory, a worker's slot included, until dropped); ``copy_log``: see
-        ``DevicePrefetcher``."""
-        return PrefetchFeed(self, device, self.prefetch, copy_log)
+                    copy_log: list | None = None) -> CopyFeed:
+        """The trainer's ``protocol.DeviceFeed``: this loader's batches copied to ``device``
+        on a side stream, ``prefetch`` ahead, cast to the model's dtypes there. ``hold`` needs
+        nothing here (a handed-out batch keeps its memory, a worker's slot included, until
+        dropped); ``copy_log``: see ``CopyFeed``."""
+        return CopyFeed(self, device, self.prefetch, copy_log)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self._passes is not None:
-            yield from self._passes.one_pass()
-            return
-        # 0 workers: what the DataLoader's single-process iterator does, without its per-batch
-        # layers (a profiler record, the fetcher): measured ~7% of a store batch.
-        dl = self.dataloader
-        for task in dl.batch_sampler:
-            out = dl.collate_fn(dl.dataset.__getitems__(task))
-            yield {k: v.pin_memory() for k, v in out.items()} if self.pin else out
+        if self.passes is None:
+            for epoch, indices in self.sampler:
+                yield self.batches.batch(epoch, indices)
+        else:
+            yield from self.passes.one_pass()

@@ -8,11 +8,14 @@ per batch costs ~5x the CPU); with ``'cuda:N'`` that GPU's producer thread compu
 (``data.feed.ring``). Training takes them through ``OnTheFlyLoader.device_feed``. Lengths for
 bucketing come from the file headers (an upper bound), and every batch keeps the shape of
 the bucket the sampler drew it from: a clip that fails to load is reported once, skipped
-from then on, and replaced in its batch by another of the batch's clips.
+from then on, and replaced in its batch by another of the batch's clips. A new model's mel
+statistics (:func:`split_mel_stats`) and the data role's heaviest batch
+(:func:`feature_work`) come from the split and the batch plan alone, before the loader.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterator
@@ -27,15 +30,15 @@ from myxtts.audio.frames import n_frames_for, samples_for_frames, window_margin
 from myxtts.audio.io import AudioError, audio_info
 from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.data.batch import Batch, RawBatch
-from myxtts.data.feed.dataset import EpochBatches
+from myxtts.data.feed.buckets import BucketPlan
 from myxtts.data.feed.features import Featurizer
 from myxtts.data.feed.loader import build_sampler, worker_count, worker_init
 from myxtts.data.feed.protocol import FeatureWork, real_frames
 from myxtts.data.feed.raw import RawAudioDataset, RawSplit, WavCollator
 from myxtts.data.feed.ring import SlotRing
 from myxtts.data.feed.sampler import BucketBatchSampler
-from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, slot_bytes
-from myxtts.data.feed.stream import BatchStream, StreamPasses
+from myxtts.data.feed.slots import PREFETCH_PER_WORKER, SlotCollator, Slots, slot_bytes
+from myxtts.data.feed.stream import StreamPasses, WorkerStream
 from myxtts.data.prepare.plan import choose_refs, plan_texts
 from myxtts.data.prepare.records import SPLITS
 from myxtts.data.store import FeatureStore, StoreError
@@ -61,19 +64,26 @@ class OnTheFlyLoader:
     thread on that GPU. Training uses :meth:`device_feed` instead, which overlaps the data
     role with the step.
 
-    ``mel_mean`` / ``mel_std`` (float32 [n_mels]) come from ``mel_stats`` or, when none was
-    given, from one pass over this loader's split on first access.
+    ``loader``: the DataLoader of ``wav_collator``'s batches; with workers, its batch sampler
+    is a ``stream.WorkerStream`` (the sampler's passes cut from it: ``passes``) and, where the
+    workers featurize, its batches arrive through ``slots``. ``mel_mean`` / ``mel_std``
+    (float32 [n_mels]) come from ``mel_stats`` or, when none was given, from one pass over
+    the split on first access.
     """
 
-    def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, cfg: Config,
-                 device: torch.device,
-                 tokenizer: Any, speakers: list[str], raw: RawSplit,
+    def __init__(self, loader: DataLoader, sampler: BucketBatchSampler, wav_collator: WavCollator,
+                 slots: Slots | None, cfg: Config, device: torch.device, tokenizer: Any,
+                 speakers: list[str], raw: RawSplit,
                  mel_stats: tuple[np.ndarray, np.ndarray] | None, pin: bool = False) -> None:
         self.loader, self.sampler, self.device, self.cfg = loader, sampler, device, cfg
+        self.wav_collator, self.slots = wav_collator, slots
+        # a new iteration of the DataLoader, as the host receives it (no reference to this
+        # loader, so dropping it stops the workers at once: no cycle for the collector)
+        self._receive = (functools.partial(slots.receive, loader, pin) if slots is not None
+                         else loader.__iter__)
+        self.passes = (StreamPasses(loader.batch_sampler, self._receive) if loader.num_workers
+                       else None)
         self.pin = pin  # copy batches out of the workers' slots into pinned memory
-        stream = loader.batch_sampler
-        self._passes = (StreamPasses(sampler, stream, self._receive)
-                        if isinstance(stream, BatchStream) else None)
         self.tokenizer, self.speakers, self.raw = tokenizer, speakers, raw
         self.languages = tokenizer.languages
         self.n_mels, self.ref_frames = cfg.audio.n_mels, cfg.data.ref_frames
@@ -85,25 +95,14 @@ class OnTheFlyLoader:
         """The collate function already returns features (the data role is the CPU)."""
         return self.wav_collator.featurizer is not None
 
-    @property
-    def wav_collator(self) -> WavCollator:
-        collate = self.loader.collate_fn
-        return collate.collator if isinstance(collate, SlotCollator) else collate
-
     def host_batches(self) -> Iterator[Any]:
         """One pass (the sampler's next) as the host receives it: a worker's finished batches
         from its shared-memory slot (``slots``), taken from the workers' stream across
-        epochs (``stream``); None for a batch no clip of which loaded."""
-        return self._passes.one_pass() if self._passes is not None else self._receive()
-
-    def _receive(self) -> Iterator[Any]:
-        collate = self.loader.collate_fn
-        if isinstance(collate, SlotCollator):
-            return collate.batches(self.loader, self.pin)
-        return iter(self.loader)
+        epochs (``passes``); None for a batch no clip of which loaded."""
+        return self.passes.one_pass() if self.passes is not None else self._receive()
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return len(self.sampler)
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self.host_batches():
@@ -132,21 +131,8 @@ class OnTheFlyLoader:
                            lambda: self.featurizer(dict(self.largest_raw_batch()), self.device))
 
     def largest_raw_batch(self) -> RawBatch:
-        """A ``WavCollator`` batch of the bucket with the most audio, every clip at the
-        bucket's full length (silence): what the data role's peak memory is checked on."""
-        a = self.cfg.audio
-        b, l_text, frames = max(self.sampler.shapes(), key=lambda s: s[0] * s[2])
-        margin = window_margin(a)
-        n_wav = samples_for_frames(frames, a)
-        n_ref = samples_for_frames(self.ref_frames, a, margin)
-        full = lambda n: torch.full((b,), n, dtype=torch.long)  # noqa: E731
-        zeros = lambda: torch.zeros(b, dtype=torch.long)  # noqa: E731
-        return {"wav": torch.zeros(b, n_wav), "wav_lengths": full(n_wav),
-                "ref_wav": torch.zeros(b, n_ref), "ref_wav_lengths": full(n_ref),
-                "ref_first": full(margin), "ref_frames": full(self.ref_frames),
-                "tokens": torch.ones(b, l_text, dtype=torch.long), "token_lengths": full(l_text),
-                "speaker_ids": zeros(), "language_ids": zeros(), "indices": zeros(),
-                "n_frames": torch.tensor(frames)}
+        """:func:`largest_raw_batch` of this loader's plan."""
+        return largest_raw_batch(self.sampler.plan, self.cfg)
 
     @property
     def mel_mean(self) -> np.ndarray:
@@ -157,44 +143,88 @@ class OnTheFlyLoader:
         return self.mel_stats()[1]
 
     def mel_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-band mean/std (float32 [n_mels]) of this split's real frames, cached.
-
-        One pass over EVERY utterance of the split exactly once (its own unshuffled,
-        single-rank sampler: fill repeats and a rank's share would bias the statistics,
-        and all ranks must agree on them).
-        """
+        """Per-band mean/std (float32 [n_mels]) of this split's real frames, cached
+        (:func:`split_mel_stats`, on this loader's workers)."""
         if self._stats is None:
-            sampler = build_sampler(self.raw.est_frames, np.array([len(t) for t in self.raw.tokens]),
-                                    self.cfg, shuffle=False)
-            collate = WavCollator(sampler.shape_table(), self.raw.est_frames,
-                                  self.wav_collator.featurizer)
-            loader = DataLoader(self.loader.dataset, batch_sampler=sampler, collate_fn=collate,
-                                num_workers=self.loader.num_workers,
-                                worker_init_fn=worker_init if self.loader.num_workers else None,
-                                generator=torch.Generator().manual_seed(0))
-            total = torch.zeros(self.n_mels, dtype=torch.float64)
-            total_sq = torch.zeros(self.n_mels, dtype=torch.float64)
-            frames = 0
-            seen: set[int] = set()
-            for batch in loader:
-                if batch is None:
-                    continue
-                if collate.featurizer is None:
-                    batch = self.featurizer(batch, self.device)
-                first = []
-                for i in batch["indices"].tolist():
-                    first.append(i not in seen)
-                    seen.add(i)
-                keep = torch.tensor(first, device=batch["mel"].device)
-                real = torch.arange(batch["mel"].shape[1], device=keep.device)[None, :] \
-                    < batch["mel_lengths"][:, None]  # [B, T]
-                m = batch["mel"][real & keep[:, None]].double().cpu()  # [frames, n_mels]
-                total += m.sum(0)
-                total_sq += (m * m).sum(0)
-                frames += m.shape[0]
-            mean, std = mel_mean_std(total.numpy(), total_sq.numpy(), frames)
-            self._stats = (mean.astype(np.float32), std.astype(np.float32))
+            self._stats = split_mel_stats(self.raw, self.cfg, self.num_workers)
         return self._stats
+
+
+def largest_raw_batch(plan: BucketPlan, cfg: Config) -> RawBatch:
+    """A ``WavCollator`` batch of the bucket of ``plan`` with the most audio, every clip at the
+    bucket's full length (silence): what the data role's peak memory is checked on."""
+    a = cfg.audio
+    shapes = sorted(set(zip(plan.batch_sizes, plan.text_caps, plan.boundaries)))
+    b, l_text, frames = max(shapes, key=lambda s: s[0] * s[2])
+    margin = window_margin(a)
+    n_wav = samples_for_frames(frames, a)
+    n_ref = samples_for_frames(cfg.data.ref_frames, a, margin)
+    full = lambda n: torch.full((b,), n, dtype=torch.long)  # noqa: E731
+    zeros = lambda: torch.zeros(b, dtype=torch.long)  # noqa: E731
+    return {"wav": torch.zeros(b, n_wav), "wav_lengths": full(n_wav),
+            "ref_wav": torch.zeros(b, n_ref), "ref_wav_lengths": full(n_ref),
+            "ref_first": full(margin), "ref_frames": full(cfg.data.ref_frames),
+            "tokens": torch.ones(b, l_text, dtype=torch.long), "token_lengths": full(l_text),
+            "speaker_ids": zeros(), "language_ids": zeros(), "indices": zeros(),
+            "n_frames": torch.tensor(frames)}
+
+
+def feature_work(plan: BucketPlan, cfg: Config) -> FeatureWork:
+    """The data role's heaviest batch of feature work for a batch plan (before its loader
+    exists: what the trainer's auto batch sizes keep room for on a shared GPU)."""
+    device = resolve_device(cfg.data.data_device, "data.data_device")
+    featurizer = Featurizer(cfg.audio, cfg.data.ref_frames)
+    return FeatureWork(device, lambda: featurizer(dict(largest_raw_batch(plan, cfg)), device))
+
+
+def _workers(cfg: Config, num_workers: int | None) -> int:
+    """Loader workers: ``num_workers`` or ``data.num_workers`` (-1: every CPU but one)."""
+    workers = worker_count(cfg.data.num_workers if num_workers is None else int(num_workers))
+    return default_onthefly_workers() if workers < 0 else workers
+
+
+def split_mel_stats(raw: RawSplit, cfg: Config, num_workers: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band mean/std (float32 [n_mels]) of a split's real frames, on the data role's
+    device (``num_workers``: as ``build_onthefly_loader`` takes it).
+
+    One pass over EVERY utterance of the split exactly once (its own unshuffled,
+    single-rank sampler: fill repeats and a rank's share would bias the statistics,
+    and all ranks must agree on them).
+    """
+    device = resolve_device(cfg.data.data_device, "data.data_device")
+    workers = _workers(cfg, num_workers)
+    featurizer = Featurizer(cfg.audio, cfg.data.ref_frames)
+    sampler = build_sampler(raw.est_frames, np.array([len(t) for t in raw.tokens]), cfg,
+                            shuffle=False)
+    collate = WavCollator(sampler.plan, raw.est_frames,
+                          featurizer if device.type == "cpu" else None)
+    loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, cfg.data.shuffle_seed),
+                        batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                        worker_init_fn=worker_init if workers else None,
+                        generator=torch.Generator().manual_seed(0))
+    total = torch.zeros(cfg.audio.n_mels, dtype=torch.float64)
+    total_sq = torch.zeros(cfg.audio.n_mels, dtype=torch.float64)
+    frames = 0
+    seen: set[int] = set()
+    for batch in loader:
+        if batch is None:
+            continue
+        if collate.featurizer is None:
+            batch = featurizer(batch, device)
+        first = []
+        for i in batch["indices"].tolist():
+            first.append(i not in seen)
+            seen.add(i)
+        keep = torch.tensor(first, device=batch["mel"].device)
+        real = torch.arange(batch["mel"].shape[1], device=keep.device)[None, :] \
+            < batch["mel_lengths"][:, None]  # [B, T]
+        m = batch["mel"][real & keep[:, None]].double().cpu()  # [frames, n_mels]
+        total += m.sum(0)
+        total_sq += (m * m).sum(0)
+        frames += m.shape[0]
+    mean, std = mel_mean_std(total.numpy(), total_sq.numpy(), frames)
+    return mean.astype(np.float32), std.astype(np.float32)
 
 
 def read_raw_splits(data: str | Path, cfg: Config, tokenizer: Any = None
@@ -249,7 +279,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
                           rank: int = 0, world_size: int = 1, seed: int | None = None,
                           shuffle: bool = True, num_workers: int | None = None,
                           raw_splits: tuple[dict[str, RawSplit], Any, list[str]] | None = None,
-                          batch_sizes: list[int] | None = None, max_utterances: int = 0
+                          plan: BucketPlan | None = None, max_utterances: int = 0
                           ) -> tuple[OnTheFlyLoader, BucketBatchSampler]:
     """Like ``build_loader`` but over a raw dataset; features on ``cfg.data.data_device``.
 
@@ -257,7 +287,7 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     dataset's cleaned texts, like prepare. ``mel_stats``: a FeatureStore or ``(mean, std)``;
     default: computed by one pass on first use of ``loader.mel_mean``. ``raw_splits``:
     the result of :func:`read_raw_splits`, to build the train and val loaders from one read.
-    ``batch_sizes``, ``max_utterances``: as in ``build_loader``.
+    ``plan``, ``max_utterances``: as in ``build_loader``.
     Returns ``(loader, sampler)``.
     """
     if split not in SPLITS:
@@ -270,13 +300,10 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     seed = cfg.data.shuffle_seed if seed is None else int(seed)
     text_lengths = np.array([len(t) for t in raw.tokens], np.int64)
     sampler = build_sampler(raw.est_frames, text_lengths, cfg, rank=rank, world_size=world_size,
-                            seed=seed, shuffle=shuffle, batch_sizes=batch_sizes,
-                            max_utterances=max_utterances)
+                            seed=seed, shuffle=shuffle, plan=plan, max_utterances=max_utterances)
     if isinstance(mel_stats, FeatureStore):
         mel_stats = (mel_stats.mel_mean, mel_stats.mel_std)
-    workers = worker_count(cfg.data.num_workers if num_workers is None else int(num_workers))
-    if workers < 0:
-        workers = default_onthefly_workers()
+    workers = _workers(cfg, num_workers)
     extra: dict[str, Any] = {}
     if workers > 0:
         extra = dict(persistent_workers=True, prefetch_factor=PREFETCH_PER_WORKER,
@@ -286,17 +313,19 @@ def build_onthefly_loader(data: str | Path, cfg: Config, *, split: str = "train"
     # pinned host memory for an asynchronous copy to a GPU (features or training); a CPU run
     # on a GPU machine starts no CUDA
     pin = torch.cuda.is_available() and (device.type == "cuda" or cfg.train.device != "cpu")
-    collate: Any = WavCollator(sampler.shape_table(), raw.est_frames, featurizer)
+    wavs = WavCollator(sampler.plan, raw.est_frames, featurizer)
+    collate: Any = wavs
+    slots = None
     if workers > 0 and featurizer is not None:
         # Finished batches reach the main process through each worker's reused shared-memory
         # slots (``slots.SlotCollator``: used as they are by a CPU run, copied into pinned
         # memory for a GPU), not through a new shared-memory segment per tensor per batch.
-        collate = SlotCollator(collate, slot_bytes(sampler.shape_table(), cfg.audio.n_mels,
-                                                   cfg.data.ref_frames))
+        slots = Slots(slot_bytes(sampler.plan, cfg.audio.n_mels, cfg.data.ref_frames))
+        collate = SlotCollator(wavs, slots)
     loader = DataLoader(RawAudioDataset(raw, cfg.audio, cfg.data.ref_frames, seed),
-                        batch_sampler=BatchStream(sampler) if workers else EpochBatches(sampler),
-                        collate_fn=collate,
-                        num_workers=workers, pin_memory=pin and not isinstance(collate, SlotCollator),
+                        batch_sampler=WorkerStream(sampler) if workers else sampler,
+                        collate_fn=collate, num_workers=workers,
+                        pin_memory=pin and slots is None,
                         generator=torch.Generator().manual_seed(seed), **extra)
-    return OnTheFlyLoader(loader, sampler, cfg, device, tokenizer, speakers, raw, mel_stats,
-                          pin=pin), sampler
+    return OnTheFlyLoader(loader, sampler, wavs, slots, cfg, device, tokenizer, speakers, raw,
+                          mel_stats, pin=pin), sampler

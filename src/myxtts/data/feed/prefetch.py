@@ -1,17 +1,20 @@
-"""Copy upcoming batches to the GPU while the current one computes.
+"""The feed of host-side batches: counted on the host, copied to the device ahead of use,
+cast to the model's dtypes there.
 
 Why: a host->device copy issued on the compute stream serialises with the model (the GPU
 idles during the copy, and a blocking copy stalls the Python thread). Here the next
-``num_batches`` batches are copied on a side CUDA stream from pinned memory with
+``ahead`` batches are copied on a side CUDA stream from pinned memory with
 ``non_blocking=True``; the compute stream waits on each copy's event (a GPU-side wait, no
 host sync), and every moved tensor is ``record_stream``-ed on the compute stream so the
-caching allocator does not reuse its memory while kernels that read it are queued. On the
-CPU the prefetcher is a pass-through. :class:`PrefetchFeed` is the store path's
-``feed.DeviceFeed``.
+caching allocator does not reuse its memory while kernels that read it are queued. The cast
+(``data.batch.to_model_dtypes``: the float16 mels a store batch travels in) runs on the copy
+stream too. On the CPU nothing is copied: the batches pass through, cast. :class:`CopyFeed`
+is the store path's ``protocol.DeviceFeed``; validation and the vocoder feed from it too.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -22,149 +25,92 @@ from myxtts.data.batch import Batch, to_model_dtypes
 from myxtts.data.feed.protocol import real_frames
 
 
-def _map_tensors(obj: Any, fn: Any) -> Any:
-    """Apply ``fn`` to every tensor inside dicts / lists / tuples; other values pass."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn) for v in obj]
-    if isinstance(obj, tuple):
-        mapped = [_map_tensors(v, fn) for v in obj]
-        return type(obj)(*mapped) if hasattr(obj, "_fields") else tuple(mapped)
-    return obj
+class CopyFeed:
+    """``protocol.DeviceFeed`` of host batches: each ``iter()`` is one pass of ``source``
+    (a re-iterable of batch dicts, e.g. one epoch of a loader), yielding ``(batch on device
+    in the model's dtypes, real mel frames)``.
 
-
-def _each_tensor(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _each_tensor(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from _each_tensor(v)
-
-
-class DevicePrefetcher:
-    """Iterate ``iterable`` with its batches already on ``device``.
-
-    On CUDA up to ``num_batches`` batches are in flight: when batch k is handed out, the
-    copy of batch k+num_batches is issued, so it overlaps the compute of batch k.
-    Each ``iter()`` starts a fresh pass over ``iterable`` (one epoch of a DataLoader).
-    ``transform`` runs on each batch on the device, on the copy stream (the trainer's casts
-    the float16 mels to float32 there). ``copy_log`` receives a (start, end) CUDA event pair
-    per batch around its copy and transform (``myxtts profile``; training passes none).
+    On CUDA up to ``ahead`` batches are in flight: when batch k is handed out, the copy of
+    batch k+ahead is issued, so it overlaps the compute of batch k. Other devices copy
+    in place (``tensor.to``). ``frames`` counts a host batch's real mel frames before it is
+    copied (default ``real_frames``; None: not counted, 0 reported). ``copy_log`` receives a
+    (start, end) CUDA event pair per batch around its copy and cast (``myxtts profile``;
+    training passes none). Values that are not tensors pass as they are.
     """
 
-    def __init__(self, iterable: Iterable[Any], device: str | torch.device,
-                 num_batches: int = 2, transform: Callable[[Any], Any] | None = None,
-                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
-        if num_batches < 1:
-            raise ValueError(f"num_batches must be >= 1 (data.prefetch_batches), got {num_batches}")
-        self.iterable = iterable
+    def __init__(self, source: Iterable[Batch], device: str | torch.device, ahead: int = 2,
+                 copy_log: list[tuple[Any, Any]] | None = None,
+                 frames: Callable[[Batch], int] | None = real_frames) -> None:
+        if ahead < 1:
+            raise ValueError(f"a feed copies at least 1 batch ahead (data.prefetch_batches), "
+                             f"got {ahead}")
+        self.source, self.ahead, self.copy_log, self.frames = source, int(ahead), copy_log, frames
         self.device = torch.device(device)
-        self.num_batches = int(num_batches)
-        self.transform = transform
-        self.copy_log = copy_log
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._stream: torch.cuda.Stream | None = None  # the side stream (first CUDA pass)
+        # the current pass's (device batch, real frames, copy-done event, host batch)
+        self._queue: deque[tuple[Batch, int, Any, Batch]] = deque()
+        self._ready: list[int] = []  # copies done whenever the trainer asked (occupancy)
 
-    def __len__(self) -> int:
-        return len(self.iterable)  # type: ignore[arg-type]  # TypeError if it has none
-
-    def __iter__(self) -> Iterator[Any]:
-        if self.device.type == "cuda":
-            return self._cuda_iter()
-        if self.device.type == "cpu":
-            batches: Iterable[Any] = self.iterable
-        else:
-            batches = (_map_tensors(b, lambda t: t.to(self.device)) for b in self.iterable)
-        return iter(batches) if self.transform is None else map(self.transform, batches)
-
-    def _cuda_iter(self) -> Iterator[Any]:
-        device = self.device
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        copy_stream = torch.cuda.Stream(device)
-        source = iter(self.iterable)
-        # Each entry: (batch on device, copy-done event, host batch kept alive until used).
-        # Tensors already on the GPU are passed through by .to() (no copy, no stream hop).
-        queue: deque[tuple[Any, torch.cuda.Event, Any]] = deque()
-
-        def to_device(t: torch.Tensor) -> torch.Tensor:
-            if t.device.type == "cpu" and not t.is_pinned():
-                t = t.pin_memory()  # non_blocking H2D is only truly async from pinned memory
-            return t.to(device, non_blocking=True)
-
-        def issue() -> bool:
-            try:
-                host = next(source)
-            except StopIteration:
-                return False
-            timed = self.copy_log is not None
-            with torch.cuda.stream(copy_stream):
+    def __iter__(self) -> Iterator[tuple[Batch, int]]:
+        device, count = self.device, self.frames
+        if device.type != "cuda":
+            for host in self.source:
+                n = count(host) if count is not None else 0
+                moved = host if device.type == "cpu" else {
+                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in host.items()}
+                yield to_model_dtypes(moved), n
+            return
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device)
+        copy, source = self._stream, iter(self.source)
+        queue = self._queue = deque()  # this pass's copies (a pass left early drops its own)
+        timed, issue, handing = self.copy_log is not None, self.ahead, None
+        while True:
+            # issue copies: `ahead` at the start, then one per batch handed out (batch
+            # k+ahead's copy is issued before batch k is handed out: it overlaps k's compute)
+            for host in itertools.islice(source, issue):
+                n = count(host) if count is not None else 0
+                with torch.cuda.stream(copy):
+                    if timed:
+                        start = torch.cuda.Event(enable_timing=True)
+                        start.record(copy)
+                    # non_blocking H2D is only truly async from pinned memory; tensors
+                    # already on the GPU pass through .to() (no copy, no stream hop)
+                    moved = to_model_dtypes({k: (v if v.is_cuda or v.is_pinned() else
+                                                 v.pin_memory()).to(device, non_blocking=True)
+                                             if isinstance(v, torch.Tensor) else v
+                                             for k, v in host.items()})
+                    done = torch.cuda.Event(enable_timing=timed)
+                    done.record(copy)
                 if timed:
-                    start = torch.cuda.Event(enable_timing=True)
-                    start.record(copy_stream)
-                moved = _map_tensors(host, to_device)
-                if self.transform is not None:
-                    moved = self.transform(moved)
-                done = torch.cuda.Event(enable_timing=timed)
-                done.record(copy_stream)
-            if timed:
-                self.copy_log.append((start, done))
-            queue.append((moved, done, host))
-            return True
-
-        for _ in range(self.num_batches):
-            if not issue():
-                break
-        while queue:
-            moved, done, _host = queue.popleft()
+                    self.copy_log.append((start, done))
+                queue.append((moved, n, done, host))  # the host batch lives until handed out
+            if handing is not None:
+                yield handing
+            if not queue:
+                return
+            self._ready.append(sum(1 for entry in queue if entry[2].query()))
+            moved, n, done, _held = queue.popleft()  # the host batch: alive until the next
             compute = torch.cuda.current_stream(device)
             compute.wait_event(done)  # GPU-side wait; the host does not block
-            for t in _each_tensor(moved):
-                if t.device.type == "cuda":
+            for t in moved.values():
+                if isinstance(t, torch.Tensor) and t.is_cuda:
                     t.record_stream(compute)
-            issue()  # overlap the next copy with this batch's compute
-            yield moved
-
-
-class _Counted:
-    """Re-iterable: each pass of ``loader`` as ``(batch, real frames)`` pairs."""
-
-    def __init__(self, loader: Iterable[Batch]) -> None:
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        for batch in self.loader:
-            yield batch, real_frames(batch)
-
-
-def _model_dtypes(pair: tuple[Batch, int]) -> tuple[Batch, int]:
-    batch, frames = pair
-    return to_model_dtypes(batch), frames  # type: ignore[return-value]
-
-
-class PrefetchFeed:
-    """``feed.DeviceFeed`` of a host-side loader (the store path): each pass copies the
-    loader's batches to ``device`` ahead of use (:class:`DevicePrefetcher`, ``num_batches``
-    in flight) and casts them to the model's dtypes on the copy stream. Nothing runs between
-    passes, so ``close`` has nothing to stop and there are no slots to report."""
-
-    def __init__(self, loader: Iterable[Batch], device: str | torch.device, num_batches: int = 2,
-                 copy_log: list[tuple[Any, Any]] | None = None) -> None:
-        self.prefetcher = DevicePrefetcher(_Counted(loader), device, num_batches, _model_dtypes,
-                                           copy_log)
-
-    def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        return iter(self.prefetcher)
-
-    def close(self) -> None:
-        pass
+            handing, issue = (moved, n), 1
 
     def occupancy(self) -> float | None:
-        return None
+        """Batches whose copies had finished whenever the trainer asked for one, averaged
+        since the last call (``ahead``: the copies stay ahead of the step; 0: the step waits
+        for its batch's copy). None on the CPU, where nothing is copied ahead."""
+        if self.device.type != "cuda":
+            return None
+        ready, self._ready = self._ready, []
+        return sum(ready) / len(ready) if ready else 0.0
+
+    def close(self) -> None:
+        """Drop the batches copied ahead (their device memory) once their copies are done."""
+        if self._stream is not None:
+            self._stream.synchronize()
+        self._queue.clear()

@@ -1,7 +1,7 @@
 """The seam between the data pipeline and the training device: :class:`DeviceFeed`.
 
 A training loader (:class:`TrainLoader`: ``StoreLoader`` or ``OnTheFlyLoader``) builds its
-feed with ``device_feed(device)`` (store: ``prefetch.PrefetchFeed``; on the fly:
+feed with ``device_feed(device)`` (store: ``prefetch.CopyFeed``; on the fly:
 ``ring.SlotRing``), so the trainer never needs to know which path made it. Each
 ``iter(feed)`` is one pass and yields ``(batch, real_frames)``: the batch on the training
 device in the model's dtypes, and its real mel frames counted on the host before the batch
@@ -27,12 +27,13 @@ class DeviceFeed(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop whatever runs ahead (a producer thread); the feed is not iterated again."""
+        """Stop whatever runs ahead (a producer thread, copies in flight) and drop what it
+        made; the feed is not iterated again."""
         ...
 
     def occupancy(self) -> float | None:
         """Batches waiting ready whenever the trainer asked for one, averaged since the last
-        call (the progress bar's ``data_ready_slots``); None where the feed cannot tell."""
+        call (the progress bar's ``data_ready_slots``); None where nothing runs ahead."""
         ...
 
 

@@ -10,7 +10,7 @@ cut by ``audio.frames.crop_window``, so their STFT frames equal the full clip's.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from myxtts.audio.frames import crop_window, n_frames_for
 from myxtts.audio.io import AudioError, load_audio_span, read_span
 from myxtts.config import AudioConfig
 from myxtts.data.batch import Batch, RawBatch
-from myxtts.data.feed.buckets import ShapeTable
+from myxtts.data.feed.buckets import BucketPlan
 from myxtts.data.feed.dataset import mix64
 from myxtts.data.feed.features import Featurizer
 
@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RawSplit:
-    """One split of a raw dataset, tokenized, with header lengths and references."""
+    """One split of a raw dataset, tokenized, with header lengths and references, and what
+    loading its clips found out (``failed``, ``spans``): in shared memory, so every loader
+    of the split (the statistics pass, the train loader) and each of its workers, forked or
+    spawned, see one map."""
 
     ids: list[str]
     paths: list[str]
@@ -38,6 +41,18 @@ class RawSplit:
     language_ids: np.ndarray  # int64 [N]
     est_frames: np.ndarray  # int64 [N], upper bound of the mel frames (header, untrimmed)
     refs: np.ndarray  # int32 [N, refs_per_utterance], -1 = unused
+    # uint8 [N]: 1 = the clip failed to load once: reported then, skipped from then on
+    failed: torch.Tensor = field(init=False, repr=False, compare=False)
+    # int64 [N, 2]: [start, stop) of each loaded clip in its file where the clip is a plain
+    # slice of it (``audio.io.load_audio_span``), -1 before: a reference crop of such a clip
+    # is then read alone (``read_span``: a seek and ~3 s of samples) instead of decoding,
+    # checking and trimming the whole clip for it, ~15 % of an utterance's cost on the CPU
+    # data role.
+    spans: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.failed = torch.zeros(len(self.paths), dtype=torch.uint8).share_memory_()
+        self.spans = torch.full((len(self.paths), 2), -1, dtype=torch.int64).share_memory_()
 
 
 class RawAudioDataset(Dataset):
@@ -48,15 +63,7 @@ class RawAudioDataset(Dataset):
         self.audio = audio
         self.ref_frames = int(ref_frames)
         self.seed = int(seed)
-        # 1 = the clip failed to load once: reported then, skipped from then on. Shared
-        # memory: every loader worker (forked or spawned) and the main process see one map.
-        self.failed = torch.zeros(len(split.paths), dtype=torch.uint8).share_memory_()
-        # [start, stop) of each loaded clip in its file where the clip is a plain slice of
-        # it (``audio.io.load_audio_span``), -1 before: a reference crop of such a clip is
-        # then read alone (``read_span``: a seek and ~3 s of samples) instead of decoding,
-        # checking and trimming the whole clip for it, ~15 % of an utterance's cost on the
-        # CPU data role. Shared like ``failed``.
-        self.spans = torch.full((len(split.paths), 2), -1, dtype=torch.int64).share_memory_()
+        self.failed, self.spans = split.failed, split.spans  # the split's, shared (RawSplit)
         self._views: tuple[np.ndarray, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -143,10 +150,9 @@ class RawAudioDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.item(int(i), 0)
 
-    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
-        epoch = 0
-        if isinstance(indices, tuple) and len(indices) == 2 and not np.isscalar(indices[1]):
-            epoch, indices = indices
+    def __getitems__(self, task: tuple[int, list[int]]) -> list[dict[str, Any]]:
+        """The items of one batch, ``(epoch, indices)`` as the sampler yields it."""
+        epoch, indices = task
         return [self.item(int(i), epoch) for i in indices]
 
 
@@ -155,9 +161,9 @@ class WavCollator:
     (``data.batch.RAW_FIELDS``; picklable); with a ``featurizer``, also compute the batch's
     features there (on the CPU) and return the ``Batch``."""
 
-    def __init__(self, shape_table: ShapeTable, est_frames: np.ndarray,
+    def __init__(self, plan: BucketPlan, est_frames: np.ndarray,
                  featurizer: Featurizer | None = None) -> None:
-        self.shape_table = shape_table
+        self.plan = plan
         self.est_frames = est_frames
         self.featurizer = featurizer
 
@@ -175,7 +181,7 @@ class WavCollator:
         would have a shape no CUDA graph was captured for, and would run uncaptured beside
         the graphs' memory pool. None if no clip of the batch is usable."""
         # the bucket from every clip drawn, failed ones included: it is the sampler's shape
-        n_frames, n_tokens = self.shape_table.shape_for(
+        n_frames, n_tokens = self.plan.shape_for(
             int(self.est_frames[[it["index"] for it in items]].max()))
         usable = [it for it in items if "wav" in it]
         if not usable:

@@ -2,13 +2,16 @@
 
 Why buckets: a batch pads to its longest utterance, and every new shape costs a recompile,
 autotune and allocator churn. Each bucket pads to ONE mel edge, ONE text cap and ONE batch
-size, so an epoch uses at most ``num_buckets`` shapes; the edges come from
-``data.feed.buckets.choose_boundaries`` (an exact DP minimising frames per epoch, padding and
-fill repeats included). Fill repeats: a bucket's last batch is filled with other utterances
-of the bucket drawn from the (seed, epoch) generator, never cut short (a new shape) or
-dropped (unseen data); a few utterances (< one batch per bucket) are seen twice. The plan of
-epoch ``e`` depends only on ``(seed, e)``. Only lengths are read: planning the buckets of a
-million utterances takes ~0.2 s, an epoch's batches ~0.1 s.
+size, so an epoch uses at most ``num_buckets`` shapes; the sampler batches by a
+``data.feed.buckets.BucketPlan`` made before it (an exact DP minimising frames per epoch,
+padding and fill repeats included; the batch sizes the trainer may have measured). Every
+batch is handed out as ``(epoch, indices)``: the epoch travels with it to loader workers,
+which ``set_epoch`` in the training process never reaches. Fill repeats: a bucket's last
+batch is filled with other utterances of the bucket drawn from the (seed, epoch) generator,
+never cut short (a new shape) or dropped (unseen data); a few utterances (< one batch per
+bucket) are seen twice. The plan of epoch ``e`` depends only on ``(seed, e)``. Only lengths
+are read: planning the buckets of a million utterances takes ~0.2 s, an epoch's batches
+~0.1 s.
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 from torch.utils.data import Sampler
 
-from myxtts.data.batch import PAD_MULTIPLE, round_up
-from myxtts.data.feed.buckets import ShapeTable, bucket_index, choose_boundaries
+from myxtts.data.feed.buckets import BucketPlan, bucket_index, check_lengths
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,9 @@ def capped_subset(n: int, cap: int, seed: int) -> np.ndarray | None:
     return np.sort(rng.choice(n, size=cap, replace=False))
 
 
-class BucketBatchSampler(Sampler[list[int]]):
-    """Yields lists of utterance indices, one length bucket (= one tensor shape) per batch.
-
-    Use as ``DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(sampler.shape_table(), ...))``.
+class BucketBatchSampler(Sampler[tuple[int, list[int]]]):
+    """Yields ``(epoch, indices)``, one length bucket (= one tensor shape) per batch, as
+    ``plan`` (``buckets.plan_buckets``) lays the buckets out.
 
     Iteration semantics (kept deliberately simple):
 
@@ -74,11 +75,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     and fill every epoch.
 
     ``only``: indices of the utterances to draw from (e.g. :func:`capped_subset`'s); the
-    others are never batched and do not shape the buckets. None: all.
-
-    ``batch_sizes``: one batch size per bucket (e.g. the largest that fits a GPU, measured by
-    the trainer's auto budget) instead of ``batch_frames // edge``; the edges themselves are
-    still planned with ``batch_frames``, so the same lengths and budget give the same buckets.
+    others are never batched and the plan must be made of the drawn ones' lengths alone.
+    None: all.
 
     Resume: ``state_dict(consumed)`` records epoch and position. ``consumed`` is the
     number of batches the consumer actually took from the *current pass* (a DataLoader
@@ -86,76 +84,39 @@ class BucketBatchSampler(Sampler[list[int]]):
     it defaults to the number yielded in this pass.
     """
 
-    def __init__(self, mel_lengths: np.ndarray, text_lengths: np.ndarray, batch_frames: int,
-                 max_batch_size: int = 0, num_buckets: int = 10, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, pad_multiple: int = 8, shuffle: bool = True,
-                 fill_cost: float = 1.0, batch_sizes: list[int] | None = None,
+    def __init__(self, mel_lengths: np.ndarray, text_lengths: np.ndarray, plan: BucketPlan,
+                 seed: int = 0, rank: int = 0, world_size: int = 1, shuffle: bool = True,
                  only: np.ndarray | None = None) -> None:
         super().__init__()
-        mel = np.asarray(mel_lengths)
-        text = np.asarray(text_lengths)
-        if mel.ndim != 1 or text.shape != mel.shape or len(mel) == 0:
-            raise ValueError(f"mel_lengths and text_lengths must be equal-length non-empty 1-D "
-                             f"arrays, got shapes {mel.shape} and {text.shape}")
-        if not (np.issubdtype(mel.dtype, np.integer) and np.issubdtype(text.dtype, np.integer)):
-            raise ValueError(f"lengths must be integer arrays, got {mel.dtype} and {text.dtype}")
-        if mel.min() < 1 or text.min() < 0:
-            raise ValueError(f"mel lengths must be >= 1 and text lengths >= 0; got min mel "
-                             f"{int(mel.min())}, min text {int(text.min())} (empty utterance in the store?)")
+        self.mel_lengths, self.text_lengths = check_lengths(mel_lengths, text_lengths)
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
-        if pad_multiple < 1 or num_buckets < 1 or max_batch_size < 0 or fill_cost < 0:
-            raise ValueError(f"need pad_multiple >= 1, num_buckets >= 1, max_batch_size >= 0, "
-                             f"fill_cost >= 0; got {pad_multiple}, {num_buckets}, {max_batch_size}, "
-                             f"{fill_cost}")
-        self.mel_lengths = mel.astype(np.int64)
-        self.text_lengths = text.astype(np.int64)
+        n = len(self.mel_lengths)
         # the utterances drawn from (indices into the lengths): all, or a fixed subset
         self.only = None if only is None else np.unique(np.asarray(only, dtype=np.int64))
         if self.only is not None and (len(self.only) == 0 or self.only[0] < 0
-                                      or self.only[-1] >= len(mel)):
-            raise ValueError(f"only must hold indices in [0, {len(mel)}), got {len(self.only)} "
+                                      or self.only[-1] >= n):
+            raise ValueError(f"only must hold indices in [0, {n}), got {len(self.only)} "
                              f"ranging {self.only[:1]}..{self.only[-1:]}")
-        drawn = np.arange(len(mel)) if self.only is None else self.only
-        self.batch_frames = int(batch_frames)
-        self.max_batch_size = int(max_batch_size)
-        self.num_buckets = int(num_buckets)
+        drawn = np.arange(n) if self.only is None else self.only
+        plan.bucket_for(int(self.mel_lengths[drawn].max()))  # the plan holds every utterance
+        self.plan = plan
+        self.num_buckets = plan.num_buckets
         self.seed = int(seed)
         self.rank = int(rank)
         self.world_size = int(world_size)
-        self.pad_multiple = int(pad_multiple)
         self.shuffle = bool(shuffle)
-        self.fill_cost = float(fill_cost)
 
-        longest = int(self.mel_lengths[drawn].max())
-        needed = int(round_up(longest, self.pad_multiple))
-        if self.batch_frames < needed:
-            raise ValueError(
-                f"data.batch_frames={self.batch_frames} cannot hold the longest utterance ({longest} "
-                f"frames, padded to {needed}); raise data.batch_frames to at least {needed} or lower "
-                f"data.max_duration_s")
-
-        bounds = choose_boundaries(self.mel_lengths[drawn], self.num_buckets, self.batch_frames,
-                                   self.max_batch_size, self.pad_multiple, self.fill_cost)
+        bounds = np.asarray(plan.boundaries, dtype=np.int64)
         self.bucket_of = bucket_index(bounds, self.mel_lengths)  # [N]
         # Stable: members keep index order. On int16 (at most _MAX_CANDIDATES buckets) numpy
         # sorts by radix, ~7x faster than on int64.
         order = drawn[np.argsort(self.bucket_of[drawn].astype(np.int16), kind="stable")]
         counts = np.bincount(self.bucket_of[drawn], minlength=len(bounds))
         self._members: list[np.ndarray] = np.split(order, np.cumsum(counts)[:-1])  # sorted idx
-        if batch_sizes is not None:  # explicit, one per bucket (the trainer's auto budget)
-            if len(batch_sizes) != len(bounds) or min(batch_sizes) < 1:
-                raise ValueError(f"batch_sizes must give each of the {len(bounds)} buckets a size "
-                                 f">= 1, got {list(batch_sizes)}")
-            sizes = np.asarray(batch_sizes, dtype=np.int64)
-        else:
-            sizes = self.batch_frames // bounds
-            if self.max_batch_size:
-                sizes = np.minimum(sizes, self.max_batch_size)
-        self.boundaries: list[int] = [int(b) for b in bounds]
-        self.bucket_batch_sizes: list[int] = [max(1, int(s)) for s in sizes]
-        self.text_caps: list[int] = [
-            int(round_up(max(int(self.text_lengths[m].max()), 1), PAD_MULTIPLE)) for m in self._members]
+        self.boundaries: list[int] = list(plan.boundaries)
+        self.bucket_batch_sizes: list[int] = list(plan.batch_sizes)
+        self.text_caps: list[int] = list(plan.text_caps)
         self.bucket_counts: list[int] = [int(c) for c in counts]
         self.bucket_num_batches: list[int] = [
             -(-c // b) for c, b in zip(self.bucket_counts, self.bucket_batch_sizes)]
@@ -166,8 +127,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         if self.only is not None:
             digest.update(b"|only|" + self.only.tobytes())
         self.fingerprint = digest.hexdigest()[:16]
-        plan = repr((self.boundaries, self.bucket_batch_sizes, self.text_caps, self.shuffle))
-        self._plan_hash = hashlib.sha256(plan.encode()).hexdigest()[:16]
+        plan_repr = repr((self.boundaries, self.bucket_batch_sizes, self.text_caps, self.shuffle))
+        self._plan_hash = hashlib.sha256(plan_repr.encode()).hexdigest()[:16]
 
         self._epoch = 0
         self._start = 0
@@ -239,7 +200,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self._pass_epoch, self._pass_start, self._yielded = None, 0, 0
         self._pass_id += 1  # detach any running pass
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
         # Bookkeeping happens here, not in the generator body: the pass "starts" when
         # iter() is called (DataLoader does so when the loop begins), so a state_dict taken
         # before the first batch refers to this pass, not the previous one.
@@ -248,7 +209,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self._pass_epoch, self._pass_start, self._yielded = epoch, start, 0
         return self._run(epoch, start, self._pass_id)
 
-    def _run(self, epoch: int, start: int, pass_id: int) -> Iterator[list[int]]:
+    def _run(self, epoch: int, start: int, pass_id: int) -> Iterator[tuple[int, list[int]]]:
         mine = self.global_batches(epoch)[self.rank::self.world_size]
         last = len(mine) - 1
         for pos in range(start, len(mine)):
@@ -258,7 +219,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                     # Advance before handing out the last batch so a consumer that stops
                     # after exactly len(sampler) batches (zip, islice) still moves on.
                     self._epoch, self._start = epoch + 1, 0
-            yield mine[pos].tolist()
+            yield epoch, mine[pos].tolist()
 
     # ------------------------------------------------------------------ resume
 
@@ -335,10 +296,6 @@ class BucketBatchSampler(Sampler[list[int]]):
         return position
 
     # ------------------------------------------------------------------ reporting
-
-    def shape_table(self) -> ShapeTable:
-        return ShapeTable(tuple(self.boundaries), tuple(self.text_caps),
-                          tuple(self.bucket_batch_sizes))
 
     def shapes(self) -> list[tuple[int, int, int]]:
         """Distinct ``(B, L_text, T_mel)`` batch shapes."""

@@ -4,13 +4,14 @@ Why: by default a worker's batch reaches the main process through a NEW shared-m
 segment per tensor per batch; creating, faulting in, mapping and unmapping ~10 MB of fresh
 pages every batch costs far more than assembling the batch (measured: ~25 ms vs ~3 ms per
 LJSpeech batch on a 2-core VM). Here each worker owns a few preallocated shared slots,
-builds every batch straight into a free one (a ``Collator`` writes its arrays there; any
-other collate function's batch is copied in) and sends only a descriptor.
+builds every batch straight into a free one (``Slots.write``: a store's batch is built there,
+``dataset.StoreBatches``; an on-the-fly collate function's batch is copied in,
+:class:`SlotCollator`) and sends only a descriptor.
 
 What the training process does with a slot's batch:
 - training on the CPU: hands out tensors that ARE the slot (no copy; a 5 MB copy per batch
   cost 0.8 ms, as much as building the batch). The slot goes back to its worker once
-  nothing holds any of the batch's arrays (``collate.unreferenced``, what ``BufferPool``
+  nothing holds any of the batch's arrays (``buffers.unreferenced``, what ``BufferPool``
   reuses its buffers by), checked at every batch taken;
 - training on a GPU: copies the batch into pinned memory (an asynchronous copy to the GPU
   needs it) and gives the slot back at once.
@@ -26,6 +27,7 @@ each worker's batches arrive in the order it made them.
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from collections.abc import Callable, Iterator
@@ -38,8 +40,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from myxtts.config import ConfigError
 from myxtts.data.batch import Batch, BatchShape, numpy_dtype, round_up
-from myxtts.data.feed.collate import Specs, unreferenced
-from myxtts.data.feed.stream import BatchGroup
+from myxtts.data.feed.buffers import Specs, unreferenced
 
 PREFETCH_PER_WORKER = 2  # tasks (a batch, or a group of them) requested ahead from each worker
 # Slots beyond a worker's batches in flight: the batches the training process holds (the
@@ -76,10 +77,10 @@ ALIGN = 64  # byte alignment of every tensor inside a slot
 FREE, WRITING = 0, -1  # header values; a written slot holds its batch's sequence number (> 0)
 
 
-def slot_bytes(table: Any, n_mels: int, ref_frames: int, transfer: bool = False) -> int:
-    """Bytes of the largest batch the Collator can produce for these buckets."""
+def slot_bytes(plan: Any, n_mels: int, ref_frames: int, transfer: bool = False) -> int:
+    """Bytes of the largest batch of a bucket plan (``buckets.BucketPlan``)."""
     return max(BatchShape(batch, l_text, t_mel, ref_frames, n_mels).nbytes(ALIGN, transfer)
-               for t_mel, l_text, batch in zip(table.boundaries, table.text_caps, table.batch_sizes))
+               for t_mel, l_text, batch in zip(plan.boundaries, plan.text_caps, plan.batch_sizes))
 
 
 class SlotRef(NamedTuple):
@@ -91,13 +92,15 @@ class SlotRef(NamedTuple):
     layout: tuple[tuple[str, torch.dtype, tuple[int, ...], int], ...]  # key, dtype, shape, offset
 
 
-class SlotCollator:
-    """``collate_fn`` for loader workers: the wrapped collate function's batch, in this
-    worker's next free shared slot. A collator with an ``alloc`` parameter (``Collator``)
-    builds into the slot; any other's batch is copied in."""
+Build = Callable[[Callable[[Specs], dict[str, np.ndarray] | None] | None], Batch | None]
 
-    def __init__(self, collator: Callable[..., Any], slot_bytes: int, group: int = 1) -> None:
-        self.collator = collator
+
+class Slots:
+    """Every loader worker's shared batch slots (allocated in the training process before the
+    workers start: they inherit the segments). Worker side :meth:`write`, training-process
+    side :meth:`take` (:meth:`receive` for a whole pass of a DataLoader)."""
+
+    def __init__(self, slot_bytes: int, group: int = 1) -> None:
         self.slot_bytes = int(slot_bytes)
         self.slots = slots_per_worker(group)
         self.buffers: torch.Tensor | None = None  # uint8 [workers, slots, slot_bytes], shared
@@ -127,49 +130,32 @@ class SlotCollator:
 
     # ------------------------------------------------------------ worker side
 
-    def __call__(self, items: Any) -> Any:
-        """A batch's items -> its ``SlotRef`` (or the batch itself, see the module doc); a
-        ``BatchGroup`` of them -> a ``BatchGroup`` of those."""
-        if isinstance(items, BatchGroup):
-            return BatchGroup(self._one(it) for it in items)
-        return self._one(items)
-
-    def _one(self, items: Any) -> Batch | SlotRef | None:
+    def write(self, build: Build) -> Batch | SlotRef | None:
+        """``build(alloc)``'s batch in this worker's next free slot: ``alloc(specs)`` (every
+        field's shape and dtype) gives the slot's arrays to build in, or None where they do not
+        fit. Returns the batch's ``SlotRef``, or the batch in memory of its own where no slot
+        is free (every slot held by the training process) or it did not fit; outside a worker
+        (or before the slots exist) ``build(None)``'s batch."""
         info = get_worker_info()
         if info is None or self.buffers is None:
-            return self.collator(items)
+            return build(None)
         buffers, headers = self._views()
         header = headers[info.id]
         free = np.flatnonzero(header == FREE)
         if not len(free):  # every slot held by the training process: memory of its own
-            return _owned(self.collator(items))
+            return _owned(build(None))
         k = int(free[0])
         header[k] = WRITING
         slot = buffers[info.id, k]
         layout: list[tuple[str, torch.dtype, tuple[int, ...], int]] = []
-
-        def alloc(specs: Specs) -> dict[str, np.ndarray] | None:
-            return _place(slot, specs, layout)
-
         try:
-            if getattr(self.collator, "builds_into", False):
-                batch = self.collator(items, alloc=alloc)
-            else:
-                batch = self.collator(items)
-                if batch is not None:
-                    specs = {key: (tuple(t.shape), t.dtype) for key, t in batch.items()}
-                    arrays = _place(slot, specs, layout)
-                    if arrays is not None:
-                        for key, t in batch.items():
-                            # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_
-                            # with a busy second core measures 15x slower than memcpy speed).
-                            np.copyto(arrays[key], t.numpy())
+            batch = build(lambda specs: _place(slot, specs, layout))
         except BaseException:
             header[k] = FREE  # the error reaches the training process; the slot stays usable
             raise
         if batch is None or not layout:  # nothing to send, or larger than a slot
             header[k] = FREE
-            return batch if batch is None or layout else _owned(batch)
+            return batch if batch is None else _owned(batch)
         self._count += 1
         header[k] = self._count
         return SlotRef(info.id, k, self._count, tuple(layout))
@@ -221,19 +207,44 @@ class SlotCollator:
         """Slots whose batches the consumer still holds (as of the last batch taken)."""
         return len(self._held)
 
-    def batches(self, dataloader: DataLoader, pin: bool) -> Iterator[Any]:
-        """One pass of ``dataloader`` (whose ``collate_fn`` is this), batches taken out of
-        the slots; the slots are allocated on the first pass, before the workers start."""
+    def receive(self, dataloader: DataLoader, pin: bool, grouped: bool = False
+                ) -> Iterator[Batch | None]:
+        """One pass of ``dataloader``, whose workers write into these slots, batches taken out
+        of them (``grouped``: each task's result is a list of several batches'). The slots are
+        allocated on the first pass, before the workers start."""
         if self.buffers is None:
             self.allocate(dataloader.num_workers)
         for task in dataloader:
-            for out in task if isinstance(task, BatchGroup) else (task,):
-                if isinstance(out, SlotRef):
+            for out in task if grouped else (task,):
+                if isinstance(out, SlotRef):  # else a batch in memory of its own, or None
                     yield self.take(out, pin)
                 elif pin and out is not None:
-                    yield {k: v.pin_memory() for k, v in out.items()}
+                    yield {k: v.pin_memory() for k, v in out.items()}  # type: ignore[misc]
                 else:
                     yield out
+
+
+class SlotCollator:
+    """``collate_fn`` for loader workers: the wrapped collate function's batch (or None),
+    copied into this worker's next free slot of ``slots``."""
+
+    def __init__(self, collator: Callable[[Any], Batch | None], slots: Slots) -> None:
+        self.collator, self.slots = collator, slots
+
+    def __call__(self, items: Any) -> Batch | SlotRef | None:
+        return self.slots.write(functools.partial(self._copied, items))
+
+    def _copied(self, items: Any, alloc: Callable[[Specs], dict[str, np.ndarray] | None] | None
+                ) -> Batch | None:
+        batch = self.collator(items)
+        if batch is not None and alloc is not None:
+            arrays = alloc({key: (tuple(t.shape), t.dtype) for key, t in batch.items()})
+            if arrays is not None:
+                for key, t in batch.items():
+                    # numpy copies: one thread, no OpenMP pool wake-up (torch's copy_ with a
+                    # busy second core measures 15x slower than memcpy speed).
+                    np.copyto(arrays[key], t.numpy())
+        return batch
 
 
 def _place(slot: np.ndarray, specs: Specs, layout: list) -> dict[str, np.ndarray] | None:

@@ -34,7 +34,8 @@ MAX_PROBLEMS_SHOWN = 3
 @dataclass(frozen=True)
 class DataPlan:
     """How training would load the data: on the fly (a raw dataset) or from a store, and for
-    a healthy store its bucket table (``table``: the sampler's ShapeTable) for exact sizes."""
+    a healthy store its batch plan (``table``: a ``data.feed.buckets.BucketPlan``) for exact
+    sizes."""
 
     on_the_fly: bool = False
     table: Any = None
@@ -76,7 +77,7 @@ def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
                 ) -> tuple[list[Check], DataPlan]:
     """Integrity (``verify_store``), features matching ``cfg``, batching, read speed."""
     # deferred: the doctor runs without soundfile or soxr (module doc)
-    from myxtts.data.feed.loader import build_sampler
+    from myxtts.data.feed.loader import bucket_plan
     from myxtts.data.store import FeatureStore, StoreError, verify_store
     from myxtts.data.store.format import store_state
 
@@ -110,13 +111,13 @@ def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
         return checks + [Check("batches", "fail", "the train split is empty",
                                 f"prepare a dataset with more utterances ({rebuild})")], DataPlan()
     try:
-        sampler = build_sampler(store.mel_lengths, store.token_lengths, cfg)
+        plan = bucket_plan(store.mel_lengths, store.token_lengths, cfg)
     except ConfigError as e:
         return checks + [Check("batches", "fail", str(e), "--set data.batch_frames=N (the "
                                 "value the message names)")], DataPlan()
     from myxtts.data.feed.loader import store_batch_cost  # deferred: as above
 
-    return checks, DataPlan(False, sampler.shape_table(), store.n_mels,
+    return checks, DataPlan(False, plan, store.n_mels,
                             store_batch_cost(store, cfg))
 
 

@@ -20,7 +20,7 @@ import torch
 
 from myxtts.audio.io import PCM16_SCALE
 from myxtts.data.batch import Batch
-from myxtts.data.feed.prefetch import DevicePrefetcher
+from myxtts.data.feed.prefetch import CopyFeed
 from myxtts.data.store import FeatureStore
 
 
@@ -68,7 +68,7 @@ class SegmentBatches:
 
     def stream(self, start: int) -> Iterator[dict[str, torch.Tensor]]:
         """Batches ``start, start+1, ...`` (endless); pinned on CUDA-capable hosts so the
-        prefetcher's copies are asynchronous."""
+        feed's copies are asynchronous."""
         pin = torch.cuda.is_available()
         k = start
         while True:
@@ -76,39 +76,12 @@ class SegmentBatches:
             yield {key: v.pin_memory() for key, v in b.items()} if pin else b
             k += 1
 
+    def real_frames(self, batch: Batch) -> int:
+        """Mel frames of one of these batches: every segment is full length."""
+        return self.batch_size * self.n
+
     def device_feed(self, device: torch.device, start: int, num_batches: int,
-                    copy_log: list | None = None) -> SegmentFeed:
+                    copy_log: list | None = None) -> CopyFeed:
         """The trainer's ``data.feed.protocol.DeviceFeed``: batches ``start, start+1, ...``
         on ``device``, copied ``num_batches`` ahead on a side stream (one endless pass)."""
-        return SegmentFeed(self, device, start, num_batches, copy_log)
-
-
-class SegmentFeed:
-    """``DeviceFeed`` of :class:`SegmentBatches`: one endless pass of ``(batch on the device,
-    real mel frames)``; every segment is full length (batch size x segment frames)."""
-
-    def __init__(self, batches: SegmentBatches, device: torch.device, start: int,
-                 num_batches: int, copy_log: list | None = None) -> None:
-        self.prefetcher = DevicePrefetcher(_Counted(batches, start), device, num_batches,
-                                           copy_log=copy_log)
-
-    def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        return iter(self.prefetcher)
-
-    def close(self) -> None:
-        """Nothing runs ahead of the trainer (the batches are made as they are asked for)."""
-
-    def occupancy(self) -> float | None:
-        return None
-
-
-class _Counted:
-    """The host-side source: batches ``start, start+1, ...`` with their real frames."""
-
-    def __init__(self, batches: SegmentBatches, start: int) -> None:
-        self.batches, self.start = batches, start
-
-    def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        frames = self.batches.batch_size * self.batches.n
-        for batch in self.batches.stream(self.start):
-            yield batch, frames
+        return CopyFeed(self.stream(start), device, num_batches, copy_log, frames=self.real_frames)

@@ -25,8 +25,7 @@ from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import resolve_checkpoint
 from myxtts.artifacts.vocoder import mel_hash
 from myxtts.config import config_from_dict
-from myxtts.data.feed.collate import Collator
-from myxtts.data.feed.dataset import StoreDataset
+from myxtts.data.feed.dataset import StoreBatches
 from myxtts.data.store import FeatureStore
 from myxtts.model.xtts import build_model
 from myxtts.system import atomic_write
@@ -70,13 +69,12 @@ def teacher_forced_mels(tts_path: str | Path, store: FeatureStore, cache_dir: Pa
     model.load_state_dict(state[ck.MODEL])
     model = model.to(device).eval()
     out = np.empty(shape, np.float16)
-    dataset = StoreDataset(store, cfg.data.ref_frames, seed=0)
-    collate = Collator(None, store.n_mels, cfg.data.ref_frames)
+    batches = StoreBatches(store, None, cfg.data.ref_frames, seed=0)  # padded to each batch
     order = np.argsort(store.mel_lengths, kind="stable")  # similar lengths: little padding
     with torch.inference_mode():
         for a in range(0, len(order), BATCH):
             idx = order[a:a + BATCH].tolist()
-            batch = {k: v.to(device) for k, v in collate(dataset.__getitems__(idx)).items()}
+            batch = {k: v.to(device) for k, v in batches.batch(0, idx).items()}
             pred = model(batch, prenet_dropout=False)["mel_post"]  # [B, T, n] normalised
             mel = model.denormalize(pred).float().cpu().numpy()
             for j, i in enumerate(idx):
