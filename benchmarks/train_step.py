@@ -5,8 +5,8 @@
         [--peak-tflops N] [--inductor-cache DIR] [--budget-s S] [--data DIR | --store DIR]
         [--batch-frames N] [--threads N] [--set section.key=value]
 
-Every arm is a run built by the function ``myxtts train`` uses (``_trainer.Trainer``:
-``train.setup.build_setup``), so it has everything the trainer has on that device (memory
+Every arm is a run set up by the recipe ``myxtts train`` runs (``_trainer.Trainer``:
+``train.tts.TTSRecipe``), so it has everything the trainer has on that device (memory
 caps, auto batch sizes, warm-up of every bucket shape, CUDA graphs with the room beside
 them); arms differ only by config overrides, as a user's runs would.
 

@@ -171,11 +171,12 @@ def test_resume_without_naming_the_model_trains_the_runs_own(run, micro_store, c
 
 def test_changed_lr_takes_effect_on_resume(run, micro_store):
     from myxtts.train.engine import lr_factor
-    from myxtts.train.setup import build_setup
+    from myxtts.train.tts import TTSRecipe
     from tests.helpers import micro_config
 
     cfg = micro_config(run, "train.lr=0.123", "train.max_steps=10")
-    setup = build_setup(cfg, micro_store, run / "checkpoints" / "ckpt_00000004.pt")
+    setup = TTSRecipe(cfg, micro_store, run / "checkpoints" / "ckpt_00000004.pt")
+    setup.setup()
     want = 0.123 * lr_factor(4, setup.cfg.train)
     groups = setup.engine.state_dict()[ck.OPTIMIZER]["param_groups"]
     assert [g["lr"] for g in groups] == pytest.approx([want, want])

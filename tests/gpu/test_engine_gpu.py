@@ -28,7 +28,7 @@ from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.engine.budget import three_quarters
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.engine.lead import MAX_LEAD_STEPS
-from myxtts.train.setup import build_setup
+from myxtts.train.tts import TTSRecipe
 from tests.gpu.replay import assert_replays_like_eager
 from tests.helpers import micro_config
 
@@ -64,7 +64,8 @@ def test_sixteen_auto_sized_buckets_start_up_and_soak_with_memory_reserved_flat(
     cfg = load_config(preset="tiny", overrides=[
         "train.device=cuda", "data.num_buckets=16", "data.batch_frames=auto",
         f"train.output_dir={tmp_path / 'run'}", "train.tensorboard=false"])
-    run = build_setup(cfg, store16, None)
+    run = TTSRecipe(cfg, store16, show_progress=False)
+    run.setup()
     engine, startup = run.engine, run.engine.startup
     shapes = sorted(set(bucket_shapes(run.data.sampler, run.cfg)), key=lambda s: s.frames)
     assert len(shapes) >= 12 and startup is not None and startup.report is not None

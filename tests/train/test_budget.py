@@ -203,13 +203,13 @@ def test_the_loader_takes_one_batch_size_per_bucket(micro_store, tmp_path):
 
 def test_the_train_loader_is_built_once_for_the_engines_batch_sizes(micro_store, tmp_path,
                                                                      monkeypatch):
-    """``build_setup`` plans the buckets from the lengths, the engine sizes them (here sizes
+    """The TTS recipe's setup plans the buckets from the lengths, the engine sizes them (here sizes
     of its own, as ``data.batch_frames=auto`` measures them on a GPU), and only then is the
     train loader built, once, for that plan; the data position is restored on it."""
     import myxtts.train.data as data_mod
     from myxtts.train.data import bucket_shapes
     from myxtts.train.engine import TrainEngine
-    from myxtts.train.setup import build_setup
+    from myxtts.train.tts import TTSRecipe
 
     built: list[str] = []
     real = data_mod.build_loader
@@ -220,15 +220,16 @@ def test_the_train_loader_is_built_once_for_the_engines_batch_sizes(micro_store,
 
     seen: dict[str, Any] = {}
 
-    def prepare(engine, work):
+    def start_up(engine, work):
         seen["built"] = list(built)  # the loaders that existed when the engine sized buckets
         seen["sizes"] = [s.batch + 1 for s in work.shapes]
         return seen["sizes"]
 
     monkeypatch.setattr(data_mod, "build_loader", counting)
-    monkeypatch.setattr(TrainEngine, "prepare", prepare)
+    monkeypatch.setattr(TrainEngine, "start_up", start_up)
     cfg = micro_config(tmp_path)
-    run = build_setup(cfg, micro_store, None)
+    run = TTSRecipe(cfg, micro_store, show_progress=False)
+    run.setup()
     sizes = seen["sizes"]
     assert "train" not in seen["built"] and built.count("train") == 1  # built once, after
     assert run.data.sampler.bucket_batch_sizes == sizes

@@ -38,7 +38,7 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
     cfg = micro_config(tmp_path, "train.compile=on", "data.num_buckets=4")
     device = torch.device("cpu")
     data = open_train_data(cfg, micro_store, device, DistInfo(), None)
-    data.continue_from(None, TrainingProgress())
+    data.continue_from(TrainingProgress())
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
     engine = TrainEngine(cfg, model, device, DistInfo(), compile_backend=counting_backend)
     assert engine.compiled and engine.mode == "compiled"

@@ -4,7 +4,7 @@ Two sources, one result: a store folder (has ``manifest.json``) gives memory-map
 features; anything else is read as a raw dataset and featurised on the fly on
 ``data.data_device``. On resume the checkpoint's vocabulary must cover the data's (a store)
 or is used (on the fly), its mel statistics are reused, and the sampler continues mid-epoch
-from the checkpoint's position (:meth:`TrainData.continue_from`). A run that fine-tunes a
+from the record's position (:meth:`TrainData.continue_from`). A run that fine-tunes a
 trained model (``base``) speaks that model's vocabulary grown by the data's new symbols
 (:func:`model_vocabulary`): the data's ids are mapped into it on the host.
 
@@ -93,12 +93,11 @@ class TrainData:
         """:func:`check_vocabulary` of this data."""
         check_vocabulary(self.tokenizer, state, self.source)
 
-    def continue_from(self, state: dict[str, Any] | None, progress: ck.TrainingProgress) -> None:
-        """With a checkpoint ``state``: its vocabulary must match, and the sampler continues
-        at ``progress``'s data position (mapped onto a changed batch plan if need be).
-        ``progress.data_plan`` is set to the sampler's plan either way."""
-        if state is not None:
-            self.check_vocabulary(state)
+    def continue_from(self, progress: ck.TrainingProgress) -> None:
+        """The sampler continues at ``progress``'s data position (a resumed run's: mapped
+        onto a changed batch plan if need be); ``progress.data_plan`` is set to the
+        sampler's plan either way."""
+        if progress.data_plan:  # (a new run's record has no position yet)
             try:
                 progress.batches_consumed = self.sampler.resume(
                     progress.data_plan, progress.epoch, progress.batches_consumed)
@@ -206,7 +205,7 @@ def model_vocabulary(data: Tokenizer, state: dict[str, Any] | None,
     """The vocabulary the model speaks and the map of the data's ids into it (None: the
     data's own). Fine-tuning (``base``): the base model's vocabulary extended by the data's
     new symbols (``Tokenizer.extended``). Resuming (``state``): the run's vocabulary where it
-    covers the data's; else the data's, which :meth:`TrainData.continue_from` refuses."""
+    covers the data's; else the data's, which :meth:`TrainSource.check_vocabulary` refuses."""
     if base is not None:
         model = Tokenizer.from_dict(base[ck.VOCAB]).extended(data)
     elif state is not None:

@@ -1,32 +1,27 @@
-"""Everything a run needs before its first step, built the one way training builds it.
+"""The steps of a TTS run's setup (``train.tts.TTSRecipe.setup`` runs them in order, so
+``myxtts train``, ``myxtts profile`` and every benchmark set a run up the one way).
 
-``myxtts train``, ``myxtts profile`` and every benchmark call :func:`build_setup`, so what
-they measure is what a user runs: the memory caps, the data (``train.data``), the model
-(fine-tuned from another run's, ``train.finetune``), the engine (``train.engine``: optimizer,
-schedule, scaler, moving average, compile, CUDA graphs) restored from the checkpoint with
-its random streams, then started up for the data's bucket shapes (auto batch sizes, warm-up,
-capture); the train loader is built once, for the batch plan with the sizes the engine
-chose, and the data position restored on it.
+:func:`resume_config`: the architecture from the checkpoint resumed; :func:`open_source`:
+the device, seeding, memory caps and the data with its bucket plan (``train.data``);
+:func:`workload`: what the engine starts up for (auto batch sizes, warm-up, capture);
+:func:`train_data`: the train loader, built once for the sizes the engine chose.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config, ConfigError, config_from_dict, resolve_device
-from myxtts.model.xtts import build_model
 from myxtts.train import finetune
 from myxtts.train.data import TrainData, TrainSource, bucket_shapes, is_store, open_data
-from myxtts.train.distributed import DistInfo, agree, init_distributed
+from myxtts.train.distributed import DistInfo, agree
 from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError
-from myxtts.train.memory import apply_caps, check_feature_memory, resolve_caps
+from myxtts.train.memory import MemoryCaps, apply_caps, resolve_caps
 from myxtts.train.run import seed_everything
 
 log = logging.getLogger(__name__)
@@ -35,19 +30,7 @@ log = logging.getLogger(__name__)
 _ARCH_SECTIONS = ("audio", "text", "model")
 
 
-@dataclass
-class TrainSetup:
-    """A run ready for step 1 (``cfg``: with the resumed checkpoint's architecture)."""
-
-    cfg: Config
-    dist: DistInfo
-    device: torch.device
-    data: TrainData
-    engine: TrainEngine
-    record: ck.TrainingProgress
-
-
-def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
+def resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
     """Keep the run's training knobs, but take architecture and features from the checkpoint;
     model keys that differ from the checkpoint's are refused, naming them (its weights are of
     that model)."""
@@ -66,27 +49,13 @@ def _resume_config(cfg: Config, saved: dict[str, Any]) -> Config:
     return config_from_dict(merged)
 
 
-def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
-                init_from: str | Path | None = None, compile_model: bool | None = None
-                ) -> TrainSetup:
-    """Data, model and engine from ``cfg`` (and the checkpoint at ``resume_path``, or the
-    trained model ``init_from`` fine-tunes), the engine started up for the data's bucket shapes
-    and the loader at the batch sizes it chose. ``compile_model`` overrides what
-    ``train.compile`` resolves to (benchmarks time both)."""
-    dist = init_distributed(cfg.train.device)
-    device = dist.device if dist.enabled else resolve_device(cfg.train.device, "train.device")
-    state: dict[str, Any] | None = None
-    record = ck.TrainingProgress()
-    if resume_path is not None:
-        state = ck.load(resume_path)
-        cfg = _resume_config(cfg, state[ck.CONFIG])
-        record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
-        log.info("resuming from %s (step %d)", resume_path, record.step)
-    base: dict[str, Any] | None = None
-    if init_from is not None:
-        base_file, base = finetune.load_base(init_from)
-        cfg = finetune.base_config(cfg, base, base_file,
-                                   Path(data_path) if is_store(Path(data_path)) else None)
+def open_source(cfg: Config, data_path: str | Path, device: torch.device, dist: DistInfo,
+                state: dict[str, Any] | None, base: dict[str, Any] | None
+                ) -> tuple[TrainSource, MemoryCaps]:
+    """The device made current and seeded, the memory caps applied, and the data opened for
+    ``cfg`` (its bucket plan made from the lengths, no loader yet): every rank stops alike
+    when one cannot open it. ``state``: the checkpoint resumed (its vocabulary must cover
+    the data's); ``base``: the model a fine-tuning run starts from."""
     configure_device(device)
     seed_everything(cfg.train.seed + dist.rank)
     on_the_fly = Path(data_path).is_dir() and not is_store(Path(data_path))
@@ -108,27 +77,20 @@ def build_setup(cfg: Config, data_path: str | Path, resume_path: Path | None,
         source.check_vocabulary(state)
     if base is not None:
         finetune.check_freeze(cfg.train.freeze, base, source.tokenizer)
-    model = build_model(cfg, source.vocab_size, len(source.languages), source.mel_mean,
-                        source.mel_std)
-    if base is not None:
-        finetune.load_base_weights(model, base, source.tokenizer)
-        if dist.rank == 0:
-            log.info("%s", finetune.describe(base_file, base, source.tokenizer))
-    engine = TrainEngine(cfg, model.to(device), device, dist, compile_model)
-    if state is not None:
-        engine.load_state_dict(state)  # (this rank's random streams too)
-    sizes = engine.start_up(workload(source, cfg, engine))
-    data = None
-    try:  # the train loader, built once: for the plan at the sizes the engine fitted
+    return source, caps
+
+
+def train_data(source: TrainSource, sizes: list[int], dist: DistInfo) -> TrainData:
+    """The train loader, built once: for the bucket plan at the sizes the engine fitted
+    (every rank stops alike when one cannot build it, e.g. /dev/shm full on one node)."""
+    data, failure = None, None
+    try:
         data = source.train_data(source.plan.with_batch_sizes(sizes))
-    except (TrainError, ConfigError, OSError, ValueError) as e:  # e.g. /dev/shm on one node
+    except (TrainError, ConfigError, OSError, ValueError) as e:
         failure = e
     agree(dist, failure)
     assert data is not None
-    data.continue_from(state, record)
-    if on_the_fly:
-        check_feature_memory(data.loader.feature_work(), caps)
-    return TrainSetup(cfg, dist, device, data, engine, record)
+    return data
 
 
 def workload(data: TrainSource, cfg: Config, engine: TrainEngine) -> Workload:

@@ -1,11 +1,12 @@
 """``myxtts train``: the TTS model's recipe (``train.recipe`` gives the lifecycle and the loop).
 
 Read top to bottom: :func:`train` runs a :class:`TTSRecipe` under the run folder's lock.
-``setup`` builds everything from the config (``train.setup.build_setup``: data, model,
-engine, the checkpoint of the run folder restored) and opens the run folder; ``train``
-steps to ``train.max_steps`` with the events: log (the one host sync), validation loss,
-samples, evaluation, checkpoint. Batches arrive on the device through :class:`BatchStream`,
-which advances the record's data position as they are handed out.
+``setup`` builds everything from the config in the steps of ``train.setup`` (data and its
+bucket plan, model, engine, the checkpoint of the run folder restored by ``restore``, the
+engine started up, the train loader built once); ``train`` opens the run folder and steps
+to ``train.max_steps`` with the events: log (the one host sync), validation loss, samples,
+evaluation, checkpoint. Batches arrive on the device through :class:`BatchStream`, which
+advances the record's data position as they are handed out.
 """
 
 from __future__ import annotations
@@ -20,20 +21,24 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.saver import BackgroundSaver
 from myxtts.artifacts.vocoder import load_vocoder
-from myxtts.config import Config, save_config
+from myxtts.config import Config, resolve_device, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
+from myxtts.model.xtts import build_model
 from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import build_logger
-from myxtts.train.data import TrainData, bucket_shapes
+from myxtts.train import finetune
+from myxtts.train.data import TrainData, bucket_shapes, is_store
+from myxtts.train.distributed import init_distributed
 from myxtts.train.efficiency import IntervalEfficiency
+from myxtts.train.engine import TrainEngine
 from myxtts.train.errors import TrainError, is_out_of_memory
-from myxtts.train.finetune import check_new_run
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
+from myxtts.train.memory import check_feature_memory
 from myxtts.train.recipe import Recipe, run
 from myxtts.train.run import TrainResult
 from myxtts.train.samples import synthesize_samples
-from myxtts.train.setup import build_setup
+from myxtts.train.setup import open_source, resume_config, train_data, workload
 from myxtts.train.validation import validation_loss
 
 log = logging.getLogger(__name__)
@@ -111,16 +116,53 @@ class TTSRecipe(Recipe):
 
     # ------------------------------------------------------------------ lifecycle
     def find_checkpoint(self) -> None:
-        check_new_run(self.out, self.resume, self.init_from)  # before the run's checkpoint
+        finetune.check_new_run(self.out, self.resume, self.init_from)  # before the checkpoint
         super().find_checkpoint()
 
     def setup(self) -> None:
-        """Data, model and engine from the config and ``resume``'s checkpoint; nothing is
-        written (``open_run`` does that for a training run)."""
-        built = build_setup(self.cfg, self.data_path, self.resume, self.init_from,
-                            self.compile_model)
-        self.cfg, self.dist, self.device = built.cfg, built.dist, built.device
-        self.data, self.engine, self.record = built.data, built.engine, built.record
+        """Data, model and engine from the config (with ``resume``'s checkpoint restored, or
+        the model ``init_from`` fine-tunes), the engine started up for the data's bucket
+        shapes, then the train loader, built once at the sizes it chose, continuing at the
+        record's data position. Nothing is written (``open_run`` does that for a run)."""
+        self.dist = dist = init_distributed(self.cfg.train.device)
+        self.device = device = dist.device if dist.enabled else \
+            resolve_device(self.cfg.train.device, "train.device")
+        state = self.load_checkpoint(self.resume) if self.resume is not None else None
+        base: dict[str, Any] | None = None
+        if self.init_from is not None:
+            base_file, base = finetune.load_base(self.init_from)
+            self.cfg = finetune.base_config(self.cfg, base, base_file, self.data_path
+                                            if is_store(self.data_path) else None)
+        cfg = self.cfg
+        source, caps = open_source(cfg, self.data_path, device, dist, state, base)
+        model = build_model(cfg, source.vocab_size, len(source.languages), source.mel_mean,
+                            source.mel_std)
+        if base is not None:
+            finetune.load_base_weights(model, base, source.tokenizer)
+            if dist.rank == 0:
+                log.info("%s", finetune.describe(base_file, base, source.tokenizer))
+        self.engine = TrainEngine(cfg, model.to(device), device, dist, self.compile_model)
+        if state is not None:
+            self.restore(state)
+        sizes = self.engine.start_up(workload(source, cfg, self.engine))
+        self.data = train_data(source, sizes, dist)
+        self.data.continue_from(self.record)
+        check_feature_memory(self.data.loader.feature_work(), caps)  # (on the fly, capped)
+
+    def load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """The checkpoint to resume, read and checked; the run takes its architecture (the
+        config's training knobs stay this command's)."""
+        state = ck.load(path)
+        self.cfg = resume_config(self.cfg, state[ck.CONFIG])
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """The one restorer: the engine's state (weights, optimizer, schedule, scaler,
+        average, random streams, non-finite counts) and the progress record (step, best
+        validation loss, the data position the loader continues from)."""
+        self.engine.load_state_dict(state)
+        self.record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
+        log.info("resuming from %s (step %d)", self.resume, self.record.step)
 
     def train(self) -> TrainResult:
         self.open_run()

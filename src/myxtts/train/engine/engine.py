@@ -21,7 +21,7 @@ non-finite step is skipped there (fused AdamW's ``found_inf``).
 The start-up (``startup.start_up``), the warm-up and the batch-size probe drive it as a
 ``snapshot.TrialStep`` (:meth:`trial`, :meth:`run`, :meth:`warm_up`); its graphs get the
 callables they capture. Nothing outside assigns its fields, so ``myxtts train``, ``myxtts
-profile`` and the benchmarks run the same thing (``train.setup.build_setup`` builds it).
+profile`` and the benchmarks run the same thing (``train.tts.TTSRecipe.setup`` builds it).
 """
 
 from __future__ import annotations
