@@ -9,10 +9,11 @@ import myxtts.data.feed.loader as loader_mod
 from myxtts.config import ConfigError, load_config
 from myxtts.data.feed.dataset import StoreBatches
 from myxtts.data.feed.loader import (
+    Handover,
     build_loader,
     choose_workers,
     default_num_workers,
-    handover_s,
+    measured_handover,
     pad_multiple,
     store_batch_cost,
 )
@@ -145,19 +146,30 @@ def test_default_worker_count_follows_the_measurements():
 
 def test_store_workers_only_where_they_save_the_training_process_time():
     mb = 1_000_000
+    cost = Handover(fixed_s=0.2e-3, per_byte_s=0.195e-9)  # a machine's, given for exact notes
     # no core to spare beside the training process: never
-    assert choose_workers(2, 50e-3, 5 * mb)[0] == 0
+    assert choose_workers(2, 50e-3, 5 * mb, cost)[0] == 0
     # a GPU run: a 5 MB batch building in 2 ms, copied into pinned memory as it is taken
     # from a worker (~1.18 ms): a worker saves < 1 ms
-    n, why = choose_workers(16, 2e-3, 5 * mb)
+    n, why = choose_workers(16, 2e-3, 5 * mb, cost)
     assert n == 0 and "2.00 ms" in why and "would save 0.82 ms" in why
     # a CPU run uses the worker's slot as it is (0.2 ms): the same batch is worth a worker
-    n, why = choose_workers(16, 2e-3, 0)
+    n, why = choose_workers(16, 2e-3, 0, cost)
     assert n == 2 and "0.20 ms" in why and " saves 1.80 ms" in why
     # a slow disk or a costly batch: workers take most of it off the training process
-    assert choose_workers(16, 20e-3, 5 * mb)[0] == 2
-    assert choose_workers(3, 20e-3, 5 * mb)[0] == 1
-    assert handover_s(10 * mb) > handover_s(mb) > handover_s(0) > 0
+    assert choose_workers(16, 20e-3, 5 * mb, cost)[0] == 2
+    assert choose_workers(3, 20e-3, 5 * mb, cost)[0] == 1
+    # a machine whose messages cost 2 ms: the same 2 ms batch never pays for a worker
+    assert choose_workers(16, 2e-3, 0, Handover(2e-3, 0.0))[0] == 0
+
+
+def test_the_handover_is_measured_on_this_machine_once():
+    """The cost a worker's batch has for the training process is measured where the run
+    runs (a pipe message, a copy), once per process, not taken from another machine."""
+    measured = measured_handover()
+    assert measured is measured_handover()  # once per process
+    assert 0 < measured.fixed_s < 0.1 and 0 < measured.per_byte_s < 1e-6  # a message, a copy
+    assert measured.seconds(10_000_000) > measured.seconds(0) == measured.fixed_s
 
 
 def test_auto_workers_are_chosen_and_said_and_a_users_count_is_honoured(store_path, monkeypatch,

@@ -15,9 +15,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import multiprocessing
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,20 +65,57 @@ def worker_count(requested: int, cpus: int | None = None) -> int:
     return requested
 
 
-# What a batch from a worker costs the training process instead of building it: the
-# DataLoader's queue (tasks of several batches) and the views of the worker's shared slot
-# (``slots``: no copy when training on the CPU), plus, for a GPU, the copy into pinned
-# memory. Measured on the 2-core VM (store batches of 5 MB, main-process CPU per batch, the
-# sampler included): 0.2 ms, and the copy out of a slot 0.195 ms per MB, against ~0.3 ms +
-# 0.24 ms per MB to build the same batch in the training process.
-HANDOVER_FIXED_S = 0.2e-3
-HANDOVER_S_PER_MB = 0.195e-3
 WORKER_SAVING_S = 1e-3  # auto: workers only where they take >= this off every batch
+_MESSAGES = 200  # descriptor round trips timed for the fixed part of a handover
+_COPY_BYTES = 4 << 20  # bytes copied to time the copy out of a slot
 
 
-# Workers: a store batch builds in ~1 ms, and a worker's queue round trip costs ~0.2 ms of
-# CPU per task, so cheap batches travel several to a task (``stream.WorkerStream``'s group):
-# enough for TASK_S of work, at most MAX_GROUP (each batch in flight holds a shared slot).
+@dataclass(frozen=True)
+class Handover:
+    """What taking a batch from a worker costs the training process instead of building it,
+    in seconds: ``fixed_s`` per batch (the DataLoader queue's message: the slot's descriptor
+    pickled, through a pipe, unpickled) plus ``per_byte_s`` for each byte copied out of the
+    worker's shared slot (into pinned memory for a GPU; a CPU run uses the slot as it is)."""
+
+    fixed_s: float
+    per_byte_s: float
+
+    def seconds(self, nbytes: int) -> float:
+        return self.fixed_s + self.per_byte_s * nbytes
+
+
+@functools.cache
+def measured_handover() -> Handover:
+    """:class:`Handover` measured on this machine, once per process (~10 ms): the median
+    round trip of a descriptor-sized message through a pipe, and the fastest of five copies
+    of 4 MiB between two arrays. Both depend on the CPU and the kernel: a figure from another
+    machine would decide the worker count wrongly here."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    message = ("/myxtts-slot-0000", 3, (16, 1200, 80), (16, 200), 1200)  # a slot reference
+    trips = []
+    try:
+        for _ in range(_MESSAGES):
+            start = time.perf_counter()
+            writer.send(message)
+            reader.recv()
+            trips.append(time.perf_counter() - start)
+    finally:
+        reader.close()
+        writer.close()
+    src, dst = np.ones(_COPY_BYTES, dtype=np.uint8), np.empty(_COPY_BYTES, dtype=np.uint8)
+    copies = []
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        copies.append(time.perf_counter() - start)
+    return Handover(float(np.median(trips)), min(copies) / _COPY_BYTES)
+
+
+# Workers: a store batch builds in about a millisecond and every task a worker sends costs
+# the training process a queue message (``Handover.fixed_s``), so cheap batches travel several
+# to a task (``stream.WorkerStream``'s group): enough for TASK_S of work (a message's cost
+# then amortised over several batches), at most MAX_GROUP (each batch in flight holds a
+# shared slot).
 TASK_S = 3e-3
 MAX_GROUP = 3
 
@@ -86,37 +125,35 @@ def batches_per_task(build_s: float) -> int:
     return max(1, min(MAX_GROUP, math.ceil(TASK_S / max(build_s, 1e-6))))
 
 
-def handover_s(nbytes: int) -> float:
-    """Modelled training-process seconds to take a batch from a worker, copying ``nbytes``
-    of it (the whole batch for a GPU run, none for a CPU run)."""
-    return HANDOVER_FIXED_S + HANDOVER_S_PER_MB * nbytes / 1e6
-
-
-def choose_workers(cpus: int, build_s: float, nbytes: int) -> tuple[int, str]:
+def choose_workers(cpus: int, build_s: float, nbytes: int, handover: Handover | None = None
+                   ) -> tuple[int, str]:
     """``(workers, why)`` for a store whose largest batch builds in ``build_s`` seconds here
-    and of which the training process copies ``nbytes`` (:func:`handover_s`): workers only
+    and of which the training process copies ``nbytes`` out of a worker's slot: workers only
     where a core is spare beside the training step and they take at least
-    ``WORKER_SAVING_S`` off every batch (``build_s - handover_s``); else 0
-    (``benchmarks/data_pipeline.py --parts precomputed`` measures both)."""
+    ``WORKER_SAVING_S`` off every batch (``build_s`` less the ``handover``, default
+    :func:`measured_handover`); else 0 (``benchmarks/data_pipeline.py --parts precomputed``
+    measures both)."""
     most = default_num_workers(cpus)
+    note = batch_cost_note(build_s, nbytes, handover)
     if most == 0:
-        return 0, f"{cpus} CPUs: no core to spare for a worker; {batch_cost_note(build_s, nbytes)}"
-    if not workers_pay(build_s, nbytes):
-        return 0, batch_cost_note(build_s, nbytes)
-    return most, f"{batch_cost_note(build_s, nbytes)}, on {cpus} CPUs"
+        return 0, f"{cpus} CPUs: no core to spare for a worker; {note}"
+    if not workers_pay(build_s, nbytes, handover):
+        return 0, note
+    return most, f"{note}, on {cpus} CPUs"
 
 
-def workers_pay(build_s: float, nbytes: int) -> bool:
+def workers_pay(build_s: float, nbytes: int, handover: Handover | None = None) -> bool:
     """Whether a worker takes at least ``WORKER_SAVING_S`` off each batch of this cost."""
-    return build_s - handover_s(nbytes) >= WORKER_SAVING_S
+    cost = (handover or measured_handover()).seconds(nbytes)
+    return build_s - cost >= WORKER_SAVING_S
 
 
-def batch_cost_note(build_s: float, nbytes: int) -> str:
-    saves = "saves" if workers_pay(build_s, nbytes) else "would save"
+def batch_cost_note(build_s: float, nbytes: int, handover: Handover | None = None) -> str:
+    cost = (handover or measured_handover()).seconds(nbytes)
+    saves = "saves" if workers_pay(build_s, nbytes, handover) else "would save"
     return (f"a batch builds in {1e3 * build_s:.2f} ms here, taking it from a worker costs "
-            f"~{1e3 * handover_s(nbytes):.2f} ms: a worker {saves} "
-            f"{1e3 * max(0.0, build_s - handover_s(nbytes)):.2f} ms per batch (threshold "
-            f"{1e3 * WORKER_SAVING_S:.0f} ms)")
+            f"~{1e3 * cost:.2f} ms: a worker {saves} {1e3 * max(0.0, build_s - cost):.2f} ms "
+            f"per batch (threshold {1e3 * WORKER_SAVING_S:.0f} ms)")
 
 
 def store_batch_cost(store: FeatureStore, cfg: Config) -> tuple[float, int]:
