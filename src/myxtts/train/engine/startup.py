@@ -19,7 +19,7 @@ The floors (3/4 of each bucket's plan, :func:`budget.three_quarters`) are those 
 first plan in every attempt: an attempt that starts from sizes an earlier one shrank still
 stops where the plan's floor is, never at 3/4 of 3/4.
 
-It returns each bucket's final batch size; the caller rebuilds its loader with them. On a
+It returns each bucket's final batch size; the caller builds its loader with them. On a
 CPU with eager blocks nothing runs and the planned sizes come back unchanged.
 """
 
