@@ -84,12 +84,14 @@ def memory(t: Trainer, batch: dict) -> tuple[int, int | None]:
 
 
 def timed(t: Trainer, batch: dict, n: int) -> list[float]:
-    """Seconds of each of ``n`` training steps (replayed as a CUDA graph where captured)."""
+    """Seconds of each of ``n`` training steps, run by the training loop (``run_steps``, fed
+    ``batch``; replayed as a CUDA graph where captured)."""
+    accum = t.cfg.train.grad_accum_steps
     out = []
     for _ in range(n):
         t.sync()
         start = time.perf_counter()
-        t.engine.step([batch])
+        t.run.run_steps(1, source=iter([(batch, 0)] * accum))
         t.sync()
         out.append(time.perf_counter() - start)
     return out
