@@ -146,6 +146,33 @@ def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micr
         "ckpt_00000004.pt"
 
 
+def test_a_worker_killed_by_a_store_file_that_shrank_names_the_file(micro_store, tmp_path,
+                                                                   capsys, monkeypatch):
+    """With loader workers a truncated store file kills the worker that reads past its end
+    (SIGBUS, "DataLoader worker ... Bus error"): the line names the file that shrank and
+    keeps the last finished step, not a shared-memory traceback."""
+    store = tmp_path / "store"
+    shutil.copytree(micro_store, store)
+    real, calls = recipe.next_micro, [0]
+
+    def truncated_at_step_3(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:
+            os.truncate(store / "train" / "mel.f16", 1000)
+            raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. ")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "next_micro", truncated_at_step_3)
+    run = tmp_path / "run"
+    argv = ["train", str(store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
+    for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",
+                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
+                 "train.device=cpu"]:
+        argv += ["--set", item]
+    _error(argv, capsys, "reading a damaged store", str(store / "train" / "mel.f16"),
+           "truncated", "saved at step 2", "run the same command to resume")
+
+
 _READ_AFTER_TRUNCATION = """
 import os, sys
 from myxtts.data.store import FeatureStore

@@ -24,6 +24,7 @@ from myxtts.artifacts.vocoder import load_vocoder
 from myxtts.config import Config, resolve_device, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.protocol import DeviceFeed
+from myxtts.data.store import FeatureStore, StoreError
 from myxtts.model.xtts import build_model
 from myxtts.observe.flops import batch_key
 from myxtts.observe.loggers import build_logger
@@ -318,6 +319,10 @@ class TTSRecipe(Recipe):
                 else f"the newest checkpoint is {newest}" if newest is not None
                 else "no checkpoint was written yet")
         said = str(error).splitlines()[0].strip()
+        damaged = _store_problem(self.data_path) if "Bus error" in said else None
+        if damaged is not None:  # a worker read past the end of a store file that shrank
+            return (f"a data loader worker died ({said}) reading a damaged store: {damaged}; "
+                    f"{kept}; then run the same command to resume")
         cause = ("a store file truncated or replaced while the run read it, or /dev/shm full: "
                  "check the data with `myxtts prepare --verify`" if "Bus error" in said
                  else "most likely the out-of-memory killer")
@@ -325,6 +330,19 @@ class TTSRecipe(Recipe):
         return (f"a data loader worker died ({said}; {cause}): {kept}; run the same command to "
                 f"resume, with fewer --num-workers (now {self.data.loader.num_workers}) or "
                 f"--num-workers 0")
+
+
+def _store_problem(path: Path) -> str | None:
+    """What is wrong with the files of the store at ``path`` now (a file that shrank or
+    went missing, named), or None where they are whole or ``path`` is no store."""
+    if not is_store(path):
+        return None
+    try:
+        for split in ("train", "val"):
+            FeatureStore.open(path, split)
+    except StoreError as e:
+        return str(e)
+    return None
 
 
 def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
