@@ -112,8 +112,7 @@ class TTSRecipe(Recipe):
         self.data: TrainData | None = None
         self.eff: IntervalEfficiency | None = None
         self.evaluation: StepEvaluation | None = None
-        self.feed: BatchStream | None = None
-        self.setup_s = 0.0
+        self.batch_stream: BatchStream | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def find_checkpoint(self) -> None:
@@ -217,7 +216,7 @@ class TTSRecipe(Recipe):
                                      self.data.vocab_size, len(self.data.languages))
             if self.device.type == "cuda":  # count every bucket shape now, not at log steps
                 eff.count_ahead([(s.batch, s.text, s.frames)
-                             for s in set(bucket_shapes(self.data.sampler, self.cfg))])
+                                 for s in set(bucket_shapes(self.data.sampler, self.cfg))])
         except Exception as e:  # e.g. a model op the meta device lacks in some torch version
             log.warning("GPU utilisation/MFU will not be logged: %s: %s", type(e).__name__, e)
             return None
@@ -226,8 +225,9 @@ class TTSRecipe(Recipe):
     # ------------------------------------------------------------------ the step
     def batches(self) -> Iterator[tuple[Batch, int]]:
         assert self.data is not None
-        self.feed = BatchStream(self.cfg, self.data, self.device, self.record, self.copy_log)
-        return iter(self.feed)
+        self.batch_stream = BatchStream(self.cfg, self.data, self.device, self.record,
+                                        self.copy_log)
+        return iter(self.batch_stream)
 
     def step(self, micro: list[Batch]) -> None:
         try:
@@ -272,7 +272,7 @@ class TTSRecipe(Recipe):
             values.update(self.eff.collect(iv.seconds))
         if self.engine.uncaptured_steps is not None:
             values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
-        ready = self.feed.occupancy() if self.feed is not None else None
+        ready = self.batch_stream.occupancy() if self.batch_stream is not None else None
         if ready is not None:
             values["data_ready_slots"] = ready
         if self.device.type == "cuda":
