@@ -5,7 +5,7 @@ Map::
 
     recipe.py      VocoderRecipe, train_vocoder: the run (train.recipe's lifecycle and loop)
                    and its events: log / validate / samples / checkpoint
-    setup.py       build_vocoder_setup: store, engine, resume
+    setup.py       build_vocoder_setup: store and engine (for the checkpoint resumed)
     engine.py      VocoderEngine: generator, discriminators, optimizers; one GAN step, no sync
     data.py        SegmentBatches and their DeviceFeed: fixed-length (mel, waveform)
                    segments, batch k from (seed, k)

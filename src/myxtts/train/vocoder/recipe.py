@@ -64,10 +64,27 @@ class VocoderRecipe(Recipe):
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> None:
-        built = build_vocoder_setup(self.cfg, self.data_path, self.resume, self.show_progress)
-        self.cfg, self.device, self.engine, self.record = (built.cfg, built.device, built.engine,
-                                                           built.record)
+        state = self.load_checkpoint(self.resume) if self.resume is not None else None
+        built = build_vocoder_setup(self.cfg, self.data_path, state, self.show_progress)
+        self.cfg, self.device, self.engine = built.cfg, built.device, built.engine
         self.train_store, self.val_store = built.train, built.val
+        if state is not None:
+            self.restore(state)
+
+    def load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """The checkpoint to resume, read and checked to be a vocoder's."""
+        state = ck.load(path)
+        if state.get(vck.KIND) != vck.VOCODER:
+            raise TrainError(f"{path} is a TTS checkpoint; a vocoder run resumes from its own "
+                             f"checkpoints (choose another --output-dir)")
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """The one restorer: the engine's state (generator, discriminators, both optimizers,
+        the random streams) and the progress record."""
+        self.engine.load_state_dict(state)
+        self.record = ck.TrainingProgress.from_state_dict(state[ck.PROGRESS])
+        log.info("resumed from %s at step %d", self.resume, self.record.step)
 
     def train(self) -> TrainResult:
         out, cfg = self.out, self.cfg

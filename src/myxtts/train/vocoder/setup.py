@@ -2,8 +2,9 @@
 
 ``build_vocoder_setup`` finds the store (preparing one with audio from a raw dataset),
 takes the store's audio section (the vocoder learns the store's mel definition), builds
-generator, discriminators and the step, and restores the checkpoint it is given: the
-architecture from the checkpoint, how the run goes from the command line.
+generator, discriminators and the step for the checkpoint it is given (the architecture
+from the checkpoint, how the run goes from the command line); the recipe restores its state
+(``train.vocoder.recipe.VocoderRecipe.restore``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from myxtts.artifacts import checkpoint as ck
-from myxtts.artifacts import vocoder as vck
 from myxtts.config import Config, config_from_dict, resolve_device
 from myxtts.data.prepare.build import prepare_store
 from myxtts.data.store import FeatureStore, StoreError, read_manifest
@@ -56,13 +57,13 @@ class VocoderSetup:
     engine: VocoderEngine
     train: FeatureStore
     val: FeatureStore
-    record: ck.TrainingProgress
 
 
-def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
+def build_vocoder_setup(cfg: Config, data: str | Path, saved: dict[str, Any] | None,
                         progress: bool) -> VocoderSetup:
-    """Store and engine (generator, discriminators, optimizers) from ``cfg`` (and the
-    checkpoint at ``resume``), on one device in one process."""
+    """Store and engine (generator, discriminators, optimizers) from ``cfg``, on one device
+    in one process; ``saved``: the checkpoint to resume, whose architecture the run takes
+    (its state is restored by the recipe: ``VocoderRecipe.restore``)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TrainError("train-vocoder runs in one process on one device; start it without "
                          "torchrun (a small GAN vocoder does not need several GPUs)")
@@ -70,7 +71,6 @@ def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
     manifest = read_manifest(store)
     if cfg.audio != config_from_dict({"audio": manifest["audio"]}).audio:
         log.info("using the store's audio section (the vocoder learns the store's mel definition)")
-    saved = ck.load(resume) if resume else None
     wanted = cfg.to_dict()
     if saved is not None:
         # The architecture comes from the checkpoint (the weights need it); how the run goes
@@ -93,12 +93,4 @@ def build_vocoder_setup(cfg: Config, data: str | Path, resume: Path | None,
     gen = VocosGenerator(cfg.audio, cfg.vocoder, mean, std).to(device)
     disc = Discriminators(cfg.audio, cfg.vocoder).to(device)
     engine = VocoderEngine(gen, disc, cfg, device)
-    record = ck.TrainingProgress()
-    if saved is not None:
-        if saved.get(vck.KIND) != vck.VOCODER:
-            raise TrainError(f"{resume} is a TTS checkpoint; a vocoder run resumes from its own "
-                             f"checkpoints (choose another --output-dir)")
-        engine.load_state_dict(saved)  # (the random streams too)
-        record = ck.TrainingProgress.from_state_dict(saved[ck.PROGRESS])
-        log.info("resumed from %s at step %d", resume, record.step)
-    return VocoderSetup(cfg, device, engine, train_store, val_store, record)
+    return VocoderSetup(cfg, device, engine, train_store, val_store)
