@@ -119,6 +119,16 @@ def test_a_dev_shm_too_small_for_the_slots_is_one_line_before_any_worker(micro_s
            "--shm-size")
 
 
+def _ten_steps(store, run) -> list[str]:
+    """``myxtts train`` for 10 steps of the micro model, checkpoints only at the end."""
+    argv = ["train", str(store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
+    for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",
+                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
+                 "train.device=cpu"]:
+        argv += ["--set", item]
+    return argv
+
+
 def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micro_store,
                                                                             tmp_path, capsys,
                                                                             monkeypatch):
@@ -135,11 +145,7 @@ def test_a_loader_worker_killed_midway_is_one_line_with_the_last_step_saved(micr
 
     monkeypatch.setattr(recipe, "next_micro", killed_at_step_5)
     run = tmp_path / "run"
-    argv = ["train", str(micro_store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
-    for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",
-                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
-                 "train.device=cpu"]:
-        argv += ["--set", item]
+    argv = _ten_steps(micro_store, run)
     _error(argv, capsys, "a data loader worker died (DataLoader worker (pid 4242) is killed",
            "out-of-memory killer", "saved at step 4", "run the same command to resume")
     assert CheckpointManager(run / "checkpoints", 1).latest() == run / "checkpoints" / \
@@ -164,11 +170,7 @@ def test_a_worker_killed_by_a_store_file_that_shrank_names_the_file(micro_store,
 
     monkeypatch.setattr(recipe, "next_micro", truncated_at_step_3)
     run = tmp_path / "run"
-    argv = ["train", str(store), "--output-dir", str(run), "--max-steps", "10", "--quiet"]
-    for item in [*MICRO_MODEL, "train.ckpt_every=100", "train.val_every=100",
-                 "train.synth_every=0", "train.tensorboard=false", "data.num_workers=0",
-                 "train.device=cpu"]:
-        argv += ["--set", item]
+    argv = _ten_steps(store, run)
     _error(argv, capsys, "reading a damaged store", str(store / "train" / "mel.f16"),
            "truncated", "saved at step 2", "run the same command to resume")
 

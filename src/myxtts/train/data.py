@@ -53,33 +53,12 @@ log = logging.getLogger(__name__)
 VAL_SEED = 0  # validation batches and reference crops are the same at every validation
 
 
-def check_vocabulary(tokenizer: Tokenizer, state: dict[str, Any], source: str) -> None:
-    """TrainError unless the data (``source``) speaks the vocabulary of the checkpoint
-    ``state`` (checked before its weights are loaded: another size would not even fit the
-    model)."""
-    if tokenizer.to_dict() != state[ck.VOCAB]:
-        try:
-            theirs = Tokenizer.from_dict(state[ck.VOCAB]).vocab_size
-        except Exception:  # an unreadable vocabulary: the message needs no number
-            theirs = "?"
-        raise TrainError(f"{source or 'the data'} has another vocabulary than the "
-                         f"checkpoint ({tokenizer.vocab_size} symbols here, the "
-                         f"checkpoint's {theirs}); resume on the data the run started "
-                         f"with, or start a new run with another --output-dir")
+class Vocabulary:
+    """What the data speaks, for :class:`TrainSource` and :class:`TrainData` alike (their
+    ``tokenizer`` and ``source``, the folder named in messages)."""
 
-
-@dataclass
-class TrainData:
-    loader: TrainLoader
-    sampler: BucketBatchSampler
-    val_loader: TrainLoader | None
-    val_sampler: BucketBatchSampler | None
     tokenizer: Tokenizer
-    mel_mean: np.ndarray
-    mel_std: np.ndarray
-    synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
-    synth_names: list[str] = field(default_factory=list)
-    source: str = ""  # the store or dataset folder, for messages
+    source: str
 
     @property
     def vocab_size(self) -> int:
@@ -90,8 +69,31 @@ class TrainData:
         return self.tokenizer.languages
 
     def check_vocabulary(self, state: dict[str, Any]) -> None:
-        """:func:`check_vocabulary` of this data."""
-        check_vocabulary(self.tokenizer, state, self.source)
+        """TrainError unless the data speaks the vocabulary of the checkpoint ``state``
+        (checked before its weights are loaded: another size would not even fit the model)."""
+        if self.tokenizer.to_dict() != state[ck.VOCAB]:
+            try:
+                theirs = Tokenizer.from_dict(state[ck.VOCAB]).vocab_size
+            except Exception:  # an unreadable vocabulary: the message needs no number
+                theirs = "?"
+            raise TrainError(f"{self.source or 'the data'} has another vocabulary than the "
+                             f"checkpoint ({self.tokenizer.vocab_size} symbols here, the "
+                             f"checkpoint's {theirs}); resume on the data the run started "
+                             f"with, or start a new run with another --output-dir")
+
+
+@dataclass
+class TrainData(Vocabulary):
+    loader: TrainLoader
+    sampler: BucketBatchSampler
+    val_loader: TrainLoader | None
+    val_sampler: BucketBatchSampler | None
+    tokenizer: Tokenizer
+    mel_mean: np.ndarray
+    mel_std: np.ndarray
+    synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
+    synth_names: list[str] = field(default_factory=list)
+    source: str = ""  # the store or dataset folder, for messages
 
     def continue_from(self, progress: ck.TrainingProgress) -> None:
         """The sampler continues at ``progress``'s data position (a resumed run's: mapped
@@ -107,7 +109,7 @@ class TrainData:
 
 
 @dataclass
-class TrainSource:
+class TrainSource(Vocabulary):
     """The run's data before its train loader exists: what the model and the engine are
     built from (vocabulary, mel statistics, the validation loader, the synthesis batch) and
     ``plan``, the train split's batch plan at the config's sizes. ``store`` (a store) or
@@ -128,18 +130,6 @@ class TrainSource:
     synth_batch: dict[str, torch.Tensor] = field(default_factory=dict)
     synth_names: list[str] = field(default_factory=list)
     source: str = ""  # the store or dataset folder, for messages
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def languages(self) -> list[str]:
-        return self.tokenizer.languages
-
-    def check_vocabulary(self, state: dict[str, Any]) -> None:
-        """:func:`check_vocabulary` of this data."""
-        check_vocabulary(self.tokenizer, state, self.source)
 
     def feature_work(self, plan: BucketPlan) -> FeatureWork | None:
         """The data role's largest batch of feature work at ``plan`` (None: a store's
