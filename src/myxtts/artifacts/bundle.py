@@ -34,6 +34,7 @@ from myxtts.artifacts.averaged import averaged_state
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.readback import (
     BUNDLE_FORMAT_KEY,
+    MAX_HEADER_BYTES,
     check_model,
     check_vocoder,
     file_kind,
@@ -47,6 +48,8 @@ from myxtts.system import atomic_write
 
 FORMAT = 1  # the bundle format this version writes and the newest it reads
 FORMAT_KEY, CHECKSUM_KEY = BUNDLE_FORMAT_KEY, "myxtts.sha256"
+# which model a bundle holds; a bundle without the field is one of `myxtts train`
+FAMILY_KEY, FAMILY_MYXTTS = "myxtts.family", "myxtts"
 CONFIG, VOCAB, VOCODER_CONFIG, EVALUATION = "config", "vocab", "vocoder_config", "evaluation"
 MODEL_PREFIX, VOCODER_PREFIX = "model.", "vocoder."
 _ZERO = b"0" * 64
@@ -211,8 +214,9 @@ def _header(blob: bytes, path: Path) -> tuple[dict[str, Any], int]:
     return meta, 8 + n
 
 
-def read_bundle(path: str | Path) -> Trained:
-    """A bundle file, checked byte for byte against its checksum; never unpickles."""
+def read_sealed(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The metadata and tensors of a bundle file (of any model family), checked byte for
+    byte against its checksum; never unpickles."""
     path = Path(path)
     try:
         blob = path.read_bytes()
@@ -229,6 +233,37 @@ def read_bundle(path: str | Path) -> Trained:
     except Exception as e:  # safetensors' own checks: dtypes, offsets, overlaps
         raise ArtifactError(f"{path}: its tensors cannot be read ({type(e).__name__}: "
                             f"{excerpt(str(e), quote=False)}); not written by myxtts") from None
+    return meta, tensors
+
+
+def bundle_family(path: str | Path) -> str:
+    """The model family a bundle holds, read from its header alone (no tensor bytes):
+    ``FAMILY_MYXTTS`` for a bundle without the field. Anything unreadable is left to the
+    reader (``read_sealed``), which names what is wrong."""
+    try:
+        with Path(path).open("rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if not 2 <= n <= MAX_HEADER_BYTES:
+                return FAMILY_MYXTTS
+            meta = loads_json(fh.read(n), max_nesting=4).get("__metadata__") or {}
+    except (OSError, TooLarge, ValueError, AttributeError):
+        return FAMILY_MYXTTS
+    return str(meta.get(FAMILY_KEY, FAMILY_MYXTTS))
+
+
+def seal(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bytes:
+    """The bytes of a bundle: ``tensors`` and ``meta`` (plus the format and the checksum)
+    as one safetensors file."""
+    return _seal(_serialize(tensors, {FORMAT_KEY: str(FORMAT), **meta}))
+
+
+def read_bundle(path: str | Path) -> Trained:
+    """A bundle file, checked byte for byte against its checksum; never unpickles."""
+    path = Path(path)
+    meta, tensors = read_sealed(path)
+    if meta.get(FAMILY_KEY, FAMILY_MYXTTS) != FAMILY_MYXTTS:
+        raise ArtifactError(f"{path} is a bundle of a {excerpt(meta[FAMILY_KEY], quote=False)} "
+                            f"model, not of a model trained by `myxtts train`")
     where = str(path)
     split = {p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}
              for p in (MODEL_PREFIX, VOCODER_PREFIX)}
