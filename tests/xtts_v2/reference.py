@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 LANGUAGES = ["en", "es", "fr", "de", "it", "pt", "pl", "tr", "ru", "nl", "cs", "ar", "zh-cn",
              "hu", "ko", "ja", "hi"]
 
@@ -45,7 +43,11 @@ one two three four five six seven eight nine ten hundred thousand first second t
 
 
 def coqui():
-    """coqui-tts's XTTS modules, or the test is skipped (the oracle is a test dependency)."""
+    """coqui-tts's XTTS modules, or the test is skipped (the oracle is a test dependency).
+    pytest is imported here, not above, so that a benchmark's peer environment can write
+    and read reference folders with this module."""
+    import pytest
+
     xtts = pytest.importorskip("TTS.tts.models.xtts", reason="coqui-tts is the oracle")
     configs = pytest.importorskip("TTS.tts.configs.xtts_config")
     return xtts, configs
