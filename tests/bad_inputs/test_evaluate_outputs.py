@@ -18,10 +18,10 @@ from myxtts.cli.main import main
 from myxtts.config import load_config
 from myxtts.data.store import FeatureStore
 from myxtts.evaluate import harness
+from myxtts.evaluate.mel_speaking import MelSpeakingModel
 from myxtts.evaluate.record import read_evaluation
 from myxtts.evaluate.training import TrainingEvaluation
 from myxtts.inference.errors import SynthesisError
-from myxtts.inference.synthesizer import Synthesizer
 from myxtts.metrics.truth import MAX_LENGTH_RATIO
 from myxtts.train.tts import train
 from tests.bad_inputs.conftest import snapshot
@@ -99,17 +99,19 @@ def test_max_spreads_the_choice_over_the_languages(tmp_path):
 
 def test_a_reference_that_cannot_be_used_gives_way_to_another_clip_of_the_speaker(micro_run,
                                                                                  tmp_path):
-    synth = Synthesizer.from_checkpoint(micro_run, device="cpu")
+    model = MelSpeakingModel.open(micro_run, device="cpu")
+    model.load()
+    synth = model.synth
     short, long = _wav(tmp_path / "short.wav", 0.3), _wav(tmp_path / "long.wav", 2.0)
     sr = synth.cfg.audio.sample_rate
     load = {p: (lambda p=p: load_audio(p, synth.cfg.audio)) for p in (short, long)}
     case = harness.Case("u1", "the cat sat", "en", "anna", "short", load[long], load[short],
                            [("long", load[long])])
-    chosen, latents = harness._with_usable_reference(synth, case)
+    chosen, latents = harness._with_usable_reference(model, case)
     assert chosen.reference_id == "long" and len(chosen.load_reference()) > sr
     assert latents.shape[0] == 1
     with pytest.raises(SynthesisError, match="no usable reference clip of speaker anna among 1"):
-        harness._with_usable_reference(synth, harness.Case(
+        harness._with_usable_reference(model, harness.Case(
             "u1", "t", "en", "anna", "short", load[long], load[short]))
 
 

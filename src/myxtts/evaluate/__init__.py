@@ -5,6 +5,9 @@ trainer's sampling) and below the command line:
 
     harness   myxtts evaluate: the model, its vocoded truth and the truth, scored per
               utterance of a dataset's or store's held-out split
+    speaking  what the harness needs of a model (``SpeakingModel``), whatever its family,
+              and the one function that opens a model path as one
+    mel_speaking  the family of ``myxtts train`` (mel model + vocoder) as a SpeakingModel
     report    what myxtts evaluate shows and writes (table, JSON, per-utterance CSV)
     training  the evaluation every ``train.eval_every`` steps, handed to the training loop
               from above (``train.hooks``)

@@ -2,19 +2,22 @@
 ground truth.
 
 Each utterance picked from DATA (its validation split, the one ``prepare`` makes with the
-run's data settings, or every utterance with ``split="all"``) is spoken by the model in the
-voice of ANOTHER clip of the same speaker (cloning, never copying the target), and three
+model's data settings, or every utterance with ``split="all"``) is spoken by the model in
+the voice of ANOTHER clip of the same speaker (cloning, never copying the target), and three
 clips are scored with every metric of ``metrics.scorer``:
 
-    model           what the model says, through its vocoder (a bundle's, --vocoder, or
-                    Griffin-Lim)
-    truth, vocoded  the true clip's mel through the same vocoder: what a perfect mel
-                    predictor would get, so the vocoder's share of an error shows
+    model           what the model says, through its vocoder (for ``myxtts train``'s
+                    family a bundle's, --vocoder, or Griffin-Lim)
+    truth, vocoded  the true clip through the same vocoder: what a perfect acoustic model
+                    would get, so the vocoder's share of an error shows (left out, with a
+                    note, for a family whose audio cannot be made from a true clip)
     truth           the true clip itself: the ceiling of this data (MCD 0, duration 1)
 
-DATA is a dataset in any layout ``prepare`` reads, or a store of ``myxtts prepare --audio``
-(a store without audio holds no ground-truth clips). ``evaluate.report`` summarises the
-scores per language and writes the table, JSON and the per-utterance CSV.
+The model is any ``evaluate.speaking.SpeakingModel`` (``open_speaking_model`` picks the
+family); this module knows only that protocol. DATA is a dataset in any layout ``prepare``
+reads, or a store of ``myxtts prepare --audio`` (a store without audio holds no
+ground-truth clips). ``evaluate.report`` summarises the scores per language and writes the
+table, JSON and the per-utterance CSV.
 """
 
 from __future__ import annotations
@@ -29,29 +32,26 @@ from typing import Any
 
 import numpy as np
 import soxr
-import torch
 
-from myxtts.artifacts.bundle import Trained, is_bundle
-from myxtts.artifacts.trained import load_trained
 from myxtts.audio.io import AudioError, audio_info, load_audio, save_wav
-from myxtts.config import Config, config_from_dict
+from myxtts.config import Config
 from myxtts.config.bounds import count
 from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import UNKNOWN_LANGUAGE
 from myxtts.data.store import MANIFEST, FeatureStore
 from myxtts.data.store.format import SPLITS
-from myxtts.evaluate.record import read_evaluation
+from myxtts.evaluate.mel_speaking import training_record as training_record  # re-exported
+from myxtts.evaluate.speaking import SpeakingModel, open_speaking_model
 from myxtts.inference.errors import SynthesisError
-from myxtts.inference.synthesizer import Synthesizer
 from myxtts.metrics import EvaluationError
 from myxtts.metrics.scorer import ClipScores, Scorer
-from myxtts.metrics.truth import MAX_LENGTH_RATIO, length_cap
+from myxtts.metrics.truth import MAX_LENGTH_RATIO
 from myxtts.outputs import safe_name
-from myxtts.text import clean_text
 
 log = logging.getLogger(__name__)
 
-ROWS = ("model", "truth, vocoded", "truth")
+VOCODED = "truth, vocoded"
+ROWS = ("model", VOCODED, "truth")
 SPLIT_CHOICES = ("val", "all")
 
 
@@ -77,8 +77,9 @@ class Case:
 
 @dataclass
 class Evaluation:
-    """What ``evaluate`` measured: per utterance and row, the scores; ``notes`` say what was
-    left out and why; ``training`` is the run's last evaluation in training, if any."""
+    """What ``evaluate`` measured: per utterance and row, the scores (a row the model cannot
+    be measured on is absent: ``rows`` are those present, in ``ROWS`` order); ``notes`` say
+    what was left out and why; ``training`` is the run's last evaluation in training, if any."""
 
     model: str
     data: str
@@ -91,6 +92,10 @@ class Evaluation:
     notes: list[str] = field(default_factory=list)
     training: dict[str, Any] | None = None
 
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return tuple(r for r in ROWS if r in self.scores)
+
 
 def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None = None,
              max_utterances: int = 20, split: str = "val", asr: str = "pocketsphinx",
@@ -100,40 +105,55 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     ``data``'s ``split``. ``audio_dir``: keep each model clip and vocoded truth there."""
     if split not in SPLIT_CHOICES:
         raise EvaluationError(f"--split {split!r}: give one of {', '.join(SPLIT_CHOICES)}")
-    trained = load_trained(model)
-    training = training_record(trained)
-    cfg = config_from_dict(trained.config)
-    languages = list(trained.vocab["languages"])
-    cases, notes = pick_cases(data, cfg, split, languages, max_utterances, seed)  # data errors first
-    synth = Synthesizer.from_trained(trained, device, vocoder)
-    scorer = Scorer(cfg.audio, asr=asr, device=str(synth.device))  # models load before work
-    voc = str(vocoder) if vocoder else ("the bundle's" if synth.neural else "Griffin-Lim")
-    result = Evaluation(str(model), str(data), split, voc, scorer.recognizer.name
-                        if scorer.recognizer else "none", str(synth.device), notes=notes,
-                        training=training, scores={r: [] for r in ROWS})
-    warm, unstopped = False, 0
+    return score(open_speaking_model(model, device, vocoder), str(model), data,
+                 max_utterances=max_utterances, split=split, asr=asr, seed=seed,
+                 audio_dir=audio_dir, progress=progress)
+
+
+def score(speaking: SpeakingModel, name: str, data: str | Path, *, max_utterances: int = 20,
+          split: str = "val", asr: str = "pocketsphinx", seed: int = 0,
+          audio_dir: Path | None = None,
+          progress: Callable[[int, int, str], None] | None = None) -> Evaluation:
+    """``evaluate`` of a model already opened (not yet loaded), reported as ``name``."""
+    if speaking.config.audio.sample_rate != speaking.sample_rate:
+        raise ValueError(f"{type(speaking).__name__}: config.audio.sample_rate "
+                         f"{speaking.config.audio.sample_rate} is not its sample_rate "
+                         f"{speaking.sample_rate}; the clips it is given and gives must agree")
+    cfg = speaking.config
+    cases, notes = pick_cases(data, cfg, split, speaking.languages, max_utterances, seed)  # data errors first
+    speaking.load()
+    scorer = Scorer(cfg.audio, asr=asr, device=str(speaking.device))  # models load before work
+    result = Evaluation(name, str(data), split, speaking.vocoder, scorer.recognizer.name
+                        if scorer.recognizer else "none", str(speaking.device), notes=notes,
+                        training=speaking.training_record, scores={r: [] for r in ROWS})
+    warm, unstopped, unvocoded = False, 0, False
     for k, case in enumerate(cases):
         if progress is not None:
             progress(k, len(cases), case.id)
         try:
-            case, latents = _with_usable_reference(synth, case)
+            case, voice = _with_usable_reference(speaking, case)
             if not warm:
-                _warm_up(synth, case, latents, seed)
+                speaking.warm_up(case.text, voice, case.language, seed)
                 warm = True
-            clips = _clips(synth, case, latents, seed)
+            clips = _clips(speaking, case, voice, seed, vocode=not unvocoded)
         except (AudioError, SynthesisError) as e:
             result.notes.append(f"{case.id} left out: {e}")
             continue
+        if VOCODED in clips and clips[VOCODED][0] is None:
+            unvocoded = True  # the family cannot voice a true clip: the row goes, for all
+            del clips[VOCODED]
+            result.scores.pop(VOCODED, None)
         if audio_dir is not None:
-            for row, name in (("model", "model"), ("truth, vocoded", "vocoded")):
-                save_wav(audio_dir / safe_name(f"{case.id}.{name}.wav"), clips[row][0],
-                         cfg.audio.sample_rate)
+            for row, kept in (("model", "model"), (VOCODED, "vocoded")):
+                if row in clips:
+                    save_wav(audio_dir / safe_name(f"{case.id}.{kept}.wav"), clips[row][0],
+                             speaking.sample_rate)
         unstopped += clips["unstopped"]
-        text = clean_text(case.text, case.language, cfg.text)
+        text = speaking.scoring_text(case.text, case.language)
         ref = scorer.embed(clips["reference"][0])
         truth = clips["truth"][0]
         result.cases.append(case)
-        for row in ROWS:
+        for row in result.rows:
             wav, seconds = clips[row]
             scores = scorer.score(wav, text, case.language, truth, ref)
             scores.synthesis_s = seconds
@@ -143,11 +163,14 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     if not result.cases:
         raise EvaluationError(f"nothing could be evaluated in {data}: " + "; ".join(
             result.notes[-3:]) + ("; try --split all or another DATA" if split == "val" else ""))
+    if unvocoded:
+        result.notes.append(f"the {VOCODED!r} row is left out: this model's audio "
+                            f"({speaking.vocoder}) cannot be made from a true clip, so the "
+                            f"vocoder's share of the error is not measured")
     if unstopped:
         result.notes.append(f"{unstopped} of {count(len(result.cases), 'utterance')} did not stop: cut "
                             f"at {MAX_LENGTH_RATIO:g}x the true length or at "
-                            f"model.max_decoder_frames ({cfg.model.max_decoder_frames}), the "
-                            f"smaller")
+                            f"{speaking.length_limit}, the smaller")
     for lang in sorted({c.language for c in result.cases}):
         if not scorer.speaks(lang) and scorer.recognizer is not None:
             result.notes.append(f"{lang}: no CER/WER: {scorer.recognizer.name} does not "
@@ -156,66 +179,40 @@ def evaluate(model: str | Path, data: str | Path, *, vocoder: str | Path | None 
     return result
 
 
-def training_record(trained: Trained) -> dict[str, Any] | None:
-    """The run's last evaluation in training: the one a bundle carries, else the run's own
-    ``evaluation.json`` beside the checkpoint read (``evaluate.record``)."""
-    if is_bundle(trained.source):
-        return trained.evaluation
-    return read_evaluation(trained.source)
-
-
-def _with_usable_reference(synth: Synthesizer, case: Case) -> tuple[Case, torch.Tensor]:
+def _with_usable_reference(speaking: SpeakingModel, case: Case) -> tuple[Case, Any]:
     """``case`` with the first of its references (the drawn one, then the others of its
-    speaker) that conditions the model -- long enough, not silent, readable -- and the
-    conditioning latents of that reference (made once: its warnings are said once). A
+    speaking) that conditions the model -- long enough, not silent, readable -- and the
+    voice made of that reference (made once: its warnings are said once). A
     SynthesisError naming the first reference's problem when none does."""
     tried = [(case.reference_id, case.load_reference), *case.more_references]
     first = None
     for ref_id, load in tried:
         try:
-            with torch.inference_mode():
-                latents = synth.model.condition(*synth.reference_of(load(), ref_id))
+            voice = speaking.voice_of(load(), ref_id)
         except (AudioError, SynthesisError) as e:
             first = first or e
             continue
         return dataclasses.replace(case, reference_id=ref_id, load_reference=load,
-                                   more_references=[]), latents
+                                   more_references=[]), voice
     raise SynthesisError(f"no usable reference clip of speaker {case.speaker} among "
                          f"{len(tried)} tried ({first})")
 
 
-def _warm_up(synth: Synthesizer, case: Case, latents: torch.Tensor, seed: int,
-             frames: int = 24) -> None:
-    """A short untimed synthesis (``frames`` frames, vocoded) before the timed ones, so
-    first-call costs (allocations, kernel selection) stay out of the RTF."""
-    keep, synth.max_frames = synth.max_frames, frames
-    try:
-        synth.vocode(*synth.synthesize_mel([case.text], latents, case.language, seed))
-    finally:
-        synth.max_frames = keep
-
-
-def _clips(synth: Synthesizer, case: Case, latents: torch.Tensor, seed: int) -> dict[str, Any]:
+def _clips(speaking: SpeakingModel, case: Case, voice: Any, seed: int,
+           vocode: bool = True) -> dict[str, Any]:
     """The case's audio: (clip, seconds it took to make) for the model's utterance spoken in
-    the voice of ``latents``, the vocoded truth and the truth, and the reference clip;
-    ``unstopped``: whether the model ran into the length cap instead of stopping."""
+    ``voice``, the vocoded truth (None where the model cannot make it; not asked for
+    without ``vocode``) and the truth, and the reference clip; ``unstopped``: whether the
+    model ran into the length cap instead of stopping."""
     truth, reference = case.load_truth(), case.load_reference()
-    # a model that never stops decodes up to MAX_LENGTH_RATIO x the truth, not for minutes
-    cap = length_cap(len(truth) // synth.cfg.audio.hop_length)
-    keep, synth.max_frames = synth.max_frames, min(synth.max_frames, cap)
-    try:
-        start = time.perf_counter()
-        mels, lengths = synth.synthesize_mel([case.text], latents, case.language, seed)
-        spoken = synth.vocode(mels, lengths)[0]  # back on the host: the time includes the device's
-        took = time.perf_counter() - start
-        unstopped = int(lengths[0]) >= synth.max_frames
-    finally:
-        synth.max_frames = keep
-    with torch.inference_mode():
-        mel, n = synth.mel(torch.from_numpy(truth).to(synth.device))
-        vocoded = synth.vocode(mel[None], n.reshape(1))[0]
-    return {"model": (spoken, took), "truth, vocoded": (vocoded, None), "truth": (truth, None),
-            "reference": (reference, None), "unstopped": unstopped}
+    start = time.perf_counter()
+    spoken, unstopped = speaking.say(case.text, voice, case.language, seed, len(truth))
+    took = time.perf_counter() - start
+    clips = {"model": (spoken, took), "truth": (truth, None), "reference": (reference, None),
+             "unstopped": unstopped}
+    if vocode:
+        clips[VOCODED] = (speaking.vocoded_truth(truth), None)
+    return clips
 
 
 # ---------------------------------------------------------------- the utterances

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from myxtts.config.bounds import count
-from myxtts.evaluate.harness import ROWS, Evaluation
+from myxtts.evaluate.harness import Evaluation
 from myxtts.evaluate.record import json_safe
 from myxtts.metrics.scorer import METRICS, summarize
 from myxtts.metrics.table import cell, table
@@ -27,12 +27,13 @@ _TRAINING_KEYS = [("mcd_db", "MCD {} dB", "{:.2f}"), ("f0_rmse_cents", "F0 {} ce
 
 
 def blocks(ev: Evaluation) -> dict[str, dict[str, dict[str, float | None]]]:
-    """``{language or "all": {row: summary}}``; "all" only when there are several languages."""
+    """``{language or "all": {row: summary}}`` over the rows measured; "all" only when there
+    are several languages."""
     languages = sorted({c.language for c in ev.cases})
     groups = {lang: [k for k, c in enumerate(ev.cases) if c.language == lang] for lang in languages}
     if len(languages) > 1:
         groups["all"] = list(range(len(ev.cases)))
-    return {name: {row: summarize([ev.scores[row][k] for k in idx]) for row in ROWS}
+    return {name: {row: summarize([ev.scores[row][k] for k in idx]) for row in ev.rows}
             for name, idx in groups.items()}
 
 
@@ -68,13 +69,14 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
 
 
 def csv_text(ev: Evaluation) -> str:
-    """One line per utterance and row: ids, the text, every metric and the transcript."""
+    """One line per utterance and row measured: ids, the text, every metric and the
+    transcript."""
     buf = io.StringIO()
     keys = list(METRICS) + ["seconds", "transcript"]
     writer = csv.writer(buf)
     writer.writerow(["id", "language", "speaker", "reference_id", "row", "text", *keys])
     for k, case in enumerate(ev.cases):
-        for row in ROWS:
+        for row in ev.rows:
             flat = ev.scores[row][k].flat()
             writer.writerow([case.id, case.language, case.speaker, case.reference_id, row,
                              case.text, *(_csv_value(flat.get(key)) for key in keys)])
