@@ -16,6 +16,7 @@ from myxtts.system import atomic_open, path_kind
 
 if TYPE_CHECKING:
     from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,14 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "pauses.")
     p.add_argument("--checkpoint", "-c", required=True,
                    help="a run folder (uses its best.pt, else the newest checkpoint), a "
-                        "checkpoint .pt file or a bundle from `myxtts export`")
+                        "checkpoint .pt file, a bundle from `myxtts export`, or Coqui's "
+                        "XTTS-v2 folder as downloaded (config.json, model.pth, vocab.json, ...)")
     p.add_argument("--text", "-t", action="append", default=[], help="text to speak (repeatable: "
                    "one wav each)")
     p.add_argument("--text-file", help="UTF-8 text file spoken as one text (paragraphs and "
                    "sentences are split and joined with pauses)")
-    p.add_argument("--reference", "-r", action="append", required=True,
+    p.add_argument("--reference", "-r", action="append", default=[],
                    help="reference audio of the voice to clone (repeatable: the clips' voices "
                         "are averaged)")
+    p.add_argument("--speaker", help="XTTS-v2: a voice stored with the model "
+                   "(speakers_xtts.pth) instead of --reference")
     p.add_argument("--out", "-o", required=True,
                    help="a name ending in .wav: that file (one text); any other name, or an "
                         "existing folder: a folder of 000.wav, 001.wav, ... one per text; '-' "
@@ -51,9 +55,46 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "without letters)")
     p.add_argument("--stream", action="store_true", help="write audio while it is generated and "
                    "report time to first audio and real-time factor")
-    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the prenet dropout (repeatable output)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the prenet dropout, or of "
+                   "XTTS-v2's sampling (repeatable output)")
+    x = p.add_argument_group("XTTS-v2 decoding (defaults: the model's config.json)")
+    x.add_argument("--greedy", action="store_true", help="the most likely code at every step "
+                   "(the repetition penalty still applies): the same output every time")
+    x.add_argument("--temperature", type=_positive(float), help="sampling temperature")
+    x.add_argument("--top-k", type=_positive(int), help="sample among the K most likely codes")
+    x.add_argument("--top-p", type=_unit, help="sample among the most likely codes holding "
+                   "this share of the probability")
+    x.add_argument("--repetition-penalty", type=_positive(float), help="divides the score of "
+                   "codes already spoken (1: off)")
+    x.add_argument("--max-codes", type=_positive(int), help="at most N codes per sentence "
+                   "(~46 ms of speech each; default: the model's limit)")
+    x.add_argument("--speed", type=_positive(float), help="speaking rate (1: as trained; "
+                   "1.2: 20%% faster)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.set_defaults(func=run)
+
+
+XTTS_ONLY = ("speaker", "greedy", "temperature", "top_k", "top_p", "repetition_penalty",
+             "max_codes", "speed")
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        return value
+    return parse
+
+
+def _unit(text: str) -> float:
+    value = _positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value
 
 
 def read_text_file(name: str) -> str:
@@ -110,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
         texts.append(read_text_file(args.text_file))
     if not texts or not any(t.strip() for t in texts):
         raise CLIError("nothing to say: give --text \"...\" or --text-file FILE")
+    if not args.reference and not args.speaker:
+        raise CLIError("give the voice: --reference CLIP (repeatable), or --speaker NAME with "
+                       "an XTTS-v2 model")
+    if args.reference and args.speaker:
+        raise CLIError("give --reference or --speaker, not both")
     for r in args.reference:
         if Path(r).is_dir():
             raise CLIError(f"reference audio {r} is a folder; give audio files (-r a.wav -r b.wav)")
@@ -123,17 +169,48 @@ def run(args: argparse.Namespace) -> int:
               ("the --text-file", args.text_file), ("the --checkpoint", args.checkpoint),
               ("the --vocoder", args.vocoder)]
     outputs = output_paths(args.out, len(texts), args.stream, inputs)
-    from myxtts.inference.synthesizer import Synthesizer  # deferred: torch
-
-    synth = Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
-                                        raw_weights=args.raw_weights)
+    synth = _open(args)
     if args.stream:
         return _stream(synth, texts[0], args, outputs[0])
     if len(outputs) == 1 and outputs[0] is not None:
         return _write_as_it_goes(synth, texts[0], args, outputs[0])
-    for p in synth.synthesize_to_files(texts, args.reference, outputs, args.language, args.seed):
+    voice = _voice(synth, args)
+    for p in synth.synthesize_to_files(texts, voice, outputs, args.language, args.seed):
         print(p)
     return 0
+
+
+def _open(args: argparse.Namespace) -> Synthesizer | XttsV2Synthesizer:
+    """The synthesizer of ``--checkpoint``: XTTS-v2 (a folder as downloaded, or its bundle)
+    with the decoding flags applied, or a model of `myxtts train`, which refuses them."""
+    from myxtts.artifacts.xtts_v2 import is_xtts_v2  # deferred: torch
+
+    if is_xtts_v2(args.checkpoint):
+        if args.vocoder:
+            raise CLIError("--vocoder: XTTS-v2 speaks through its own HiFi-GAN decoder; leave "
+                           "--vocoder out")
+        from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
+
+        synth = XttsV2Synthesizer.from_path(args.checkpoint, device=args.device)
+        synth.with_decoding(greedy=args.greedy or None, max_codes=args.max_codes,
+                            speed=args.speed, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+        return synth
+    given = [f"--{k.replace('_', '-')}" for k in XTTS_ONLY if getattr(args, k) not in (None, False)]
+    if given:
+        raise CLIError(f"{', '.join(given)}: for XTTS-v2 models only; {args.checkpoint} is a "
+                       f"model of `myxtts train`")
+    from myxtts.inference.synthesizer import Synthesizer
+
+    return Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
+                                       raw_weights=args.raw_weights)
+
+
+def _voice(synth: Synthesizer | XttsV2Synthesizer, args: argparse.Namespace):
+    """The voice to speak in: a stored speaker (XTTS-v2) or the reference clips."""
+    if args.speaker:
+        return synth.speaker(args.speaker)
+    return synth.voice(args.reference)
 
 
 def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path) -> int:
@@ -143,7 +220,7 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
 
     from myxtts.audio.io import to_pcm16
 
-    voice = synth.voice(args.reference)
+    voice = _voice(synth, args)
     t0 = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
@@ -155,7 +232,7 @@ def _write_as_it_goes(synth: Synthesizer, text: str, args: argparse.Namespace, o
 
     # a temp file renamed over ``out`` at the end: a failed, interrupted or terminated
     # synthesis leaves no half-written wav (and says so); an old ``out`` stays as it was
-    with atomic_open(out) as fh, sf.SoundFile(fh, "w", synth.cfg.audio.sample_rate, 1,
+    with atomic_open(out) as fh, sf.SoundFile(fh, "w", synth.sample_rate, 1,
                                               "PCM_16", format="WAV") as sink:
         for _, audio in synth.speak([text], voice, args.language, args.seed, progress):
             sink.write(to_pcm16(audio))
@@ -181,12 +258,12 @@ def _stream(synth: Synthesizer, text: str, args: argparse.Namespace, out: Path |
 
     from myxtts.audio.io import to_pcm16
 
-    sr = synth.cfg.audio.sample_rate
+    sr = synth.sample_rate
     raw = out is None
     if raw and sys.stdout is None:  # started with stdout closed (`>&-`)
         raise CLIError("-o -: standard output is closed; redirect it to a file or a pipe, or "
                        "give -o FILE.wav")
-    voice = synth.voice(args.reference)
+    voice = _voice(synth, args)
     t0 = time.perf_counter()
     first, n_samples = None, 0
     _say_planning(text)

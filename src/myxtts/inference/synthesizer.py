@@ -74,6 +74,10 @@ class Synthesizer:
                                 str(trained.source)).to(dev)
         return cls(model.to(dev), cfg, tok, dev, voc)
 
+    @property
+    def sample_rate(self) -> int:
+        return self.cfg.audio.sample_rate
+
     # ------------------------------------------------------------- inputs
 
     def reference(self, path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,17 +24,18 @@ START, STOP, SPACE = "[START]", "[STOP]", "[SPACE]"
 _FIX = "use the vocab.json of the XTTS-v2 download"
 
 
-def _load_bpe(path: Path):
-    """The ``tokenizers`` Tokenizer in ``path``; one-line errors name the file."""
+def _load_bpe(path: Path, text: str | None = None):
+    """The ``tokenizers`` Tokenizer in ``path`` (or in ``text``, the JSON a bundle carries,
+    with ``path`` naming where it came from); one-line errors name the file."""
     try:
         from tokenizers import Tokenizer  # optional: the xtts extra
     except ImportError:
         raise ImportError("XTTS-v2 text needs tokenizers: pip install tokenizers "
                           "(or pip install 'myxtts[xtts]')") from None
-    if not path.is_file():
+    if text is None and not path.is_file():
         raise TokenizerError(f"{path}: vocabulary file not found; {_FIX}")
     try:
-        return Tokenizer.from_file(str(path))
+        return Tokenizer.from_str(text) if text is not None else Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises a bare Exception for any unreadable file
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TokenizerError(f"{path}: not a tokenizers vocabulary ({reason}); {_FIX}") from None
@@ -49,9 +50,11 @@ class XttsTokenizer:
     cutlet with fugashi[unidic-lite], Korean ko-speech-tools, imported on first use.
     """
 
-    def __init__(self, vocab_file: str | PathLike[str]) -> None:
+    def __init__(self, vocab_file: str | PathLike[str], text: str | None = None) -> None:
+        """``text``: the vocabulary's JSON itself (as a bundle carries it), ``vocab_file``
+        then only names its source in messages."""
         self.path = Path(vocab_file)
-        self._bpe = _load_bpe(self.path)
+        self._bpe = _load_bpe(self.path, text)
         self._vocab = self._bpe.get_vocab()
         for token in (START, STOP):
             if token not in self._vocab:

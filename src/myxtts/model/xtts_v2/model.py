@@ -1,0 +1,75 @@
+"""XTTS-v2 whole: the GPT (``gpt``), the HiFi-GAN decoder with its speaker encoder
+(``hifigan_decoder``) and the mel statistics the conditioning mels are divided by
+(``mel_stats``), with the released ``model.pth``'s state-dict names (see
+``artifacts.xtts_v2`` for the two ways the released file spells a few of them).
+
+What a voice is made of, from reference audio at 22050 Hz: the GPT's conditioning latents
+(the mean over chunks of the clip's cloning mel, ``features.cond_mel_chunks``) and the
+speaker embedding (the clip at 16 kHz through the ResNet speaker encoder, resampled as
+the model was trained: ``audio.sinc_resample``). What is spoken is the GPT's codes,
+turned back into its latents (``XttsGpt.latents_for_codes``) and decoded to 24 kHz.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from myxtts.audio.sinc_resample import sinc_resample
+from myxtts.model.xtts_v2.config import XttsV2Config, XttsV2Voice
+from myxtts.model.xtts_v2.features import cond_mel_chunks
+from myxtts.model.xtts_v2.gpt import XttsGpt
+from myxtts.model.xtts_v2.hifigan import XttsLatentDecoder
+
+N_MELS = 80
+SPEAKER_RATE = 16000  # the speaker encoder's input rate
+
+
+class XttsV2Model(nn.Module):
+    def __init__(self, config: XttsV2Config) -> None:
+        super().__init__()
+        self.config = config
+        self.gpt = XttsGpt(config)
+        self.hifigan_decoder = XttsLatentDecoder.from_config(config)
+        self.register_buffer("mel_stats", torch.ones(N_MELS))
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.args.output_sample_rate
+
+    @property
+    def input_rate(self) -> int:
+        return self.config.args.input_sample_rate
+
+    def conditioning_latents(self, audio: Tensor, voice: XttsV2Voice | None = None) -> Tensor:
+        """``[1, S]`` reference audio at 22050 Hz -> the GPT's conditioning ``[1, 32, D]``:
+        the mean of its chunks' latents (``gpt_cond_len`` seconds in ``gpt_cond_chunk_len``
+        chunks). AudioError when no chunk is long enough."""
+        voice = voice or self.config.voice
+        chunks = cond_mel_chunks(audio, self.mel_stats, voice.gpt_cond_len, voice.gpt_cond_chunk_len)
+        return torch.stack([self.gpt.conditioning_latents(m) for m in chunks]).mean(dim=0)
+
+    def speaker_embedding(self, audio: Tensor) -> Tensor:
+        """``[1, S]`` reference audio at 22050 Hz -> unit-norm speaker embedding ``[1, 512, 1]``."""
+        return self.hifigan_decoder.speaker_embedding(sinc_resample(audio, self.input_rate,
+                                                                    SPEAKER_RATE))
+
+    def latents(self, cond_latents: Tensor, text_tokens: Tensor, codes: Tensor,
+                speed: float = 1.0) -> Tensor:
+        """The HiFi-GAN decoder's input ``[B, n, D]`` for decoded ``codes [B, n]``; ``speed``
+        above 1 speaks faster (the latents are stretched by ``1 / speed``, as the reference)."""
+        return stretch(self.gpt.latents_for_codes(cond_latents, text_tokens, codes), speed)
+
+    def waveform(self, latents: Tensor, speaker: Tensor) -> Tensor:
+        """``[B, n, D]`` latents -> ``[B, S]`` 24 kHz audio in the voice of ``speaker``."""
+        return self.hifigan_decoder(latents, speaker)[:, 0]
+
+
+def stretch(latents: Tensor, speed: float) -> Tensor:
+    """Latents ``[B, n, D]`` resampled linearly by ``1 / speed`` (a time stretch of the speech
+    the decoder makes; the reference's ``length_scale``, floored at speed 0.05)."""
+    scale = 1.0 / max(speed, 0.05)
+    if scale == 1.0:
+        return latents
+    return F.interpolate(latents.transpose(1, 2), scale_factor=scale, mode="linear").transpose(1, 2)
