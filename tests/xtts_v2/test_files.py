@@ -361,6 +361,11 @@ def test_writing_replaces_only_its_own_folder(release, tmp_path):
     assert {p.name for p in out.iterdir()} == {"config.json", "model.pth", "vocab.json",
                                                ".myxtts-xtts"}
     assert read_xtts_v2(out).config == release.config  # from a config.json of our keys alone
+    (tmp_path / "victim.txt").write_text("kept")  # a record names files of the folder only
+    with open(out / ".myxtts-xtts", "a") as fh:
+        fh.write("../victim.txt\n")
+    write_xtts_v2(out, lean)
+    assert (tmp_path / "victim.txt").read_text() == "kept"
     (out / "notes.txt").write_text("mine")
     _error(lambda: write_xtts_v2(out, lean), "notes.txt", "did not write")
     _error(lambda: write_xtts_v2(release.source / "sub", release), "read from")

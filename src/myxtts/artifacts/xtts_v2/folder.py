@@ -35,6 +35,7 @@ from myxtts.system import LOCK_FILE, FolderError, atomic_open, atomic_write, pat
 CONFIG, MODEL, VOCAB = "config.json", "model.pth", "vocab.json"
 SPEAKERS, DVAE, MEL_STATS = "speakers_xtts.pth", "dvae.pth", "mel_stats.pth"
 REQUIRED = (CONFIG, MODEL, VOCAB)
+_OURS = (CONFIG, MODEL, VOCAB, SPEAKERS, DVAE, MEL_STATS)
 WRITTEN_MARKER = ".myxtts-xtts"  # the files write_xtts_v2 wrote in its folder, one a line
 _LATENT, _EMBEDDING = "gpt_cond_latent", "speaker_embedding"
 _FOLDER_HINT = ("it should be the XTTS-v2 folder as downloaded (config.json, model.pth, "
@@ -136,6 +137,7 @@ def _refuse_other_files(out: Path) -> set[str]:
     except (OSError, UnicodeDecodeError):
         raise FolderError(f"{out} holds files myxtts did not write there (e.g. {found[0].name}); "
                           f"choose a new or empty folder") from None
+    recorded &= set(_OURS)  # names only: a record is never a path to remove elsewhere
     for p in found:
         if p.name not in recorded or not p.is_file():
             raise FolderError(f"{out} holds {p.name}, which myxtts did not write there; move it "
@@ -162,7 +164,7 @@ def write_xtts_v2(out: str | Path, files: XttsV2Files) -> Path:
                             f"([START] {config.start_text_token}, [STOP] "
                             f"{config.stop_text_token}); write the vocabulary the model was "
                             f"trained with")
-    check_model(where, files.weights, config)
+    check_model(where, files.weights, config, needs="the config's model")
     if files.speakers is not None:
         for name, voice in files.speakers.items():
             check_entries(f"voice {name!r}", voice, speaker_shapes(config), lambda _: False,

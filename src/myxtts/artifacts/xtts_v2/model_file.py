@@ -148,9 +148,11 @@ def _v1_check(where: str, state: dict[str, torch.Tensor], config: XttsV2Config) 
                                          f"{config.args.gpt_num_audio_tokens}")
 
 
-def check_model(where: str, state: dict[str, torch.Tensor], config: XttsV2Config) -> None:
+def check_model(where: str, state: dict[str, torch.Tensor], config: XttsV2Config,
+                needs: str = "config.json's model") -> None:
     """``state`` (our naming) is the model ``config`` describes: every name, shape and kind
-    of number, finite, the mel statistics > 0; an XTTS v1 checkpoint is named as such."""
+    of number, finite, the mel statistics > 0; an XTTS v1 checkpoint is named as such.
+    ``needs`` names the model in the messages."""
     _v1_check(where, state, config)
     layers = {int(m.group(1)) for k in state if (m := _LAYER.match(k))}
     if layers and len(layers) != config.args.gpt_layers:
@@ -169,7 +171,7 @@ def check_model(where: str, state: dict[str, torch.Tensor], config: XttsV2Config
     for k in ("gpt.gpt.ln_f.weight", "gpt.final_norm.weight", "gpt.conditioning_perceiver.latents"):
         hints[k] = f"model_args.gpt_n_model_channels is {a.gpt_n_model_channels}"
     check_entries(where, state, lay.xtts_layout(config), lay.integer_entry, hints=hints,
-                  needs="config.json's model")
+                  needs=needs)
     check_mel_stats(where, state["mel_stats"])
 
 
