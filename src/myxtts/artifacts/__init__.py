@@ -10,4 +10,5 @@
     trained     a trained TTS model from a run folder, a checkpoint or a bundle
     readback    every field of a file read back, checked before use; what a file is
     errors      ArtifactError: a file that cannot be used, named with the fix
+    xtts_v2     coqui's downloaded XTTS-v2 folder: read safely, checked, written back out
 """
