@@ -191,3 +191,26 @@ def load_reference(folder: Path):
     model = xtts.Xtts.init_from_config(cfg)
     model.load_checkpoint(cfg, checkpoint_dir=str(folder), eval=True)
     return model
+
+
+def fix_reference_generation(model) -> None:
+    """Let coqui-tts 0.28's ``Xtts`` generate under transformers 5: its inference wrapper's
+    ``forward`` takes the KV cache as ``past_key_values``, which transformers 5's
+    ``generate`` hands over as ``cache`` (dropped into ``**kwargs``, so the second step
+    finds no cache and fails). The cache is passed on under the old name; under
+    transformers 4, which still uses that name, nothing changes."""
+    import functools
+
+    inference = model.gpt.gpt_inference
+    if getattr(inference, "_cache_passed_on", False):
+        return
+    forward = inference.forward
+
+    @functools.wraps(forward)  # generate() reads the signature (attention_mask, ...)
+    def forward_with_cache(*args, cache=None, **kwargs):
+        if cache is not None:
+            kwargs.setdefault("past_key_values", cache)
+        return forward(*args, **kwargs)
+
+    inference.forward = forward_with_cache
+    inference._cache_passed_on = True

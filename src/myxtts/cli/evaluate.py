@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "evaluate", run, "score a trained model on held-out utterances "
                     "(CER/WER, speaker similarity, DNSMOS, MCD, F0, duration, RTF)")
     p.add_argument("model", metavar="MODEL", help="a run folder (its best.pt, else the newest "
-                   "checkpoint), a checkpoint .pt file or a bundle of `myxtts export`")
+                   "checkpoint), a checkpoint .pt file, a bundle of `myxtts export`, or an "
+                   "XTTS-v2 folder as downloaded")
     p.add_argument("data", metavar="DATA", help="a dataset (any layout `prepare` reads) or a "
                    "store of `myxtts prepare --audio`")
     p.add_argument("--vocoder", metavar="RUN", help="a `myxtts train-vocoder` run (default: the "
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.model).exists():
         raise CLIError(f"MODEL {args.model} does not exist; pass a run folder of `myxtts train`, "
-                       f"a checkpoint or a bundle of `myxtts export`")
+                       f"a checkpoint, a bundle of `myxtts export` or an XTTS-v2 folder")
     if not Path(args.data).exists():
         raise CLIError(f"DATA {args.data} does not exist; pass a dataset folder or a store of "
                        f"`myxtts prepare --audio`")

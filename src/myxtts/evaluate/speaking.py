@@ -5,8 +5,8 @@ The harness (``evaluate.harness``) picks utterances, loads their clips, times an
 what comes back; everything that depends on how a family makes speech -- how a reference
 becomes a voice, how decoding is cut at the length cap, whether a true clip can go through
 the family's vocoder, how text is cleaned before CER/WER compare it -- sits behind this
-protocol. Each family is one adapter; ``evaluate.mel_speaking`` is the family of
-``myxtts train`` (a mel model and a vocoder).
+protocol. Each family is one adapter: ``evaluate.mel_speaking`` is the family of ``myxtts train``
+(a mel model and a vocoder), ``evaluate.xtts_speaking`` Coqui's XTTS-v2.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from myxtts.artifacts.xtts_v2 import is_xtts_v2
 from myxtts.config import Config
 from myxtts.evaluate.mel_speaking import MelSpeakingModel
+from myxtts.evaluate.xtts_speaking import XttsV2SpeakingModel
 
 
 class SpeakingModel(Protocol):
@@ -84,8 +86,11 @@ class SpeakingModel(Protocol):
 
 def open_speaking_model(path: str | Path, device: str = "auto",
                         vocoder: str | Path | None = None) -> SpeakingModel:
-    """The model at ``path`` (a run folder, checkpoint or bundle of ``myxtts train``) as a
+    """The model at ``path`` (a run folder, checkpoint or bundle of ``myxtts train``, or an
+    XTTS-v2 folder or bundle) as a
     ``SpeakingModel``, not yet loaded. A family is one branch here, decided from the path
     alone; what no branch claims goes to ``myxtts train``'s reader, whose errors name what
     the path is instead (a bundle of another family included)."""
+    if is_xtts_v2(path):
+        return XttsV2SpeakingModel.open(path, device, vocoder)
     return MelSpeakingModel.open(path, device, vocoder)

@@ -9,8 +9,16 @@ and written back out in the released layout (``myxtts export --format xtts``).
                   their tensors checked by name, shape, kind and finiteness
     layout        the released state dicts' names and shapes, computed from the config
     weight_norm   weight norm folded into one weight and unfolded again
+    bundle        the model as one myxtts bundle (safetensors, checksummed); is_xtts_v2
 """
 
+from myxtts.artifacts.xtts_v2.bundle import (
+    is_xtts_v2,
+    read_xtts_v2_any,
+    read_xtts_v2_bundle,
+    write_xtts_v2_bundle,
+)
 from myxtts.artifacts.xtts_v2.folder import XttsV2Files, read_xtts_v2, write_xtts_v2
 
-__all__ = ["XttsV2Files", "read_xtts_v2", "write_xtts_v2"]
+__all__ = ["XttsV2Files", "is_xtts_v2", "read_xtts_v2", "read_xtts_v2_any", "read_xtts_v2_bundle",
+           "write_xtts_v2", "write_xtts_v2_bundle"]

@@ -1,0 +1,139 @@
+"""XTTS-v2 synthesis, myxtts against coqui-tts on the same weights, in one run.
+
+    python benchmarks/xtts_inference.py --peer-python PY [--size released|reduced]
+        [--max-codes N] [--sentences K] [--threads T] [--device cpu|cuda] [--json FILE]
+
+The peer environment (``PY``: coqui-tts 0.28 installed, with torchaudio importable;
+``tools/oracle_audio.sh`` makes a pure-Python one) writes an XTTS-v2 folder with seeded
+random weights (``_xtts_peer.py make``) at the released size (30 layers x 1024, 464 M
+parameters with the decoder) or the tests' reduced size. Both implementations then load
+that folder, make the voice of one reference clip (untimed), warm up, and speak the same
+``--sentences`` English sentences greedily (deterministic: the codes must agree), each
+capped at ``--max-codes`` codes (random weights rarely emit the stop code, so both decode
+exactly the cap). Per implementation: the real-time factor (synthesis seconds per second
+of audio, summed over the sentences), and with streaming (20 codes per chunk, the
+reference's default) the time to the first audio chunk and to the end. The ratio column is
+the peer's time over ours: above 1, myxtts is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import common
+
+HERE = Path(__file__).resolve().parent
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "She sells sea shells by the sea shore, and the shells she sells are surely seashells.",
+    "A journey of a thousand miles begins with a single step, or so they say.",
+    "In 1969, 2 astronauts walked on the moon while 600 million people watched.",
+]
+
+
+def _peer(args: argparse.Namespace, *argv: str) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # the peer's own environment, not this tree's sources
+    r = subprocess.run([str(args.peer_python), str(HERE / "_xtts_peer.py"), *argv],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"the peer failed ({' '.join(argv[:2])}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _reference_clip(tmp: Path) -> Path:
+    """A real clip of ljspeech-mini where it is beside the checkout, else a voiced synthetic one."""
+    clips = sorted((common.DEFAULT_DATA / "wavs").glob("*.wav"))
+    if clips:
+        return clips[0]
+    import numpy as np
+    import soundfile as sf
+
+    t = np.arange(22050 * 6) / 22050
+    wav = 0.3 * np.sin(2 * np.pi * 140 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    sf.write(tmp / "ref.wav", wav.astype("float32"), 22050)
+    return tmp / "ref.wav"
+
+
+def ours(folder: Path, ref: Path, spec: dict, device: str) -> dict:
+    import torch
+
+    from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
+
+    torch.set_num_threads(spec["threads"])
+    synth = XttsV2Synthesizer.from_path(folder, device=device)
+    voice = synth.voice([ref])
+    synth.with_decoding(greedy=True, max_codes=4)  # the warm-up: every kernel once
+    synth.say(spec["sentences"][0], voice, spec["language"])
+    synth.with_decoding(max_codes=spec["max_codes"])
+    rows = []
+    for text in spec["sentences"]:
+        t0 = time.perf_counter()
+        wav, _ = synth.say(text, voice, spec["language"])
+        rows.append({"seconds": time.perf_counter() - t0, "samples": int(wav.shape[-1])})
+    t0 = time.perf_counter()
+    first, samples = None, 0
+    for chunk in synth.stream(spec["sentences"][0], voice, spec["language"]):
+        first = first if first is not None else time.perf_counter() - t0
+        samples += int(chunk.shape[-1])
+    return {"sentences": rows, "first_chunk_s": first, "stream_s": time.perf_counter() - t0,
+            "stream_samples": samples}
+
+
+def rtf(run: dict) -> float:
+    return sum(r["seconds"] for r in run["sentences"]) / (
+        sum(r["samples"] for r in run["sentences"]) / 24000)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--peer-python", required=True, type=Path, help="interpreter with coqui-tts")
+    p.add_argument("--size", choices=("released", "reduced"), default="released")
+    p.add_argument("--max-codes", type=int, default=60, help="codes per sentence (~46 ms each)")
+    p.add_argument("--sentences", type=int, default=2, help=f"sentences spoken (1-{len(SENTENCES)})")
+    p.add_argument("--threads", type=int, default=2, help="torch threads on each side")
+    p.add_argument("--device", default="cpu", help="ours: cpu or cuda (the peer runs on the CPU)")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args()
+    spec = {"sentences": SENTENCES[:max(1, min(args.sentences, len(SENTENCES)))],
+            "language": "en", "max_codes": args.max_codes, "threads": args.threads}
+    with tempfile.TemporaryDirectory(prefix="xtts-bench-") as tmp:
+        tmp = Path(tmp)
+        folder = tmp / "xtts"
+        common.say(f"writing a {args.size}-size XTTS-v2 folder with seeded random weights (peer) ...")
+        _peer(args, "make", str(folder), "--size", args.size)
+        ref = _reference_clip(tmp)
+        (tmp / "spec.json").write_text(json.dumps(spec))
+        common.say("coqui-tts: greedy synthesis and streaming ...")
+        peer = _peer(args, "speak", str(folder), str(ref), str(tmp / "spec.json"))
+        common.say("myxtts: the same ...")
+        mine = ours(folder, ref, spec, args.device)
+    same = [a["samples"] == b["samples"] for a, b in zip(mine["sentences"], peer["sentences"])]
+    head = [f"XTTS-v2 {args.size} size, seeded random weights; {len(spec['sentences'])} "
+            f"sentences, greedy, {args.max_codes} codes each; torch threads {args.threads}; "
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; ours on {args.device}",
+            f"same audio length per sentence: {'yes' if all(same) else 'NO'}"]
+    rows = [("real-time factor, whole sentences (lower is faster)",
+             [f"{rtf(mine):.3f}", f"{rtf(peer):.3f}", f"{rtf(peer) / rtf(mine):.2f}x"]),
+            ("streaming: first audio chunk (s)",
+             [f"{mine['first_chunk_s']:.2f}", f"{peer['first_chunk_s']:.2f}",
+              f"{peer['first_chunk_s'] / mine['first_chunk_s']:.2f}x"]),
+            ("streaming: whole first sentence (s)",
+             [f"{mine['stream_s']:.2f}", f"{peer['stream_s']:.2f}",
+              f"{peer['stream_s'] / mine['stream_s']:.2f}x"])]
+    print(common.table(["myxtts", "coqui-tts", "ratio"], rows, head, first="measure", width=12))
+    if args.json:
+        args.json.write_text(json.dumps({"ours": mine, "peer": peer, "rtf_ratio": rtf(peer) / rtf(mine),
+                                         "first_chunk_ratio": peer["first_chunk_s"] / mine["first_chunk_s"]},
+                                        indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
