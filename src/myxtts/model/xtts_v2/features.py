@@ -1,0 +1,87 @@
+"""XTTS-v2's two mel features of 22.05 kHz audio, and the chunking of a voice's reference
+audio for the GPT's conditioning.
+
+Both are torchaudio power mels (80 HTK bands to 8 kHz, Slaney area normalisation, hop 256),
+compressed as ``log(max(mel, 1e-5))`` and divided per band by ``mel_stats`` (the released
+``mel_stats.pth``, also the model's ``mel_stats`` buffer). They differ in the STFT only:
+
+* the cloning mel (the conditioning encoder's input): FFT 2048 over a 1024-sample window;
+* the DVAE mel (what the DVAE turns into the GPT's target codes): FFT 1024 = window 1024.
+
+The reference computes the DVAE mel twice, as ``dvae_wav_to_mel`` and as the GPT trainer's
+``TorchMelSpectrogram`` (the one that makes the training codes); they are the same numbers
+(same transform, same ``mel_stats``), the trainer's only dropping a channel axis
+``[B, 1, S]``. The same is done here: :func:`dvae_mel` takes ``[..., S]``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from myxtts.audio.io import TRUNCATED_AUDIO, AudioError
+from myxtts.audio.power_mel import PowerMel
+from myxtts.model.xtts_v2.config import XttsV2Voice
+
+SAMPLE_RATE = 22050
+N_MELS = 80
+F_MAX = 8000.0
+HOP_LENGTH = 256
+LOG_FLOOR = 1e-5
+MIN_CHUNK_SECONDS = 0.33  # a shorter last chunk is dropped: too little speech for a latent
+
+
+def cloning_mel_spec() -> PowerMel:
+    """The cloning mel's power spectrogram: FFT 2048, window 1024, hop 256."""
+    return PowerMel(SAMPLE_RATE, n_fft=2048, win_length=1024, hop_length=HOP_LENGTH,
+                    n_mels=N_MELS, f_max=F_MAX, power=2.0, slaney_norm=True)
+
+
+def dvae_mel_spec() -> PowerMel:
+    """The DVAE mel's power spectrogram: FFT 1024, window 1024, hop 256."""
+    return PowerMel(SAMPLE_RATE, n_fft=1024, win_length=1024, hop_length=HOP_LENGTH,
+                    n_mels=N_MELS, f_max=F_MAX, power=2.0, slaney_norm=True)
+
+
+def normalised_log(power: Tensor, mel_stats: Tensor) -> Tensor:
+    """``[..., 80, F]`` mel power -> ``log(max(power, 1e-5)) / mel_stats`` per band."""
+    return torch.log(torch.clamp(power, min=LOG_FLOOR)) / mel_stats.to(power)[:, None]
+
+
+def cloning_mel(audio: Tensor, mel_stats: Tensor, spec: PowerMel | None = None) -> Tensor:
+    """``[..., S]`` 22.05 kHz audio -> ``[..., 80, 1 + S // 256]`` conditioning mel. Pass
+    ``spec`` (:func:`cloning_mel_spec`, on the audio's device) to reuse its filterbank."""
+    spec = spec if spec is not None else cloning_mel_spec().to(audio.device)
+    return normalised_log(spec(audio), mel_stats)
+
+
+def dvae_mel(audio: Tensor, mel_stats: Tensor, spec: PowerMel | None = None) -> Tensor:
+    """``[..., S]`` 22.05 kHz audio -> ``[..., 80, 1 + S // 256]`` DVAE input mel."""
+    spec = spec if spec is not None else dvae_mel_spec().to(audio.device)
+    return normalised_log(spec(audio), mel_stats)
+
+
+def cond_mel_chunks(audio: Tensor, mel_stats: Tensor,
+                    length: int = XttsV2Voice.gpt_cond_len,
+                    chunk_length: int = XttsV2Voice.gpt_cond_chunk_len,
+                    spec: PowerMel | None = None) -> list[Tensor]:
+    """The cloning mels of a voice's reference audio ``[..., S]`` at 22.05 kHz, one per
+    ``chunk_length`` seconds of its first ``length`` seconds (all of it when ``length <= 0``);
+    the GPT's conditioning latent is the mean of the chunks' latents. A last chunk shorter
+    than 0.33 s is dropped. Defaults are the released ``config.json``'s
+    (``gpt_cond_len`` 30, ``gpt_cond_chunk_len`` 4): a long clip gives at most 8 chunks."""
+    if chunk_length <= 0:
+        raise ValueError(f"gpt_cond_chunk_len must be a positive number of seconds, "
+                         f"got {chunk_length}; set it in config.json or the call")
+    if length > 0:
+        audio = audio[..., :SAMPLE_RATE * length]
+    step = SAMPLE_RATE * chunk_length
+    spec = spec if spec is not None else cloning_mel_spec().to(audio.device)
+    chunks = [cloning_mel(audio[..., start:start + step], mel_stats, spec)
+              for start in range(0, audio.shape[-1], step)
+              if audio[..., start:start + step].shape[-1] >= SAMPLE_RATE * MIN_CHUNK_SECONDS]
+    if not chunks:
+        raise AudioError(f"reference audio too short ({audio.shape[-1] / SAMPLE_RATE:.2f} s): "
+                         f"a voice needs at least {MIN_CHUNK_SECONDS:.2f} s of speech",
+                         TRUNCATED_AUDIO)
+    return chunks
