@@ -95,15 +95,32 @@ def reference_config(size: dict | None = None):
 def _randomise(model, seed: int) -> None:
     """Every parameter and buffer drawn from a seeded generator, so that no layer is left
     at an identity-like default (unit norms, zero biases) that would hide a wrong order of
-    operations; scales keep activations finite through 30 layers."""
+    operations; norms keep a scale near 1 and their running statistics plausible (a batch
+    norm scaled to ~0 would make the speaker encoder's output the same for any audio);
+    scales keep activations finite through 30 layers."""
     import torch
 
+    norms = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.GroupNorm,
+             torch.nn.modules.instancenorm._InstanceNorm)
     g = torch.Generator().manual_seed(seed)
+    normed = set()
     with torch.no_grad():
+        for prefix, module in model.named_modules():
+            if not isinstance(module, norms):
+                continue
+            for name, p in module.named_parameters(recurse=False):
+                normed.add(f"{prefix}.{name}")
+                base = 1.0 if name == "weight" else 0.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+            if getattr(module, "running_mean", None) is not None:
+                module.running_mean.copy_(0.1 * torch.randn(module.running_mean.shape, generator=g))
+                module.running_var.copy_(0.5 + torch.rand(module.running_var.shape, generator=g))
         for name, p in model.named_parameters():
+            if name in normed:
+                continue
             if name.endswith(".weight_g") or "original0" in name:
                 p.copy_(p * (0.8 + 0.4 * torch.rand(p.shape, generator=g)))
-            elif p.ndim == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+            elif p.ndim == 1 and ("norm" in name or "ln_" in name) and name.endswith(("weight", "gamma")):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1:
                 p.copy_(0.02 * torch.randn(p.shape, generator=g))
