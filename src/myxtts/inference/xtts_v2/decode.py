@@ -1,0 +1,122 @@
+"""Decoding XTTS-v2's audio codes: the GPT run one code at a time over a static KV cache,
+equal to the reference's ``gpt.generate`` (HF ``generate``, one beam) and, for streaming,
+its ``get_generator``.
+
+- :func:`generate_codes`: all codes of each row, ``[B, n]``. A row that stopped keeps its
+  stop token and is padded with stop tokens until every row stopped, as HF pads finished
+  rows; decoding ends when every row stopped or after ``max_codes``. The stop token is
+  *included* (as the reference returns it) and the reference feeds these codes, stop
+  included, to the latent forward (``XttsGpt.latents_for_codes``): one latent per code.
+- :func:`stream_codes`: an iterator of ``(code [B], latent [B, D])``, one pair per code,
+  stop included: the latent is the ``final_norm`` state that produced the code, what the
+  reference's ``inference_stream`` gathers and decodes in chunks.
+
+Per code the host does one thing: read whether every row has stopped, a device sync that
+keeps the host from queueing the next step while this one runs (on a GPU: an idle gap of
+about one kernel launch per code). :func:`generate_codes` can read it every
+``stop_check_every`` codes instead, at the price of up to ``stop_check_every - 1`` wasted
+steps after the last row stopped (each a full forward of one position; the extra codes are
+cut off). Streaming checks every code: its consumer reads every code anyway.
+
+Differences from the reference: :func:`stream_codes` with ``greedy=True`` takes the argmax;
+the reference's streaming path always samples (with ``do_sample=False`` it draws from the
+penalised softmax at temperature 1, no top-k/top-p).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from myxtts.inference.xtts_v2.sampling import CodeChooser
+from myxtts.model.xtts_v2.config import XttsV2Sampling
+from myxtts.model.xtts_v2.gpt import XttsGpt
+
+_DEFAULT_SAMPLING = XttsV2Sampling()
+
+
+def _limits(gpt: XttsGpt, text_tokens: Tensor, max_codes: int | None) -> int:
+    """The code cap, after one-line checks of the request against the model's tables."""
+    if text_tokens.ndim != 2:
+        raise ValueError(f"text_tokens must be [batch, tokens], got shape {tuple(text_tokens.shape)}")
+    text_room = gpt.text_pos_embedding.emb.num_embeddings - 2  # [START] and [STOP]
+    if text_tokens.shape[1] > text_room:
+        raise ValueError(f"{text_tokens.shape[1]} text tokens exceed the model's {text_room}; "
+                         "split the text into shorter sentences")
+    limit = gpt.max_gen_mel_tokens
+    n = limit if max_codes is None else max_codes
+    if not 1 <= n <= limit:
+        raise ValueError(f"max_codes must be in [1, {limit}] (the model's longest output), got {n}")
+    return n
+
+
+def _decode(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor, sampling: XttsV2Sampling,
+            greedy: bool, max_codes: int, generator: torch.Generator | None,
+            ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """``(code [B], state [B, D], finished [B])`` per code, up to ``max_codes``; ``finished``
+    is one tensor updated in place."""
+    b, t = text_tokens.shape
+    stop = gpt.stop_audio_token
+    cache = gpt.gpt.new_cache(b, gpt.prefix_length(t) + max_codes - 1)
+    logits, state = gpt.prefill(cond_latents, text_tokens, cache)
+    chooser = CodeChooser(sampling, b, logits.shape[-1], gpt.start_audio_token, logits.device,
+                          greedy, generator)
+    finished = torch.zeros(b, dtype=torch.bool, device=logits.device)
+    for i in range(max_codes):
+        code = chooser(logits).masked_fill(finished, stop)
+        chooser.remember(code)
+        finished |= code == stop
+        yield code, state, finished
+        if i + 1 < max_codes:  # run only when the consumer asks for the next code
+            logits, state = gpt.step(code, cache)
+
+
+@torch.inference_mode()
+def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
+                   sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
+                   max_codes: int | None = None, generator: torch.Generator | None = None,
+                   stop_check_every: int = 1) -> Tensor:
+    """Audio codes ``[B, n]`` for ``text_tokens [B, T]`` (no padding: rows of one length) in
+    the voice ``cond_latents [B or 1, 32, D]``.
+
+    ``sampling``: repetition penalty, temperature, top-k, top-p (its ``length_penalty`` acts
+    only in beam search, which the reference does not run, so it is not read). ``greedy``:
+    argmax after the repetition penalty, deterministic. ``max_codes``: at most this many
+    codes (default and upper bound: ``gpt.max_gen_mel_tokens``). ``generator``: the random
+    draws' source (default: torch's global one). ``stop_check_every``: see the module
+    docstring.
+    """
+    if stop_check_every < 1:
+        raise ValueError(f"stop_check_every must be >= 1, got {stop_check_every}")
+    n_max = _limits(gpt, text_tokens, max_codes)
+    stop = gpt.stop_audio_token
+    out = torch.full((text_tokens.shape[0], n_max), stop, dtype=torch.long, device=cond_latents.device)
+    n = 0
+    for i, (code, _, finished) in enumerate(
+            _decode(gpt, cond_latents, text_tokens, sampling, greedy, n_max, generator)):
+        out[:, i] = code
+        n = i + 1
+        if n % stop_check_every == 0 and bool(finished.all()):
+            break
+    stopped = out[:, :n] == stop
+    if stop_check_every > 1 and bool(stopped.any(dim=1).all()):
+        n = int(stopped.int().argmax(dim=1).max()) + 1  # the step at which the last row stopped
+    return out[:, :n]
+
+
+@torch.inference_mode()
+def stream_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
+                 sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
+                 max_codes: int | None = None, generator: torch.Generator | None = None,
+                 ) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(code [B], latent [B, D])`` per code, as :func:`generate_codes` chooses them (same
+    arguments); the pair with the stop token is the last. Concatenated over time, the
+    latents are the HiFi-GAN decoder's input for the codes so far."""
+    n_max = _limits(gpt, text_tokens, max_codes)
+    for code, state, finished in _decode(gpt, cond_latents, text_tokens, sampling, greedy,
+                                         n_max, generator):
+        yield code, state
+        if bool(finished.all()):
+            return
