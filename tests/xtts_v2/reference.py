@@ -205,7 +205,7 @@ def load_reference(folder: Path):
     xtts, configs = coqui()
     cfg = configs.XttsConfig()
     cfg.load_json(str(folder / "config.json"))
-    model = xtts.Xtts.init_from_config(cfg)
+    model = xtts.Xtts(cfg)
     model.load_checkpoint(cfg, checkpoint_dir=str(folder), eval=True)
     return model
 

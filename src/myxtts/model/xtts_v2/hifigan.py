@@ -17,6 +17,7 @@ folded weights trains the same function with a different parametrisation (no mag
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
@@ -134,6 +135,10 @@ class XttsHifiGan(nn.Module):
         self.conds = (nn.ModuleList(nn.Conv1d(cond_channels, w, 1) for w in widths[1:])
                       if cond_each_up else None)
 
+    @property
+    def samples_per_frame(self) -> int:
+        return math.prod(UPSAMPLE_RATES)
+
     def forward(self, x: Tensor, g: Tensor) -> Tensor:
         o = self.conv_pre(x).add_(self.cond_layer(g))
         n_kernels = len(RESBLOCK_KERNELS)
@@ -174,7 +179,15 @@ class XttsLatentDecoder(nn.Module):
     def from_config(cls, config: XttsV2Config) -> XttsLatentDecoder:
         return cls(config.args)
 
-    def forward(self, latents: Tensor, speaker: Tensor) -> Tensor:
+    @property
+    def samples_per_frame(self) -> int:
+        """Output samples per generator input frame (the product of its upsampling rates)."""
+        return self.waveform_decoder.samples_per_frame
+
+    def frames(self, latents: Tensor) -> Tensor:
+        """GPT latents ``[B, T, D]`` -> the generator's input frames ``[B, D, F]``: each
+        sample of the output depends only on the frames near it, so a stream can decode a
+        window of these (``inference.xtts_v2.chunks``)."""
         # scale_factor (not a size) as the reference: linear interpolation's sampling
         # positions come from the factor, so a size would move them by a rounding
         z = F.interpolate(latents.transpose(1, 2), scale_factor=[self.code_stride / self.hop_length],
@@ -182,7 +195,10 @@ class XttsLatentDecoder(nn.Module):
         if self.output_sample_rate != self.input_sample_rate:
             z = F.interpolate(z, scale_factor=[self.output_sample_rate / self.input_sample_rate],
                               mode="linear")
-        return self.waveform_decoder(z, speaker)
+        return z
+
+    def forward(self, latents: Tensor, speaker: Tensor) -> Tensor:
+        return self.waveform_decoder(self.frames(latents), speaker)
 
     def speaker_embedding(self, audio_16k: Tensor) -> Tensor:
         """``[B, S]`` 16 kHz audio -> unit-norm speaker embedding ``[B, 512, 1]``."""
