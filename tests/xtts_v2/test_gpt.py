@@ -175,8 +175,8 @@ def test_released_size_logits_and_greedy_codes_equal():
         got = ours(text, torch.tensor([10]), codes, torch.tensor([12 * 1024]), cond_mels=mel)
         expected = reference.gpt.generate(cond, text, do_sample=False, num_beams=1,
                                           repetition_penalty=5.0, max_new_tokens=5)
-    torch.testing.assert_close(got.code_logits, r_logits, rtol=0, atol=1e-4)
-    torch.testing.assert_close(got.code_loss, r_code, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.code_logits, r_logits, rtol=0, atol=TOL)
+    torch.testing.assert_close(got.code_loss, r_code, rtol=0, atol=TOL)
     codes_ours = generate_codes(ours, cond, text, XttsV2Sampling(repetition_penalty=5.0),
                                 greedy=True, max_codes=5)
     assert torch.equal(codes_ours, expected)

@@ -33,8 +33,9 @@ from myxtts.model.xtts_v2.blocks import GptStack, StaticKVCache
 from myxtts.model.xtts_v2.conditioning import MelStyleEncoder, PerceiverResampler
 from myxtts.model.xtts_v2.config import XttsV2Config
 
-# The perceiver's frames per latent step and the DVAE's audio samples per code: the
-# reference divides training's conditioning-segment indices (audio samples) by the former.
+# Training's conditioning-segment indices (audio samples) are divided by this (the
+# reference's ``perceiver_cond_length_compression``, the cloning mel's hop) and then used as
+# code positions, although a code spans 1024 samples: kept, so that losses equal.
 _PERCEIVER_COMPRESSION = 256
 
 
@@ -59,7 +60,11 @@ class TeacherForced(NamedTuple):
 
 
 class XttsGpt(nn.Module):
-    """The GPT of XTTS-v2, built from :class:`XttsV2Config` (see the module docstring)."""
+    """The GPT of XTTS-v2, built from :class:`XttsV2Config` (see the module docstring).
+
+    ``dropout``: GPT-2's (on the stack's input, the attention probabilities and both
+    residual branches; training mode only), 0.1 as released.
+    """
 
     def __init__(self, config: XttsV2Config, dropout: float = 0.1) -> None:
         super().__init__()
