@@ -9,25 +9,11 @@ passes the cache on under the old name: nothing else of the reference changes.
 
 from __future__ import annotations
 
-import functools
-
 from myxtts.model.xtts_v2.config import XttsV2Args, XttsV2Config
 from myxtts.model.xtts_v2.gpt import XttsGpt
+from tests.xtts_v2.reference import fix_reference_generation
 
-
-def fix_reference_generation(model) -> None:
-    """Let ``model.gpt.generate`` / ``get_generator`` (coqui's ``Xtts``) run under transformers 5."""
-    inference = model.gpt.gpt_inference
-    if getattr(inference, "_cache_passed_on", False):
-        return
-    forward = inference.forward
-
-    @functools.wraps(forward)  # generate() reads the signature (attention_mask, ...)
-    def forward_with_cache(*args, cache=None, **kwargs):
-        return forward(*args, past_key_values=cache, **kwargs)
-
-    inference.forward = forward_with_cache
-    inference._cache_passed_on = True
+__all__ = ["fix_reference_generation", "gpt_config", "our_gpt", "released_gpt_state"]
 
 
 def gpt_config(model) -> XttsV2Config:
