@@ -15,7 +15,7 @@ import torch
 
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.xtts_v2.decode import generate_codes
-from tests.xtts_v2.reference import fix_reference_generation, load_reference, write_folder
+from tests.xtts_v2.reference import fix_reference_generation, load_reference
 
 TEXT = "Hello world, how are you today?"
 CODES = 24
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def folder(reduced_folder):
     torch.set_num_threads(1)
-    return write_folder(tmp_path_factory.mktemp("xtts") / "XTTS-v2")
+    return reduced_folder
 
 
 @pytest.fixture(scope="module")

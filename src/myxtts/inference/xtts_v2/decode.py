@@ -11,6 +11,8 @@ its ``get_generator``.
   stop included: the latent is the ``final_norm`` state that produced the code, what the
   reference's ``inference_stream`` gathers and decodes in chunks.
 
+On a GPU the one-code step replays as a CUDA graph captured after the prefill
+(``inference.xtts_v2.graphed``), falling back to the eager step if the capture fails.
 Per code the host does one thing: read whether every row has stopped, a device sync that
 keeps the host from queueing the next step while this one runs (on a GPU: an idle gap of
 about one kernel launch per code). :func:`generate_codes` can read it every
@@ -30,11 +32,13 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from myxtts.inference.xtts_v2.graphed import graphed_step
 from myxtts.inference.xtts_v2.sampling import CodeChooser
 from myxtts.model.xtts_v2.config import XttsV2Sampling
 from myxtts.model.xtts_v2.gpt import XttsGpt
 
 _DEFAULT_SAMPLING = XttsV2Sampling()
+GRAPH_MIN_CODES = 8  # on a GPU, fewer codes than this decode eagerly: the capture costs a step
 
 
 def _limits(gpt: XttsGpt, text_tokens: Tensor, max_codes: int | None) -> int:
@@ -61,6 +65,7 @@ def _decode(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor, sampling: X
     stop = gpt.stop_audio_token
     cache = gpt.gpt.new_cache(b, gpt.prefix_length(t) + max_codes - 1)
     logits, state = gpt.prefill(cond_latents, text_tokens, cache)
+    graphed = graphed_step(gpt, cache) if max_codes >= GRAPH_MIN_CODES else None
     chooser = CodeChooser(sampling, b, logits.shape[-1], gpt.start_audio_token, logits.device,
                           greedy, generator)
     finished = torch.zeros(b, dtype=torch.bool, device=logits.device)
@@ -70,7 +75,7 @@ def _decode(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor, sampling: X
         finished |= code == stop
         yield code, state, finished
         if i + 1 < max_codes:  # run only when the consumer asks for the next code
-            logits, state = gpt.step(code, cache)
+            logits, state = graphed(code) if graphed is not None else gpt.step(code, cache)
 
 
 @torch.inference_mode()

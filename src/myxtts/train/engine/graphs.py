@@ -20,10 +20,11 @@ import gc
 import logging
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
+from myxtts.model.cuda_capture import end_failed_capture
 from myxtts.train.errors import error_summary
 
 log = logging.getLogger(__name__)
@@ -121,26 +122,6 @@ class CudaCapture:
         except Exception as e:
             return error_summary(e)
         return None
-
-
-def end_failed_capture(index: int, stream: torch.cuda.Stream, pool: Any) -> bool:
-    """After a capture raised: ``stream`` is the thread's current stream again, and if the
-    caching allocator still routed the capture into ``pool`` (torch's ``capture_end`` did
-    not get that far), that capture ends and its use of the pool is given back (torch's
-    private calls, the pair its own pool context manager ends with; no public call does
-    this). Returns whether it had to: False where the capture never began allocating or
-    torch ended it (the allocator refuses to end it twice, which is fine)."""
-    torch.cuda.set_stream(stream)
-    end = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(
-        torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
-    if end is None:  # pragma: no cover - every torch >= 2.4 has one of the two
-        return False
-    try:
-        end(index, pool)
-    except RuntimeError:  # "not currently recording to" the pool: nothing to end
-        return False
-    torch._C._cuda_releasePool(index, pool)
-    return True
 
 
 def _draws(device: torch.device) -> str | None:
