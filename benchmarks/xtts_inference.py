@@ -11,7 +11,8 @@ that folder, make the voice of one reference clip (untimed), warm up, and speak 
 ``--sentences`` English sentences greedily (deterministic: the codes must agree), each
 capped at ``--max-codes`` codes (random weights rarely emit the stop code, so both decode
 exactly the cap). Per implementation: the real-time factor (synthesis seconds per second
-of audio, summed over the sentences), and with streaming (20 codes per chunk, the
+of audio, summed over the sentences; ours also with its GPT in bfloat16, whose codes may
+differ from float32's), and with streaming (20 codes per chunk, the
 reference's default) the time to the first audio chunk and to the end. The ratio column is
 the peer's time over ours: above 1, myxtts is faster.
 """
@@ -62,13 +63,14 @@ def _reference_clip(tmp: Path) -> Path:
     return tmp / "ref.wav"
 
 
-def ours(folder: Path, ref: Path, spec: dict, device: str) -> dict:
+def ours(folder: Path, ref: Path, spec: dict, device: str, dtype: str = "float32",
+         stream: bool = True) -> dict:
     import torch
 
     from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
 
     torch.set_num_threads(spec["threads"])
-    synth = XttsV2Synthesizer.from_path(folder, device=device)
+    synth = XttsV2Synthesizer.from_path(folder, device=device, dtype=dtype)
     voice = synth.voice([ref])
     synth.with_decoding(greedy=True, max_codes=4)  # the warm-up: every kernel once
     synth.say(spec["sentences"][0], voice, spec["language"])
@@ -78,6 +80,8 @@ def ours(folder: Path, ref: Path, spec: dict, device: str) -> dict:
         t0 = time.perf_counter()
         wav, _ = synth.say(text, voice, spec["language"])
         rows.append({"seconds": time.perf_counter() - t0, "samples": int(wav.shape[-1])})
+    if not stream:
+        return {"sentences": rows}
     t0 = time.perf_counter()
     first, samples = None, 0
     for chunk in synth.stream(spec["sentences"][0], voice, spec["language"]):
@@ -115,6 +119,8 @@ def main() -> None:
         peer = _peer(args, "speak", str(folder), str(ref), str(tmp / "spec.json"))
         common.say("myxtts: the same ...")
         mine = ours(folder, ref, spec, args.device)
+        common.say("myxtts with the GPT in bfloat16 ...")
+        half = ours(folder, ref, spec, args.device, "bfloat16", stream=False)
     same = [a["samples"] == b["samples"] for a, b in zip(mine["sentences"], peer["sentences"])]
     head = [f"XTTS-v2 {args.size} size, seeded random weights; {len(spec['sentences'])} "
             f"sentences, greedy, {args.max_codes} codes each; torch threads {args.threads}; "
@@ -122,6 +128,8 @@ def main() -> None:
             f"same audio length per sentence: {'yes' if all(same) else 'NO'}"]
     rows = [("real-time factor, whole sentences (lower is faster)",
              [f"{rtf(mine):.3f}", f"{rtf(peer):.3f}", f"{rtf(peer) / rtf(mine):.2f}x"]),
+            ("  the same, our GPT in bfloat16 (--dtype bfloat16)",
+             [f"{rtf(half):.3f}", f"{rtf(peer):.3f}", f"{rtf(peer) / rtf(half):.2f}x"]),
             ("streaming: first audio chunk (s)",
              [f"{mine['first_chunk_s']:.2f}", f"{peer['first_chunk_s']:.2f}",
               f"{peer['first_chunk_s'] / mine['first_chunk_s']:.2f}x"]),
@@ -130,7 +138,9 @@ def main() -> None:
               f"{peer['stream_s'] / mine['stream_s']:.2f}x"])]
     print(common.table(["myxtts", "coqui-tts", "ratio"], rows, head, first="measure", width=12))
     if args.json:
-        args.json.write_text(json.dumps({"ours": mine, "peer": peer, "rtf_ratio": rtf(peer) / rtf(mine),
+        args.json.write_text(json.dumps({"ours": mine, "ours_bf16": half, "peer": peer,
+                                         "rtf_ratio": rtf(peer) / rtf(mine),
+                                         "rtf_ratio_bf16": rtf(peer) / rtf(half),
                                          "first_chunk_ratio": peer["first_chunk_s"] / mine["first_chunk_s"]},
                                         indent=1))
 

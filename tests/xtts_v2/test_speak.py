@@ -187,3 +187,22 @@ def test_the_command_line_speaks_greedily_and_refuses_what_it_cannot(folder, cli
         r = subprocess.run(cmd[:-2] + extra + ["-o", str(tmp_path / "x.wav")],
                            capture_output=True, text=True)
         assert r.returncode != 0 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bfloat16_gpt_speaks_with_the_float32_decoder_and_voice(folder, clip):
+    """--dtype bfloat16: the GPT's weights and cache in bfloat16, the voice and the HiFi-GAN
+    in float32; the audio is real audio of the same kind (codes may differ from float32's)."""
+    from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
+
+    half = XttsV2Synthesizer.from_path(folder, device="cpu", dtype="bfloat16")
+    half.with_decoding(greedy=True, max_codes=CODES)
+    assert {p.dtype for p in half.model.gpt.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in half.model.hifigan_decoder.parameters()} == {torch.float32}
+    voice = half.voice([clip])
+    assert voice.latents.dtype == voice.speaker.dtype == torch.float32
+    wav, _ = half.say(TEXT, voice, "en")
+    assert wav.dtype == np.float32 and np.isfinite(wav).all() and np.abs(wav).max() > 1e-3
+    chunks = list(half.stream(TEXT, voice, "en"))
+    assert sum(c.size for c in chunks) > 0 and all(np.isfinite(c).all() for c in chunks)
+    with pytest.raises(SynthesisError, match="--dtype float16: give one of float32, bfloat16"):
+        XttsV2Synthesizer.from_path(folder, device="cpu", dtype="float16")

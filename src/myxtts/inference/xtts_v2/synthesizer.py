@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from myxtts.artifacts.xtts_v2 import XttsV2Files, read_xtts_v2_any
 from myxtts.audio.io import AudioError, save_wav
 from myxtts.config import resolve_device
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.xtts_v2.chunks import CONTEXT_FRAMES, CrossfadeJoiner
-from myxtts.inference.xtts_v2.decode import generate_codes, stream_codes
+from myxtts.inference.xtts_v2.decode import stream_codes
 from myxtts.inference.xtts_v2.voice import XttsVoice, clips_of, pick_speaker, speakers_voices
 from myxtts.model.xtts_v2.config import XttsV2Sampling
 from myxtts.model.xtts_v2.model import XttsV2Model, stretch
@@ -33,6 +34,7 @@ from myxtts.text.xtts_v2 import XttsTokenizer
 
 STREAM_CODES = 20  # codes per streamed chunk (the reference's stream_chunk_size)
 STREAM_OVERLAP = 1024  # samples cross-faded between chunks (its overlap_wav_len)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the GPT's precision
 
 
 @dataclass(frozen=True)
@@ -59,18 +61,23 @@ class XttsV2Synthesizer:
         self.decoding = decoding or Decoding(self.config.sampling)
 
     @classmethod
-    def from_path(cls, path: str | Path, device: str = "auto") -> XttsV2Synthesizer:
+    def from_path(cls, path: str | Path, device: str = "auto", dtype: str = "float32"
+                  ) -> XttsV2Synthesizer:
         """An XTTS-v2 folder as downloaded or a bundle of one (``myxtts export``)."""
-        from myxtts.artifacts.xtts_v2 import read_xtts_v2_any  # deferred: torch.load's weight
-
-        return cls.from_files(read_xtts_v2_any(path), device)
+        return cls.from_files(read_xtts_v2_any(path), device, dtype)
 
     @classmethod
-    def from_files(cls, files, device: str = "auto") -> XttsV2Synthesizer:
-        """The synthesizer of a model already read (``artifacts.xtts_v2``)."""
+    def from_files(cls, files: XttsV2Files, device: str = "auto", dtype: str = "float32"
+                   ) -> XttsV2Synthesizer:
+        """The synthesizer of a model already read (``artifacts.xtts_v2``); ``dtype``: the
+        GPT's precision, ``float32`` (equal to the reference) or ``bfloat16``
+        (``XttsV2Model.set_gpt_dtype``)."""
+        if dtype not in DTYPES:
+            raise SynthesisError(f"--dtype {dtype}: give one of {', '.join(DTYPES)}")
         dev = resolve_device(device, "--device")
         model = XttsV2Model(files.config)
         model.load_state_dict(files.weights, strict=True)
+        model.set_gpt_dtype(DTYPES[dtype])
         name = str(files.source) if files.source is not None else "the model"
         tokenizer = XttsTokenizer(Path(name) / "vocab.json", text=files.vocab)
         return cls(model, tokenizer, dev, files.speakers, name)
@@ -154,14 +161,19 @@ class XttsV2Synthesizer:
     def say(self, piece: str, voice: XttsVoice, language: str, seed: int | None = 0
             ) -> tuple[np.ndarray, bool]:
         """One piece of text, whole: float32 audio and whether decoding reached the code
-        cap without the stop token."""
+        cap without the stop token. The latents decoded are the GPT's states as it chose
+        each code (the reference computes the same states again in a second, teacher-forced
+        pass; they agree to float rounding, and the pass costs a prefill of every code)."""
         d, lang = self.decoding, self.language(language)
         tokens = self.tokens(piece, lang)
-        codes = generate_codes(self.model.gpt, voice.latents, tokens, d.sampling,
-                               greedy=d.greedy, max_codes=d.max_codes,
-                               generator=self._generator(seed))
-        stopped = bool((codes[0] == self.model.gpt.stop_audio_token).any())
-        latents = self.model.latents(voice.latents, tokens, codes, d.speed)
+        try:
+            steps = list(stream_codes(self.model.gpt, voice.latents, tokens, d.sampling,
+                                      greedy=d.greedy, max_codes=d.max_codes,
+                                      generator=self._generator(seed)))
+        except ValueError as e:  # a setting of config.json or a flag the decoder refuses
+            raise SynthesisError(f"{self.source}: {e}") from None
+        stopped = int(steps[-1][0][0]) == self.model.gpt.stop_audio_token
+        latents = stretch(torch.stack([h for _, h in steps], dim=1).float(), d.speed)
         wav = self.model.waveform(latents, voice.speaker)[0]
         return wav.float().cpu().numpy(), not stopped
 
@@ -225,7 +237,7 @@ class XttsV2Synthesizer:
                 done = True
             if not latents or not (done or fresh >= codes_per_chunk):
                 continue
-            frames = decoder.frames(stretch(torch.stack(latents, dim=1), d.speed))
+            frames = decoder.frames(stretch(torch.stack(latents, dim=1).float(), d.speed))
             hop = decoder.samples_per_frame
             total, first = frames.shape[-1] * hop, joiner.start() // hop
             begin = max(0, first - CONTEXT_FRAMES)
