@@ -7,12 +7,19 @@ numerals, punctuation folded to commas), abbreviations and symbols read out, whi
 collapsed; then Chinese becomes tone-numbered pinyin and Korean is romanised. Japanese
 only becomes lower-cased Hepburn romaji (cutlet): its numbers are cutlet's business.
 The word lists are in tables.py; numbers.py and chinese.py read the numbers.
+
+A language beyond the reference's (``OWN_CHAR_LIMITS``: Persian), which a model speaks
+once its vocabulary and text rows were grown (grow.py) and it was fine-tuned, is cleaned
+by this project's own front end (``text.cleaners.clean_text``: for Persian its letter
+forms, digits, ZWNJ and number words), then as the reference treats its languages: double
+quotes removed (the model never read one), symbols read as words, whitespace collapsed.
 """
 
 from __future__ import annotations
 
 import re
 
+from myxtts.text.cleaners import clean_text
 from myxtts.text.tokenizer import TokenizerError
 from myxtts.text.xtts_v2.chinese import normalize_chinese, to_pinyin
 from myxtts.text.xtts_v2.numbers import expand_numbers
@@ -21,12 +28,14 @@ from myxtts.text.xtts_v2.tables import (
     ABBREVIATIONS,
     CODES,
     LANGUAGES,
+    OWN_CHAR_LIMITS,
+    OWN_SYMBOL_NAMES,
     SYMBOL_NAMES,
     SYMBOLS,
 )
 
-__all__ = ["base_language", "clean_multilingual", "normalize", "romanize_korean",
-           "JapaneseRomaji"]
+__all__ = ["base_language", "clean_multilingual", "clean_own", "language_tag", "normalize",
+           "romanize_korean", "JapaneseRomaji"]
 
 _WHITESPACE = re.compile(r"\s+")
 _TURKISH_CAPITALS = str.maketrans({"İ": "i", "Ö": "ö", "Ü": "ü"})
@@ -41,12 +50,19 @@ _ABBREVIATION_RES = {
 
 def base_language(language: str) -> str:
     """The base code XTTS-v2's cleaning keys on: the region dropped as the reference drops it
-    ("zh-cn" -> "zh", "en-us" -> "en"); a TokenizerError listing the languages otherwise."""
+    ("zh-cn" -> "zh", "en-us" -> "en"); one of the released languages or of those myxtts can
+    add (``OWN_CHAR_LIMITS``); a TokenizerError listing both otherwise."""
     code = str(language).split("-")[0]
-    if code not in CODES:
+    if code not in CODES and code not in OWN_CHAR_LIMITS:
         raise TokenizerError(f"XTTS-v2 does not speak {language!r}; its languages: "
-                             f"{', '.join(LANGUAGES)} (or 'zh' for 'zh-cn')")
+                             f"{', '.join(LANGUAGES)} (or 'zh' for 'zh-cn'); myxtts can add "
+                             f"{', '.join(OWN_CHAR_LIMITS)} to a model (myxtts.text.xtts_v2.grow)")
     return code
+
+
+def language_tag(lang: str) -> str:
+    """The vocabulary's language token for base code ``lang``: "[zh-cn]" for "zh"."""
+    return f"[{'zh-cn' if lang == 'zh' else lang}]"
 
 
 def clean_multilingual(text: str, lang: str) -> str:
@@ -59,6 +75,16 @@ def clean_multilingual(text: str, lang: str) -> str:
     for pattern, reading in _ABBREVIATION_RES[lang]:
         text = pattern.sub(reading, text)
     for symbol, name in zip(SYMBOLS, SYMBOL_NAMES[lang]):
+        text = text.replace(symbol, f" {name} ")
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def clean_own(text: str, lang: str) -> str:
+    """A language beyond the reference's (base code ``lang``, in ``OWN_CHAR_LIMITS``) as a
+    grown model reads it: the project's ``clean_text`` (lower-cased, numbers in words), then
+    the reference's last steps (no double quotes, symbols in words, one space)."""
+    text = clean_text(text, lang).replace('"', "")
+    for symbol, name in zip(SYMBOLS, OWN_SYMBOL_NAMES.get(lang, ())):
         text = text.replace(symbol, f" {name} ")
     return _WHITESPACE.sub(" ", text).strip()
 
@@ -96,6 +122,8 @@ def normalize(text: str, language: str, romaji: JapaneseRomaji | None = None) ->
     """``text`` as XTTS-v2's tokenizer sees it before byte-pair encoding (the reference's
     ``preprocess_text``); ``romaji`` reuses a loaded Japanese converter."""
     lang = base_language(language)
+    if lang in OWN_CHAR_LIMITS:
+        return clean_own(text, lang)
     if lang == "ja":
         return (romaji or JapaneseRomaji())(text)
     text = clean_multilingual(text, lang)

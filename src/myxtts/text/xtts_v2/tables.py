@@ -12,7 +12,7 @@ from __future__ import annotations
 
 __all__ = ["LANGUAGES", "CODES", "CHAR_LIMITS", "ABBREVIATIONS", "ABBREVIATION_NEEDS_DOT",
            "SYMBOLS", "SYMBOL_NAMES", "ORDINAL_SUFFIXES", "DOT_BEFORE_SPACE",
-           "CURRENCY_SEPARATOR"]
+           "CURRENCY_SEPARATOR", "OWN_CHAR_LIMITS", "OWN_SYMBOL_NAMES"]
 
 # The languages as XTTS-v2's config.json names them (and as the vocabulary's language
 # tokens read: [en], [zh-cn], ...).
@@ -103,3 +103,21 @@ ORDINAL_SUFFIXES: dict[str, tuple[str, ...]] = {
 CURRENCY_SEPARATOR = {"en": ", ", "es": " con ", "fr": " et ", "de": " und ", "pt": " e ",
                       "it": " e ", "pl": ", ", "cs": ", ", "ru": ", ", "nl": ", ", "ar": ", ",
                       "tr": ", ", "hu": ", ", "ko": ", ", "hi": ", "}
+
+
+# -- languages beyond the released ones (myxtts.text.xtts_v2.grow adds them to a model)
+#
+# Not the reference's: these are cleaned by this project's own front end (text/cleaners.py)
+# and spoken only by a model whose vocabulary was grown and which was then fine-tuned.
+# Persian: 200 characters. A Persian letter is one token of a grown vocabulary (no merges
+# were learnt for it), so 200 characters stay near 200 text tokens, half the GPT's 402; and
+# Persian, like Arabic (166), leaves its short vowels unwritten, so a character carries more
+# sound than in the Latin-script languages (203-273): 200 characters are about 15 s of
+# speech, within the ~27 s the 605 audio codes hold. A first estimate, to be measured
+# once a fine-tuned model speaks.
+OWN_CHAR_LIMITS = {"fa": 200}
+# Symbols read as words, as the reference does for its languages (in the order of SYMBOLS);
+# a number's percent sign is read by the Persian number reader first.
+OWN_SYMBOL_NAMES: dict[str, tuple[str, ...]] = {
+    "fa": ("و", "ات", "درصد", "شماره", "دلار", "پوند", "درجه"),
+}

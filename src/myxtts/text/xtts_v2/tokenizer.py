@@ -6,6 +6,9 @@ speaks whole.
 An encoded text is the language token, then the cleaned text (normalize.py) with every
 space written as the [SPACE] token: "[en]hello[SPACE]world". The ids are the library's own
 encoding of that string, so they match the reference for any vocabulary.
+
+A language myxtts adds (Persian, ``tables.OWN_CHAR_LIMITS``) is spoken where the vocabulary
+has its token ("[fa]", added by grow.py); elsewhere it is an error naming how to add it.
 """
 
 from __future__ import annotations
@@ -14,17 +17,17 @@ from os import PathLike
 from pathlib import Path
 
 from myxtts.text.tokenizer import TokenizerError
-from myxtts.text.xtts_v2.normalize import JapaneseRomaji, base_language, normalize
+from myxtts.text.xtts_v2.normalize import JapaneseRomaji, base_language, language_tag, normalize
 from myxtts.text.xtts_v2.split import split_text
-from myxtts.text.xtts_v2.tables import CHAR_LIMITS, LANGUAGES
+from myxtts.text.xtts_v2.tables import CHAR_LIMITS, LANGUAGES, OWN_CHAR_LIMITS
 
-__all__ = ["XttsTokenizer", "START", "STOP", "SPACE"]
+__all__ = ["XttsTokenizer", "load_bpe", "START", "STOP", "SPACE"]
 
 START, STOP, SPACE = "[START]", "[STOP]", "[SPACE]"
 _FIX = "use the vocab.json of the XTTS-v2 download"
 
 
-def _load_bpe(path: Path, text: str | None = None):
+def load_bpe(path: Path, text: str | None = None):
     """The ``tokenizers`` Tokenizer in ``path`` (or in ``text``, the JSON a bundle carries,
     with ``path`` naming where it came from); one-line errors name the file."""
     try:
@@ -46,20 +49,25 @@ class XttsTokenizer:
 
     ``encode(text, language)`` gives the ids the released model reads (the language token
     first, no [START]/[STOP]: the model adds those). Languages: ``LANGUAGES`` (a region
-    suffix is dropped, so "zh" and "zh-cn" are the same); Chinese needs pypinyin, Japanese
-    cutlet with fugashi[unidic-lite], Korean ko-speech-tools, imported on first use.
+    suffix is dropped, so "zh" and "zh-cn" are the same), and those of ``OWN_CHAR_LIMITS``
+    whose token the vocabulary has; Chinese needs pypinyin, Japanese cutlet with
+    fugashi[unidic-lite], Korean ko-speech-tools, imported on first use.
     """
 
     def __init__(self, vocab_file: str | PathLike[str], text: str | None = None) -> None:
         """``text``: the vocabulary's JSON itself (as a bundle carries it), ``vocab_file``
         then only names its source in messages."""
         self.path = Path(vocab_file)
-        self._bpe = _load_bpe(self.path, text)
+        self._bpe = load_bpe(self.path, text)
         self._vocab = self._bpe.get_vocab()
         for token in (START, STOP):
             if token not in self._vocab:
                 raise TokenizerError(f"{self.path}: the vocabulary has no {token} token; {_FIX}")
         self._romaji = JapaneseRomaji()
+        # the languages myxtts added to this vocabulary (grow.py), in the order of their ids
+        self._own = tuple(sorted((lang for lang in OWN_CHAR_LIMITS
+                                  if language_tag(lang) in self._vocab),
+                                 key=lambda lang: self._vocab[language_tag(lang)]))
 
     # -- the vocabulary
 
@@ -81,30 +89,43 @@ class XttsTokenizer:
 
     @property
     def languages(self) -> tuple[str, ...]:
-        return LANGUAGES
+        """The released languages, then those added to this vocabulary."""
+        return LANGUAGES + self._own
 
     @property
     def char_limits(self) -> dict[str, int]:
         """Characters per piece of text, by base language code, beyond which the released
-        model tends to truncate its audio."""
-        return dict(CHAR_LIMITS)
+        model tends to truncate its audio (and the estimates for the added languages)."""
+        return CHAR_LIMITS | {lang: OWN_CHAR_LIMITS[lang] for lang in self._own}
 
     def char_limit(self, language: str) -> int:
-        return CHAR_LIMITS[base_language(language)]
+        return self.char_limits[self._spoken(language)]
+
+    def _spoken(self, language: str) -> str:
+        """The base code of ``language``; a TokenizerError where it is a language myxtts can
+        add but this vocabulary lacks (no "[fa]" token), naming how to add it. The released
+        languages are not checked, as the reference does not check them."""
+        lang = base_language(language)
+        if lang in OWN_CHAR_LIMITS and lang not in self._own:
+            raise TokenizerError(
+                f"{self.path} has no {language_tag(lang)} token: this XTTS-v2 model does not "
+                f"speak {language!r} (its languages: {', '.join(self.languages)}); add it: "
+                f"grow the vocabulary and the model (myxtts.text.xtts_v2.grow.grow_vocab, "
+                f"myxtts.model.xtts_v2.grow.grow_text_rows) and fine-tune on {lang} speech")
+        return lang
 
     # -- text to ids
 
     def normalize(self, text: str, language: str) -> str:
         """``text`` cleaned as the model expects (lower case, numbers and symbols in words,
         Chinese as pinyin, Japanese and Korean romanised)."""
-        return normalize(text, language, self._romaji)
+        return normalize(text, self._spoken(language), self._romaji)
 
     def encode(self, text: str, language: str) -> list[int]:
         """Token ids of ``text`` in ``language``: the language token, then the cleaned text."""
-        lang = base_language(language)
-        tag = "zh-cn" if lang == "zh" else lang
-        cleaned = self.normalize(text, lang)
-        return list(self._bpe.encode(f"[{tag}]{cleaned}".replace(" ", SPACE)).ids)
+        lang = self._spoken(language)
+        cleaned = normalize(text, lang, self._romaji)
+        return list(self._bpe.encode(f"{language_tag(lang)}{cleaned}".replace(" ", SPACE)).ids)
 
     def decode(self, ids) -> str:
         """The cleaned text behind ``ids`` ([SPACE] as a space, [STOP] and [UNK] dropped; the
@@ -118,5 +139,5 @@ class XttsTokenizer:
     def split(self, text: str, language: str) -> list[str]:
         """``text`` cut into pieces of at most ``char_limit(language)`` characters, at
         sentence ends, then clause marks, then spaces (split.py); nothing is lost."""
-        lang = base_language(language)
-        return split_text(text, lang, CHAR_LIMITS[lang])
+        lang = self._spoken(language)
+        return split_text(text, lang, self.char_limits[lang])
