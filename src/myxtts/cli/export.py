@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.run_path).exists():
         raise CLIError(f"{args.run_path} does not exist; pass a run folder of `myxtts train`")
-    from myxtts.artifacts.xtts_v2 import is_xtts_v2
+    from myxtts.artifacts.xtts_v2 import is_xtts_v2  # deferred: torch
 
     if is_xtts_v2(args.run_path):
         return _export_xtts(args)
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _export_xtts(args: argparse.Namespace) -> int:
     """An XTTS-v2 model (folder or bundle) as a bundle, or as Coqui's folder layout."""
+    # deferred: torch; `myxtts --help` starts without it
     from myxtts.artifacts.bundle import BUNDLE_FILE
     from myxtts.artifacts.xtts_v2 import read_xtts_v2_any, write_xtts_v2, write_xtts_v2_bundle
     from myxtts.system import folder_lock

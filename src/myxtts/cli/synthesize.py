@@ -192,7 +192,7 @@ def _open(args: argparse.Namespace) -> Synthesizer | XttsV2Synthesizer:
         if args.vocoder:
             raise CLIError("--vocoder: XTTS-v2 speaks through its own HiFi-GAN decoder; leave "
                            "--vocoder out")
-        from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
+        from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer  # deferred: torch
 
         synth = XttsV2Synthesizer.from_path(args.checkpoint, device=args.device,
                                             dtype=args.dtype or "float32")
@@ -204,7 +204,7 @@ def _open(args: argparse.Namespace) -> Synthesizer | XttsV2Synthesizer:
     if given:
         raise CLIError(f"{', '.join(given)}: for XTTS-v2 models only; {args.checkpoint} is a "
                        f"model of `myxtts train`")
-    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.inference.synthesizer import Synthesizer  # deferred: torch
 
     return Synthesizer.from_checkpoint(args.checkpoint, device=args.device, vocoder=args.vocoder,
                                        raw_weights=args.raw_weights)
