@@ -75,7 +75,7 @@ def test_conditioning_latents_equal(ref, ours):
         expected = ref.gpt.get_style_emb(mel).transpose(1, 2)
         got = ours.conditioning_latents(mel)
     assert got.shape == (1, 32, 256)
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)  # float32 over 8 attention layers
 
 
 def test_teacher_forced_logits_and_losses_equal_for_a_padded_batch(ref, ours):
