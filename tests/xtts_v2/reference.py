@@ -48,8 +48,9 @@ def coqui():
     and read reference folders with this module."""
     import pytest
 
-    xtts = pytest.importorskip("TTS.tts.models.xtts", reason="coqui-tts is the oracle")
-    configs = pytest.importorskip("TTS.tts.configs.xtts_config")
+    xtts = pytest.importorskip("TTS.tts.models.xtts", reason="coqui-tts is the oracle",
+                               exc_type=ImportError)
+    configs = pytest.importorskip("TTS.tts.configs.xtts_config", exc_type=ImportError)
     return xtts, configs
 
 

@@ -187,9 +187,9 @@ def test_pickled_config_of_the_first_releases_reads_without_coqui_code(folder, r
 def test_released_size_shapes_are_accepted(monkeypatch, tmp_path):
     """coqui's XTTS-v2 at the released size (GPT built on the meta device: shapes only)
     passes the shape checks of the config its JSON states."""
+    xtts, _ = coqui()
     from TTS.tts.layers.xtts.tokenizer import VoiceBpeTokenizer
 
-    xtts, _ = coqui()
     cfg = reference_config(RELEASED)
     vocab = make_vocab(tmp_path / "vocab.json")
     model = xtts.Xtts(cfg)  # no tokenizer yet: the HiFi-GAN decoder alone, on the CPU
