@@ -49,8 +49,8 @@ def text_tokens(path: Path, text: str) -> tuple[int, int, int]:
     try:
         from tokenizers import Tokenizer  # optional: needed by the XTTS-v2 family only
     except ImportError:
-        raise ArtifactError(f"{path} needs the tokenizers package to be read; install it "
-                            f"(pip install tokenizers)") from None
+        raise ArtifactError(f"{path} needs the tokenizers package to be read; install "
+                            f"XTTS-v2's extra: pip install \"myxtts[xtts]\"") from None
     try:
         tok = Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises its own Exception type for every problem

@@ -111,7 +111,7 @@ def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
     return out[:, :n]
 
 
-@torch.inference_mode()
+@torch.inference_mode()  # each step of the generator runs under it
 def stream_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
                  sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
                  max_codes: int | None = None, generator: torch.Generator | None = None,

@@ -58,7 +58,7 @@ def reference_clip(source: str | Path | np.ndarray, rate: int | None = None,
                           int(rate), GPT_RATE)
     audio = audio.clamp_(-1.0, 1.0)[:, :GPT_RATE * settings.max_ref_len]
     if settings.sound_norm_refs:
-        audio = audio / audio.abs().max() * 0.75
+        audio = audio / audio.abs().max().clamp(min=1e-9) * 0.75
     return audio
 
 
