@@ -5,6 +5,7 @@ arithmetic; the bundle and the re-exported folder speak the same; the command li
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -157,7 +158,8 @@ def test_bundle_and_reexported_folder_speak_the_same(ref, synth, folder, clip, t
     from myxtts.artifacts.xtts_v2 import read_xtts_v2, write_xtts_v2, write_xtts_v2_bundle
     from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
 
-    files = read_xtts_v2(folder)
+    # without the DVAE (200 MB here, not used to speak): the file is written and hashed faster
+    files = dataclasses.replace(read_xtts_v2(folder), dvae=None)
     write_xtts_v2_bundle(tmp_path / "xtts.safetensors", files)
     bundled = XttsV2Synthesizer.from_path(tmp_path / "xtts.safetensors", device="cpu")
     bundled.with_decoding(greedy=True, max_codes=CODES)
