@@ -5,7 +5,7 @@ codes, the two mels and the conditioning chunks.
 Tolerances (float32, CPU): the mels and the DVAE codes are compared exactly (the same
 operations in the same order: PowerMel equals torchaudio bit for bit, and a code is an
 argmax, where any drift could flip a near tie); the speaker embedding within 1e-5 and the
-waveform within 1e-4 max abs, the brief's bounds (measured: 0 and ~5e-8 -- folding weight
+waveform within 1e-4 max abs (measured: 0 and ~5e-8 -- folding weight
 norm once rounds differently from recomputing it per call).
 """
 
@@ -14,12 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.xtts_v2.layout import speaker_features
+from myxtts.artifacts.xtts_v2.model_file import normalise, released_state
+from myxtts.artifacts.xtts_v2.weight_norm import fold_state
 from myxtts.audio.io import AudioError
 from myxtts.model.xtts_v2 import features
 from myxtts.model.xtts_v2.config import XttsV2Args
 from myxtts.model.xtts_v2.dvae import NUM_TOKENS, XttsDvae
-from myxtts.model.xtts_v2.hifigan import XttsLatentDecoder, fold_weight_norm, unfold_weight_norm
-from myxtts.model.xtts_v2.speaker import TORCH_SPEC_PREFIX, strip_torch_spec, torch_spec_buffers
+from myxtts.model.xtts_v2.hifigan import XttsLatentDecoder
 from tests.xtts_v2.reference import (
     RELEASED,
     coqui,
@@ -29,19 +32,26 @@ from tests.xtts_v2.reference import (
 )
 
 PREFIX = "hifigan_decoder."
+TORCH_SPEC_PREFIX = PREFIX + "speaker_encoder.torch_spec."
 
 
 def _decoder_state(full: dict) -> dict:
-    """The loader's path for the decoder: fold, check and drop torch_spec, un-prefix."""
-    state = strip_torch_spec(fold_weight_norm({k: v for k, v in full.items() if k.startswith(PREFIX)}))
+    """The loader's path for the decoder (``artifacts.xtts_v2``): fold, check and drop
+    torch_spec, un-prefix."""
+    state = normalise("test", {k: v for k, v in full.items() if k.startswith(PREFIX)})
     return {k[len(PREFIX):]: v for k, v in state.items()}
 
 
+def _released(ours: dict) -> dict:
+    """Our decoder's state in the released layout, as the writer makes it."""
+    return released_state({PREFIX + k: v for k, v in ours.items()})
+
+
 def _condition_batch_norms(model: torch.nn.Module, seed: int = 5) -> None:
-    """The fixture draws every 1-d parameter as 0.02 * randn, batch-norm scales included,
-    which shrinks the speaker encoder's activations until its embedding is its output bias
-    whatever the audio (and any two implementations agree). Scales near 1 and non-trivial
-    running statistics keep the embedding a function of the audio."""
+    """Batch norms with scales near 1 and non-trivial running statistics, whatever the
+    fixture drew: a batch norm scaled towards 0 shrinks the speaker encoder's activations
+    until its embedding is its output bias whatever the audio (and any two implementations
+    agree); these keep the embedding a function of the audio."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for mod in model.modules():
@@ -100,31 +110,29 @@ def test_both_weight_norm_spellings_fold_alike(pair):
 
 def test_released_layout_round_trips(pair):
     ref, ours = pair
-    written = unfold_weight_norm({PREFIX + k: v for k, v in ours.state_dict().items()})
-    written.update(torch_spec_buffers())
+    written = _released(ours.state_dict())
     released = {k: v for k, v in ref.state_dict().items() if k.startswith(PREFIX)}
     assert {k: v.shape for k, v in written.items()} == {k: v.shape for k, v in released.items()}
     for key, value in _decoder_state(written).items():
         torch.testing.assert_close(value, ours.state_dict()[key], rtol=1e-6, atol=1e-7)
-    legacy = unfold_weight_norm(ours.state_dict(), legacy=True)
-    assert "waveform_decoder.ups.0.weight_g" in legacy and "waveform_decoder.ups.0.weight" not in legacy
 
 
 def test_torch_spec_buffers_are_the_reference_features(pair):
     ref, _ = pair
     released = {k: v for k, v in ref.state_dict().items() if k.startswith(TORCH_SPEC_PREFIX)}
-    ours = torch_spec_buffers()
+    ours = speaker_features()
     assert released.keys() == ours.keys()
     assert all(torch.equal(released[k], ours[k]) for k in ours)
     bad = dict(released)
     bad[TORCH_SPEC_PREFIX + "1.mel_scale.fb"] = released[TORCH_SPEC_PREFIX + "1.mel_scale.fb"] * 1.01
-    with pytest.raises(ValueError, match="mel_scale.fb"):
-        strip_torch_spec(bad)
+    with pytest.raises(ArtifactError, match="mel_scale.fb"):
+        normalise("test", bad)
 
 
 def test_missing_weight_norm_half_is_one_line():
-    with pytest.raises(KeyError, match=r"ups\.0.*direction"):
-        fold_weight_norm({"waveform_decoder.ups.0.parametrizations.weight.original0": torch.ones(2, 1, 1)})
+    with pytest.raises(ArtifactError, match=r"ups\.0.*original0 comes without .*original1"):
+        fold_state({"waveform_decoder.ups.0.parametrizations.weight.original0": torch.ones(2, 1, 1)},
+                   "test")
 
 
 # -- networks ------------------------------------------------------------------------------------
@@ -271,8 +279,7 @@ def test_released_size_keys_and_shapes():
         ours = XttsLatentDecoder()
     assert args.decoder_input_dim == 1024
     released = {PREFIX + k: v.shape for k, v in ref.state_dict().items()}
-    written = unfold_weight_norm({PREFIX + k: v for k, v in ours.state_dict().items()})
-    written.update(torch_spec_buffers())
+    written = _released(ours.state_dict())
     assert {k: v.shape for k, v in written.items()} == released
     # the DVAE has one size (the fixture's is the released one, loaded strictly above) with
     # as many codes as the released GPT's audio tokens less start and stop

@@ -9,8 +9,8 @@ the input conv and after every upsampling layer, no bias on the output conv.
 
 Weight norm is folded: each conv holds the one ``weight`` it computes with, so inference
 never recomputes ``g * v / ||v||`` per call (the reference keeps the parametrisation live
-in eval). The released file's pairs become plain weights in :func:`fold_weight_norm`;
-:func:`unfold_weight_norm` writes them back in the released spelling. Fine-tuning on
+in eval). The released file's pairs become plain weights when it is read, and are split
+again when it is written (``artifacts.xtts_v2.weight_norm``). Fine-tuning on
 folded weights trains the same function with a different parametrisation (no magnitude
 / direction split), which is a change of optimiser geometry, not of the model.
 """
@@ -18,8 +18,6 @@ folded weights trains the same function with a different parametrisation (no mag
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -36,60 +34,6 @@ RESBLOCK_DILATIONS = (1, 3, 5)
 SLOPE = 0.1  # leaky ReLU inside the network
 FINAL_SLOPE = 0.01  # before the output conv the reference uses torch's default slope
 
-# Released keys of the weight-normed convs: upsampling layers and the residual blocks'
-# convs (the input and output convs have plain weights in the released file).
-WEIGHT_NORMED = re.compile(r"(^|\.)waveform_decoder\.(ups\.\d+|resblocks\.\d+\.convs[12]\.\d+)"
-                           r"\.weight$")
-_NEW_SPELLING = (".parametrizations.weight.original0", ".parametrizations.weight.original1")
-_OLD_SPELLING = (".weight_g", ".weight_v")
-
-
-def _norm_except_first(v: Tensor) -> Tensor:
-    """L2 norm of each slice along dim 0, shaped to broadcast against ``v``."""
-    return v.reshape(v.shape[0], -1).norm(dim=1).reshape(-1, *([1] * (v.ndim - 1)))
-
-
-def fold_weight_norm(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """``state`` with every weight-norm pair replaced by its folded ``<name>.weight``
-    (``g * v / ||v||``, norm over all dims but 0), in either spelling:
-    ``<name>.parametrizations.weight.original0/1`` (current torch) or
-    ``<name>.weight_g/weight_v`` (older files). Other keys pass through unchanged."""
-    out: dict[str, Tensor] = {}
-    pending: dict[str, dict[int, Tensor]] = {}
-    for key, value in state.items():
-        for spelling in (_NEW_SPELLING, _OLD_SPELLING):
-            hit = next((i for i, end in enumerate(spelling) if key.endswith(end)), None)
-            if hit is not None:
-                name = key[: -len(spelling[hit])]
-                pending.setdefault(name, {})[hit] = value
-                break
-        else:
-            out[key] = value
-    for name, pair in pending.items():
-        if len(pair) != 2:
-            missing = "magnitude (original0/weight_g)" if 0 not in pair else "direction (original1/weight_v)"
-            raise KeyError(f"{name}: weight norm {missing} missing from the state dict; "
-                           "the checkpoint is incomplete, re-download it")
-        g, v = pair[0], pair[1]
-        out[f"{name}.weight"] = v * (g / _norm_except_first(v))
-    return out
-
-
-def unfold_weight_norm(state: Mapping[str, Tensor], legacy: bool = False) -> dict[str, Tensor]:
-    """The released spelling of ``state``: each HiFi-GAN weight that is weight-normed in the
-    released file (:data:`WEIGHT_NORMED`) split into magnitude ``g = ||w||`` and direction
-    ``v = w`` (so that folding again gives ``w`` to rounding), as
-    ``parametrizations.weight.original0/1``, or ``weight_g/weight_v`` when ``legacy``."""
-    g_end, v_end = _OLD_SPELLING if legacy else _NEW_SPELLING
-    out: dict[str, Tensor] = {}
-    for key, value in state.items():
-        if WEIGHT_NORMED.search(key):
-            name = key[: -len(".weight")]
-            out[name + g_end] = _norm_except_first(value)
-            out[name + v_end] = value.clone()
-        else:
-            out[key] = value
-    return out
 
 
 class XttsResBlock(nn.Module):

@@ -9,19 +9,17 @@ standard deviation), and a linear projection. Its features are its own: pre-emph
 normalisation, ``log(x + 1e-6)``, then per-band normalisation over time (instance norm).
 
 The reference stores its feature buffers in the checkpoint (``torch_spec.*``); here
-``PowerMel`` makes them, and :func:`strip_torch_spec` / :func:`torch_spec_buffers` check
-them on reading and recreate them on writing the released layout.
+``PowerMel`` makes them (non-persistent), and the released file's are checked on reading
+and recreated on writing by ``artifacts.xtts_v2`` (``layout.speaker_features``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from myxtts.audio.power_mel import PowerMel, htk_filterbank
+from myxtts.audio.power_mel import PowerMel
 
 SAMPLE_RATE = 16000
 PREEMPHASIS = 0.97
@@ -32,46 +30,11 @@ CHANNELS = (32, 64, 128, 256)
 SE_REDUCTION = 8
 STD_FLOOR = 1e-5  # variance floor of the pooling: a constant channel's std is ~0.003, not 0
 
-TORCH_SPEC_PREFIX = "hifigan_decoder.speaker_encoder.torch_spec."
 
 
 def _feature_bank() -> PowerMel:
     return PowerMel(SAMPLE_RATE, n_fft=N_FFT, win_length=WIN_LENGTH, hop_length=HOP_LENGTH,
                     n_mels=N_MELS, power=2.0, slaney_norm=False, window="hamming")
-
-
-def torch_spec_buffers(prefix: str = TORCH_SPEC_PREFIX) -> dict[str, Tensor]:
-    """The reference's ``torch_spec`` buffers under ``prefix``, for writing the released
-    layout: pre-emphasis filter ``[1, 1, 2]``, Hamming window ``[400]``, filterbank
-    ``[257, 64]``."""
-    return {
-        prefix + "0.filter": torch.tensor([[[-PREEMPHASIS, 1.0]]]),
-        prefix + "1.spectrogram.window": torch.hamming_window(WIN_LENGTH),
-        prefix + "1.mel_scale.fb": htk_filterbank(SAMPLE_RATE, N_FFT, N_MELS, slaney_norm=False),
-    }
-
-
-def strip_torch_spec(state: Mapping[str, Tensor], prefix: str = TORCH_SPEC_PREFIX,
-                     source: str = "model.pth") -> dict[str, Tensor]:
-    """``state`` without the ``torch_spec`` buffers, after checking that those present equal
-    the features this encoder computes (to float32 rounding); a file whose features differ
-    was trained on other features and would give wrong embeddings, so it is refused."""
-    expected = torch_spec_buffers(prefix)
-    out: dict[str, Tensor] = {}
-    for key, value in state.items():
-        if not key.startswith(prefix):
-            out[key] = value
-            continue
-        want = expected.get(key)
-        if want is None:
-            raise KeyError(f"{source}: unexpected speaker-encoder feature buffer {key}; "
-                           "the checkpoint is not an XTTS-v2 model")
-        value = value.detach().to("cpu", torch.float32)
-        if value.shape != want.shape or not torch.allclose(value, want, rtol=1e-5, atol=1e-7):
-            raise ValueError(f"{source}: {key} differs from XTTS-v2's speaker-encoder features "
-                             f"(shape {tuple(value.shape)}, expected {tuple(want.shape)}); "
-                             "the checkpoint's speaker encoder uses other features")
-    return out
 
 
 class XttsSqueezeExcite(nn.Module):
