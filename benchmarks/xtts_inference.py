@@ -1,7 +1,7 @@
 """XTTS-v2 synthesis, myxtts against coqui-tts on the same weights, in one run.
 
     python benchmarks/xtts_inference.py --peer-python PY [--size released|reduced]
-        [--max-codes N] [--sentences K] [--threads T] [--device cpu|cuda] [--json FILE]
+        [--max-codes N] [--sentences K] [--threads T] [--device cpu|cuda] [--rounds N] [--json FILE]
 
 The peer environment (``PY``: coqui-tts 0.28 installed, with torchaudio importable;
 ``tools/oracle_audio.sh`` makes a pure-Python one) writes an XTTS-v2 folder with seeded
@@ -13,8 +13,9 @@ capped at ``--max-codes`` codes (random weights rarely emit the stop code, so bo
 exactly the cap). Per implementation: the real-time factor (synthesis seconds per second
 of audio, summed over the sentences; ours also with its GPT in bfloat16, whose codes may
 differ from float32's), and with streaming (20 codes per chunk, the
-reference's default) the time to the first audio chunk and to the end. The ratio column is
-the peer's time over ours: above 1, myxtts is faster.
+reference's default) the time to the first audio chunk and to the end. ``--rounds N`` runs
+the two in turn N times and reports each figure's median. The ratio column is the peer's
+time over ours: above 1, myxtts is faster.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,6 +106,8 @@ def main() -> None:
     p.add_argument("--sentences", type=int, default=2, help=f"sentences spoken (1-{len(SENTENCES)})")
     p.add_argument("--threads", type=int, default=2, help="torch threads on each side")
     p.add_argument("--device", default="cpu", help="ours: cpu or cuda (the peer runs on the CPU)")
+    p.add_argument("--rounds", type=int, default=1, help="peer and ours in turn this many "
+                   "times; the table gives each figure's median (a shared machine drifts)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     spec = {"sentences": SENTENCES[:max(1, min(args.sentences, len(SENTENCES)))],
@@ -115,33 +119,42 @@ def main() -> None:
         _peer(args, "make", str(folder), "--size", args.size)
         ref = _reference_clip(tmp)
         (tmp / "spec.json").write_text(json.dumps(spec))
-        common.say("coqui-tts: greedy synthesis and streaming ...")
-        peer = _peer(args, "speak", str(folder), str(ref), str(tmp / "spec.json"))
-        common.say("myxtts: the same ...")
-        mine = ours(folder, ref, spec, args.device)
-        common.say("myxtts with the GPT in bfloat16 ...")
-        half = ours(folder, ref, spec, args.device, "bfloat16", stream=False)
+        runs: dict[str, list[dict]] = {"peer": [], "mine": [], "half": []}
+        for r in range(max(1, args.rounds)):
+            common.say(f"round {r + 1}: coqui-tts, greedy synthesis and streaming ...")
+            runs["peer"].append(_peer(args, "speak", str(folder), str(ref), str(tmp / "spec.json")))
+            common.say(f"round {r + 1}: myxtts, the same ...")
+            runs["mine"].append(ours(folder, ref, spec, args.device))
+            common.say(f"round {r + 1}: myxtts with the GPT in bfloat16 ...")
+            runs["half"].append(ours(folder, ref, spec, args.device, "bfloat16", stream=False))
+    peer, mine = runs["peer"][0], runs["mine"][0]
     same = [a["samples"] == b["samples"] for a, b in zip(mine["sentences"], peer["sentences"])]
+    f = {name: {"rtf": statistics.median(rtf(x) for x in got)} for name, got in runs.items()}
+    for name in ("peer", "mine"):
+        for key in ("first_chunk_s", "stream_s"):
+            f[name][key] = statistics.median(x[key] for x in runs[name])
+    rounds = f", median of {len(runs['peer'])} rounds" if len(runs["peer"]) > 1 else ""
     head = [f"XTTS-v2 {args.size} size, seeded random weights; {len(spec['sentences'])} "
             f"sentences, greedy, {args.max_codes} codes each; torch threads {args.threads}; "
-            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; ours on {args.device}",
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; ours on {args.device}{rounds}",
             f"same audio length per sentence: {'yes' if all(same) else 'NO'}"]
+    p_, m_, h_ = f["peer"], f["mine"], f["half"]
     rows = [("real-time factor, whole sentences (lower is faster)",
-             [f"{rtf(mine):.3f}", f"{rtf(peer):.3f}", f"{rtf(peer) / rtf(mine):.2f}x"]),
+             [f"{m_['rtf']:.3f}", f"{p_['rtf']:.3f}", f"{p_['rtf'] / m_['rtf']:.2f}x"]),
             ("  the same, our GPT in bfloat16 (--dtype bfloat16)",
-             [f"{rtf(half):.3f}", f"{rtf(peer):.3f}", f"{rtf(peer) / rtf(half):.2f}x"]),
+             [f"{h_['rtf']:.3f}", f"{p_['rtf']:.3f}", f"{p_['rtf'] / h_['rtf']:.2f}x"]),
             ("streaming: first audio chunk (s)",
-             [f"{mine['first_chunk_s']:.2f}", f"{peer['first_chunk_s']:.2f}",
-              f"{peer['first_chunk_s'] / mine['first_chunk_s']:.2f}x"]),
+             [f"{m_['first_chunk_s']:.2f}", f"{p_['first_chunk_s']:.2f}",
+              f"{p_['first_chunk_s'] / m_['first_chunk_s']:.2f}x"]),
             ("streaming: whole first sentence (s)",
-             [f"{mine['stream_s']:.2f}", f"{peer['stream_s']:.2f}",
-              f"{peer['stream_s'] / mine['stream_s']:.2f}x"])]
+             [f"{m_['stream_s']:.2f}", f"{p_['stream_s']:.2f}",
+              f"{p_['stream_s'] / m_['stream_s']:.2f}x"])]
     print(common.table(["myxtts", "coqui-tts", "ratio"], rows, head, first="measure", width=12))
     if args.json:
-        args.json.write_text(json.dumps({"ours": mine, "ours_bf16": half, "peer": peer,
-                                         "rtf_ratio": rtf(peer) / rtf(mine),
-                                         "rtf_ratio_bf16": rtf(peer) / rtf(half),
-                                         "first_chunk_ratio": peer["first_chunk_s"] / mine["first_chunk_s"]},
+        args.json.write_text(json.dumps({"runs": runs, "medians": f,
+                                         "rtf_ratio": p_["rtf"] / m_["rtf"],
+                                         "rtf_ratio_bf16": p_["rtf"] / h_["rtf"],
+                                         "first_chunk_ratio": p_["first_chunk_s"] / m_["first_chunk_s"]},
                                         indent=1))
 
 
