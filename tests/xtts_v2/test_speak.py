@@ -189,6 +189,10 @@ def test_the_command_line_speaks_greedily_and_refuses_what_it_cannot(folder, cli
         r = subprocess.run(cmd[:-2] + extra + ["-o", str(tmp_path / "x.wav")],
                            capture_output=True, text=True)
         assert r.returncode != 0 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    no_language = [a for a in cmd if a not in ("--language", "en")]
+    r = subprocess.run(no_language, capture_output=True, text=True)
+    assert r.returncode != 0 and "needs the text's language: pass --language" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_bfloat16_gpt_speaks_with_the_float32_decoder_and_voice(folder, clip):

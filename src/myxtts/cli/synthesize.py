@@ -192,6 +192,9 @@ def _open(args: argparse.Namespace) -> Synthesizer | XttsV2Synthesizer:
         if args.vocoder:
             raise CLIError("--vocoder: XTTS-v2 speaks through its own HiFi-GAN decoder; leave "
                            "--vocoder out")
+        if not args.language:  # said before seconds of loading the model
+            raise CLIError("XTTS-v2 needs the text's language: pass --language (en, es, fr, "
+                           "de, ... as its config.json lists them)")
         from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer  # deferred: torch
 
         synth = XttsV2Synthesizer.from_path(args.checkpoint, device=args.device,
