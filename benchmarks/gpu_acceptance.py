@@ -25,7 +25,11 @@ rewritten then, so a run cut short keeps what it measured.
    checkpoint save adds, synchronous and in the background.
 6. demo: ``myxtts demo``: its training time (its [3/4] line to its [4/4] line), the whole
    command, and the tiny model's NVML utilisation from its metrics.
-7. tests: ``pytest -m gpu``, tests/gpu/test_capture_safety.py and test_engine_gpu.py first,
+7. xtts: ``benchmarks/xtts_decode.py --size released --device cuda``: XTTS-v2's GPT step
+   in ms per code, eager against replayed as a CUDA graph (codes checked equal), float32
+   and bfloat16, and its HiFi-GAN decoder's seconds per second of audio; seeded random
+   weights, no files (nothing to carry but the code).
+8. tests: ``pytest -m gpu``, tests/gpu/test_capture_safety.py and test_engine_gpu.py first,
    then every other gpu-marked test: counts and the names of failures. It gets whatever
    the budget has left, never less than its deadline.
 
@@ -61,8 +65,8 @@ CLI = [sys.executable, "-m", "myxtts.cli.main"]
 BENCH = Path(__file__).resolve().parent
 FIRST_TESTS = ["tests/gpu/test_capture_safety.py", "tests/gpu/test_engine_gpu.py"]
 # seconds each part may take (the tests part: at least this, or what the budget has left)
-DEADLINES = {"store": 25, "train": 140, "restart": 55, "loader": 55, "save": 40, "demo": 70,
-             "tests": 95}
+DEADLINES = {"store": 25, "train": 125, "restart": 50, "loader": 50, "save": 40, "demo": 70,
+             "xtts": 25, "tests": 95}
 STOP_GRACE_S = 25  # a stopped training run's time to write its checkpoint and exit
 
 
@@ -190,6 +194,8 @@ class Acceptance:
             "save": [[py, str(BENCH / "checkpoint_save.py"), "--preset", "base", "--device",
                       "cuda", "--steps", "12", "--every", "6"]],
             "demo": [[*CLI, "demo", "--quiet"]],
+            "xtts": [[py, str(BENCH / "xtts_decode.py"), "--size", "released", "--device", "cuda",
+                      "--codes", "60"]],
             "tests": [[py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
                        *FIRST_TESTS],
                       [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
@@ -225,6 +231,13 @@ class Acceptance:
             out.update(gap_ms=row_of(ran, "gap a save adds ms"),
                        gap_vs_sync=row_of(ran, "gap vs synchronous"),
                        equal=row_of(ran, "saves / checkpoints equal the state"))
+        elif name == "xtts":
+            out.update({key: row_of(ran, label) for key, label in (
+                ("eager_fp32", "GPT step, eager, float32 (ms per code)"),
+                ("graph_fp32", "GPT step, CUDA graph, float32 (ms per code)"),
+                ("eager_bf16", "GPT step, eager, bfloat16 (ms per code)"),
+                ("graph_bf16", "GPT step, CUDA graph, bfloat16 (ms per code)"),
+                ("hifigan", "HiFi-GAN decoder (s per s of audio)"))})
         elif name == "demo":
             begin, end = ran.first(r"^\[3/4\]"), ran.first(r"^\[4/4\]")
             out["training_s"] = round(end[0] - begin[0], 1) if begin and end else None
@@ -303,6 +316,11 @@ class Acceptance:
             ("myxtts demo: training s / whole s", "<= 60",
              f"{get('demo', 'training_s')} / {get('demo', 'seconds')}"),
             ("tiny (demo) NVML utilisation %", ">= 60", get("demo", "tiny_gpu_util_pct")),
+            ("XTTS-v2 ms/code: eager / graph (fp32)", "-",
+             f"{get('xtts', 'eager_fp32')} / {get('xtts', 'graph_fp32')}"),
+            ("XTTS-v2 ms/code: eager / graph (bf16)", "-",
+             f"{get('xtts', 'eager_bf16')} / {get('xtts', 'graph_bf16')}"),
+            ("XTTS-v2 HiFi-GAN s per s of audio", "-", get("xtts", "hifigan")),
             ("pytest -m gpu (first files; the rest)", "all pass", tests()),
         ]
         head = f"{'figure':<48} {'target':>14}  measured"

@@ -31,7 +31,7 @@ def test_the_dry_run_shows_every_part_its_deadline_and_command_within_the_budget
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     parts = [line.split()[0] for line in lines if " deadline " in line]
-    assert parts == ["store", "train", "restart", "loader", "save", "demo", "tests"]
+    assert parts == ["store", "train", "restart", "loader", "save", "demo", "xtts", "tests"]
     deadlines = [int(line.split()[2]) for line in lines if " deadline " in line]
     assert sum(deadlines) <= 480 and lines[-1].startswith(f"deadlines add up to {sum(deadlines)} s")
     text = out.stdout
