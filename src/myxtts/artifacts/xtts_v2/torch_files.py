@@ -10,8 +10,8 @@ unpickler creates a bare stand-in and hands it the object's fields as data, coqu
 never imported or run, and the config inside is ignored (``config.json`` is the source).
 Any other class is refused by name. torch 2.4's restricted unpickler allowlists classes as
 callables only (it builds no allowlisted class from ``NEWOBJ``/``BUILD``, as pickled
-objects are made; 2.5 added that): there, a file that holds such objects is read again
-through Python's unpickler restricted to the same stand-ins and torch's tensor rebuilding.
+objects are made; 2.5 added that): there such a file is refused in one line asking for
+torch 2.5 or later, never read with ``weights_only=False``.
 
 Each failure is one :class:`ArtifactError` line naming the file and what it should be.
 """
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import pickle
 import re
-import types
 import zipfile
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,35 +86,8 @@ def _stand_ins_allowed() -> Iterator[None]:
         torch.serialization.add_safe_globals(before)
 
 
-class _StandInsOnly(pickle.Unpickler):
-    """Python's unpickler that finds the stand-ins, torch's tensor rebuilding and plain
-    containers, and no other global (torch's loader resolves storages before asking it).
-    Every callable a pickle can call (``REDUCE``) or class it can build comes through
-    ``find_class``, so this one reads the pickled config and runs nothing else."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = _RESTRICTED.get(f"{module}.{name}")
-        if found is None:
-            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
-        return found
-
-
-_RESTRICTED: dict[str, Any] = {
-    **{f"{c.__module__}.{c.__qualname__}": c for c in _STAND_INS},
-    "collections.OrderedDict": OrderedDict, "torch.Size": torch.Size,
-    "torch._utils._rebuild_tensor_v2": torch._utils._rebuild_tensor_v2,
-    "torch._utils._rebuild_parameter": torch._utils._rebuild_parameter,
-}
-_STAND_INS_ONLY = types.SimpleNamespace(__name__="myxtts_stand_ins_only", Unpickler=_StandInsOnly,
-                                        load=lambda fh, **kw: _StandInsOnly(fh, **kw).load())
 # torch 2.5+ builds allowlisted classes in its own restricted unpickler (module doc)
 WEIGHTS_ONLY_BUILDS_OBJECTS = hasattr(torch.serialization, "safe_globals")
-
-
-def load_stand_ins_only(path: Path) -> Any:
-    """``path`` read through :class:`_StandInsOnly` (torch 2.4's way to the pickled config)."""
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True,
-                      pickle_module=_STAND_INS_ONLY)
 
 
 def _load(path: Path) -> Any:
@@ -126,7 +97,9 @@ def _load(path: Path) -> Any:
     except pickle.UnpicklingError:
         if WEIGHTS_ONLY_BUILDS_OBJECTS:
             raise
-        return load_stand_ins_only(path)
+        raise ArtifactError(f"{path} holds Coqui's config as a pickled object, which torch "
+                            f"{torch.__version__} cannot read without running code; upgrade "
+                            f"to torch 2.5 or later (pip install -U torch)") from None
 
 
 def load_pth(path: Path, should: str) -> Any:
@@ -157,6 +130,8 @@ def load_pth(path: Path, should: str) -> Any:
                             f"of {size / 2**20:.1f} MiB; refused unread (it is not {should})")
     try:
         return _load(path)
+    except ArtifactError:
+        raise
     except pickle.UnpicklingError as e:  # the restricted unpickler refused something
         found = re.search(r"GLOBAL ([\w.]+)", str(e)) or re.search(r"<class '([\w.]+)'>", str(e))
         what = f"a pickled {found.group(1)}" if found else "pickled Python objects"
