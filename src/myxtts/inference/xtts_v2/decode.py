@@ -86,8 +86,7 @@ def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
     """Audio codes ``[B, n]`` for ``text_tokens [B, T]`` (no padding: rows of one length) in
     the voice ``cond_latents [B or 1, 32, D]``.
 
-    ``sampling``: repetition penalty, temperature, top-k, top-p (its ``length_penalty`` acts
-    only in beam search, which the reference does not run, so it is not read). ``greedy``:
+    ``sampling``: repetition penalty, temperature, top-k, top-p. ``greedy``:
     argmax after the repetition penalty, deterministic. ``max_codes``: at most this many
     codes (default and upper bound: ``gpt.max_gen_mel_tokens``). ``generator``: the random
     draws' source (default: torch's global one). ``stop_check_every``: see the module

@@ -39,10 +39,11 @@ class XttsV2Args:
 
 @dataclass(frozen=True)
 class XttsV2Sampling:
-    """How codes are drawn (``config.json``'s top level); each can be overridden per call."""
+    """How codes are drawn (``config.json``'s top level); each can be overridden per call.
+    ``config.json``'s ``length_penalty`` is not among them: it acts only in beam search,
+    which XTTS-v2 never runs (one beam), so it is left in the file and never read."""
 
     temperature: float = 0.75
-    length_penalty: float = 1.0
     repetition_penalty: float = 5.0
     top_k: int = 50
     top_p: float = 0.85
