@@ -6,7 +6,8 @@ silently ignored, and the resolved config saved next to a checkpoint is exactly
 what the run used.
 
 Sections: ``audio`` (the one feature definition), ``text``, ``data``, ``model``
-(architecture, filled from a size preset), ``train``. ``sections`` defines them,
+(architecture, filled from a size preset), ``train``, ``vocoder``, ``xtts`` (fine-tuning
+XTTS-v2). ``sections`` defines them,
 ``parse`` reads and writes them (YAML, presets, overrides), ``checks`` refuses
 impossible values and resolves devices. Import everything from here.
 """
@@ -33,10 +34,12 @@ from myxtts.config.sections import (
     TextConfig,
     TrainConfig,
     VocoderConfig,
+    XttsConfig,
 )
 
 __all__ = [
     "GUIDED_SIGMA_RANGE", "MODEL_PRESETS", "RENAMED_KEYS", "SECTIONS", "AudioConfig", "Config", "ConfigError",
-    "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "VOCODER_PRESETS", "VocoderConfig", "apply_override",
+    "DataConfig", "ModelConfig", "TextConfig", "TrainConfig", "VOCODER_PRESETS", "VocoderConfig", "XttsConfig",
+    "apply_override",
     "check_config", "config_from_dict", "load_config", "resolve_device", "save_config", "to_yaml",
 ]

@@ -36,6 +36,12 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"audio.fmax ({a.fmax}) must be <= sample_rate/2 ({a.sample_rate / 2})")
     if a.fmin >= a.fmax:
         raise ConfigError(f"audio.fmin ({a.fmin}) must be < audio.fmax ({a.fmax})")
+    x = cfg.xtts
+    positive("xtts", x, "text_loss_weight", "code_loss_weight", allow_zero=True)
+    positive("xtts", x, "cond_min_s")
+    if x.cond_min_s > x.cond_max_s:
+        raise ConfigError(f"xtts.cond_min_s ({x.cond_min_s}) must be <= xtts.cond_max_s "
+                          f"({x.cond_max_s})")
     if not cfg.text.languages:
         raise ConfigError("text.languages must name at least one language, e.g. [en]")
     if cfg.text.default_language not in cfg.text.languages:

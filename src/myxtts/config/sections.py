@@ -270,6 +270,20 @@ VOCODER_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+class XttsConfig:
+    """Fine-tuning Coqui's XTTS-v2 (``myxtts train STORE --init-from XTTS_DIR`` on a store of
+    ``myxtts prepare --xtts``): the GPT's losses and how its voice input is cut. The
+    defaults are the reference trainer's. Run-level keys come from the ``train`` section;
+    ``data.batch_frames`` counts the GPT's code positions there (about 21.5 per second)."""
+
+    text_loss_weight: float = _f(0.01, "weight of the text tokens' cross-entropy")
+    code_loss_weight: float = _f(1.0, "weight of the audio codes' cross-entropy")
+    cond_min_s: float = _f(3.0, "shortest voice segment (seconds), cut from the same clip anew "
+                           "every epoch")
+    cond_max_s: float = _f(6.0, "longest voice segment (seconds); every segment is padded to it")
+
+
+@dataclass
 class Config:
     audio: AudioConfig = field(default_factory=AudioConfig)
     text: TextConfig = field(default_factory=TextConfig)
@@ -277,6 +291,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     vocoder: VocoderConfig = field(default_factory=VocoderConfig)
+    xtts: XttsConfig = field(default_factory=XttsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -295,4 +310,5 @@ class Config:
 GUIDED_SIGMA_RANGE = (0.1, 0.6)
 
 SECTIONS: dict[str, type] = {"audio": AudioConfig, "text": TextConfig, "data": DataConfig,
-            "model": ModelConfig, "train": TrainConfig, "vocoder": VocoderConfig}
+            "model": ModelConfig, "train": TrainConfig, "vocoder": VocoderConfig,
+            "xtts": XttsConfig}

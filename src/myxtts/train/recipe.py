@@ -127,6 +127,10 @@ class Recipe(ABC):
     def utterances(self, micro: list[Batch]) -> int:
         return sum(int(b["mel_lengths"].shape[0]) for b in micro)
 
+    def frames_per_second(self) -> float:
+        """The frames a batch counts per second of audio (the progress's audio seconds)."""
+        return self.cfg.audio.frames_per_second
+
     def skipped_steps(self) -> int:
         """Steps skipped for a non-finite loss or gradient in the whole run (a host sync)."""
         return 0
@@ -144,7 +148,7 @@ class Recipe(ABC):
         is written (``myxtts profile``, benchmarks). ``timer``: default the run's."""
         source = self.stream() if source is None else source
         timer = timer or self._timer()
-        accum, fps = self.accum(), self.cfg.audio.frames_per_second
+        accum, fps = self.accum(), self.frames_per_second()
         between = (lambda: self.stop is not None and self.stop.signum is not None) \
             if events and not self.dist.enabled else None
         for _ in range(n):

@@ -39,7 +39,8 @@ from myxtts.text.xtts_v2.normalize import base_language, language_tag, normalize
 from myxtts.text.xtts_v2.tables import LANGUAGES, OWN_CHAR_LIMITS
 from myxtts.text.xtts_v2.tokenizer import START, STOP, load_bpe
 
-__all__ = ["ALPHABETS", "MARKS", "GrownVocab", "grow_vocab", "language_letters", "missing_characters"]
+__all__ = ["ALPHABETS", "MARKS", "GrownVocab", "grow_vocab", "language_letters", "missing_characters",
+           "row_sources"]
 
 UNK = "[UNK]"
 
@@ -161,12 +162,37 @@ def grow_vocab(vocab: str, languages: Sequence[str],
     if any(grown.token_to_id(token) != i for token, i in old.items()):  # the contract, kept
         raise TokenizerError(f"{where}: growing it would move old tokens; it is not a "
                              f"vocabulary in XTTS's format")
-    special = {e.get("content") for e in added}
-    language_ids = tuple(sorted(i for token, i in old.items() if token in old_tags))
-    piece_ids = tuple(sorted(i for token, i in old.items() if token not in special))
+    language_ids, piece_ids = _source_groups(old, {e.get("content") for e in added}, old_tags)
     sources = {i: language_ids for i in new_languages.values()}
     sources |= {i: piece_ids for i in letters.values()}
     return GrownVocab(text, new_languages, letters, before, sources)
+
+
+def _source_groups(old: Mapping[str, int], special: set, old_tags: set
+                   ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The old ids a new language token starts from (the old language tokens) and those a
+    new letter starts from (every old piece that is no special token)."""
+    language_ids = tuple(sorted(i for token, i in old.items() if token in old_tags))
+    piece_ids = tuple(sorted(i for token, i in old.items() if token not in special))
+    return language_ids, piece_ids
+
+
+def row_sources(vocab: str, grown: str, where: str = "vocab.json") -> dict[int, tuple[int, ...]]:
+    """``GrownVocab.row_sources`` of ``grown`` (a vocabulary :func:`grow_vocab` made from
+    ``vocab``), computed from the two texts alone: what a trainer needs to grow a model's
+    rows for a vocabulary grown elsewhere (``myxtts prepare --xtts``)."""
+    old = _load_bpe_checked(vocab, where).get_vocab()
+    new = _load_bpe_checked(grown, where).get_vocab()
+    if any(new.get(token) != i for token, i in old.items()):
+        raise TokenizerError(f"{where}: the grown vocabulary moves tokens of the model's; it "
+                             f"was not grown from this model's vocab.json")
+    special = {e.get("content") for e in json.loads(vocab).get("added_tokens", [])}
+    added_special = {e.get("content") for e in json.loads(grown).get("added_tokens", [])}
+    old_tags = {language_tag(lang.split("-")[0]) for lang in LANGUAGES} | {
+        language_tag(lang) for lang in OWN_CHAR_LIMITS}
+    language_ids, piece_ids = _source_groups(old, special, old_tags)
+    return {i: language_ids if token in added_special else piece_ids
+            for token, i in new.items() if token not in old}
 
 
 def _load_bpe_checked(text: str, where: str):
