@@ -10,6 +10,7 @@ and written back out in the released layout (``myxtts export --format xtts``).
     layout        the released state dicts' names and shapes, computed from the config
     weight_norm   weight norm folded into one weight and unfolded again
     bundle        the model as one myxtts bundle (safetensors, checksummed); is_xtts_v2
+    run           a fine-tuning run read back as the whole model; what its checkpoints record
 """
 
 from myxtts.artifacts.xtts_v2.bundle import (

@@ -21,6 +21,7 @@ from myxtts.artifacts.xtts_v2 import layout as lay
 from myxtts.artifacts.xtts_v2.config_file import parse_config, text_tokens
 from myxtts.artifacts.xtts_v2.folder import XttsV2Files, read_xtts_v2, speaker_shapes
 from myxtts.artifacts.xtts_v2.model_file import check_model
+from myxtts.artifacts.xtts_v2.run import is_xtts_run, read_xtts_run
 from myxtts.artifacts.xtts_v2.torch_files import check_entries, check_mel_stats
 from myxtts.system import atomic_write
 
@@ -90,17 +91,23 @@ def read_xtts_v2_bundle(path: str | Path) -> XttsV2Files:
 
 
 def is_xtts_v2(path: str | Path) -> bool:
-    """A folder holding XTTS-v2's config.json, model.pth and vocab.json, or a bundle of one:
-    what ``-c`` and ``evaluate`` read as this family (anything else is read as a model of
-    ``myxtts train``, whose reader names what is wrong)."""
+    """A folder holding XTTS-v2's config.json, model.pth and vocab.json, a bundle of one, or
+    a fine-tuning run of one (``run``): what ``-c`` and ``evaluate`` read as this family
+    (anything else is read as a model of ``myxtts train``, whose reader names what is
+    wrong)."""
     p = Path(path)
+    if is_xtts_run(p):
+        return True
     if p.is_dir():
         return all((p / name).is_file() for name in ("config.json", "model.pth", "vocab.json"))
     return sealed.is_bundle(p) and sealed.bundle_family(p) == FAMILY
 
 
-def read_xtts_v2_any(path: str | Path) -> XttsV2Files:
-    """An XTTS-v2 folder as downloaded, or a bundle of one."""
+def read_xtts_v2_any(path: str | Path, raw_weights: bool = False) -> XttsV2Files:
+    """An XTTS-v2 folder as downloaded, a bundle of one, or a fine-tuning run of one (its
+    trained GPT: the moving average of the weights where kept, unless ``raw_weights``)."""
     p = Path(path)
+    if is_xtts_run(p):
+        return read_xtts_run(p, raw_weights)
     return read_xtts_v2(p) if p.is_dir() else read_xtts_v2_bundle(p)
 

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from myxtts.artifacts import checkpoint as ck
+from myxtts.artifacts.errors import ArtifactError
+from myxtts.artifacts.xtts_v2.run import BASE, XttsBase
 from myxtts.config import Config, resolve_device, save_config
 from myxtts.data.batch import Batch
 from myxtts.data.feed.loader import plan_frames
@@ -38,7 +40,7 @@ from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.recipe import Recipe, run
 from myxtts.train.run import TrainResult
 from myxtts.train.validation import validation_loss
-from myxtts.train.xtts.base import BASE, XttsBase, start_from_folder
+from myxtts.train.xtts.base import start_from_folder
 from myxtts.train.xtts.batches import (
     XttsBatches,
     XttsLoader,
@@ -103,7 +105,10 @@ class XttsRecipe(Recipe):
             assert self.init_from is not None
             self.base, gpt = start_from_folder(self.init_from, self.data_path, cfg.train.seed)
         else:
-            self.base = XttsBase.from_state(state[BASE], str(self.resume))
+            try:
+                self.base = XttsBase.from_state(state[BASE], str(self.resume))
+            except ArtifactError as e:
+                raise TrainError(str(e)) from None
             self._check_store(train_store)
             gpt = self.base.new_gpt()
         cfg = self.cfg
@@ -200,6 +205,7 @@ class XttsRecipe(Recipe):
         if dist.rank == 0:
             out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, out / "config.yaml")
+            self.base.mark(out)
         self.logger = build_logger(out, dist.rank, cfg.train.tensorboard)
         if dist.rank == 0:
             n = sum(p.numel() for p in self.engine.model.parameters())
