@@ -64,7 +64,7 @@ def add_config_args(p: argparse.ArgumentParser, training: bool = True) -> None:
 
 
 # Configs that come with myxtts (src/myxtts/presets/NAME.yaml), for --config NAME.
-PACKAGED_CONFIGS = ("demo", "finetune")
+PACKAGED_CONFIGS = ("demo", "finetune", "xtts-finetune")
 
 
 def config_file(value: str | None) -> str | Path | None:

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "export", run, "write a trained model as one file to synthesize from")
     p.add_argument("run_path", metavar="RUN", help="a TTS run folder (its best.pt, else the "
                    "newest checkpoint), a checkpoint .pt file, or an XTTS-v2 model (the folder "
-                   "as downloaded, or its bundle)")
+                   "as downloaded, its bundle, or a run fine-tuning it)")
     p.add_argument("--out", "-o", required=True, metavar="FILE",
                    help="the bundle to write, e.g. model.safetensors: a file name (not a folder, "
                         "not '-': a bundle is a file to keep); an existing file is replaced only "
@@ -73,14 +73,17 @@ def _export_xtts(args: argparse.Namespace) -> int:
     # deferred: torch; `myxtts --help` starts without it
     from myxtts.artifacts.bundle import BUNDLE_FILE
     from myxtts.artifacts.xtts_v2 import read_xtts_v2_any, write_xtts_v2, write_xtts_v2_bundle
+    from myxtts.artifacts.xtts_v2.run import is_xtts_run
     from myxtts.system import folder_lock
 
-    for flag in ("vocoder", "raw_weights"):
-        if getattr(args, flag):
-            raise CLIError(f"--{flag.replace('_', '-')}: not for XTTS-v2 models, which carry "
-                           f"their own decoder and no moving average; leave it out")
     source = Path(args.run_path)
-    files = read_xtts_v2_any(source)
+    if args.vocoder:
+        raise CLIError("--vocoder: not for XTTS-v2 models, which carry their own decoder; "
+                       "leave it out")
+    if args.raw_weights and not is_xtts_run(source):
+        raise CLIError(f"--raw-weights: {source} is a released XTTS-v2 model, which keeps no "
+                       f"moving average; leave it out")
+    files = read_xtts_v2_any(source, args.raw_weights)
     mb = 1 / 2**20
     if args.format == "xtts":
         out = Path(args.out)

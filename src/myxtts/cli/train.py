@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fine-tune: start a new run (step 0, fresh optimizer, its own "
                         "--output-dir) from this trained run's model (its best.pt, else its "
                         "newest checkpoint) or checkpoint file; the vocabulary grows to cover "
-                        "the data. Try --config finetune")
+                        "the data. Try --config finetune. On a store of `myxtts prepare "
+                        "--xtts`: the XTTS-v2 folder it was made for (config xtts-finetune "
+                        "unless --config names another)")
     add_run_args(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(p)
@@ -61,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from and args.resume:
         raise CLIError("--init-from starts a new run from a trained model, --resume continues a "
                        "run from its own checkpoint: give one of them")
+    from myxtts.data.xtts_store import is_xtts_store  # deferred: numpy
+
+    if is_xtts_store(args.data):
+        return _train_xtts(args)
     if args.init_from and args.preset:
         raise CLIError(f"--model-size: the model comes from --init-from {args.init_from}; "
                        f"leave --model-size out")
@@ -91,4 +97,30 @@ def run(args: argparse.Namespace) -> int:
               f"or gradient: if the data may hold NaN or infinite values, check it with "
               f"{check}; else lower train.lr or try --set train.precision=fp32",
               file=sys.stderr)
+    return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal
+
+
+def _train_xtts(args: argparse.Namespace) -> int:
+    """Fine-tune XTTS-v2 on a store of `myxtts prepare --xtts`."""
+    if args.preset:
+        raise CLIError("--model-size: an XTTS-v2 store trains the model given with --init-from; "
+                       "leave --model-size out")
+    if args.config is None:
+        args.config = "xtts-finetune"
+    cfg = config_from_args(args, run_overrides(args))
+    output_folder(cfg.train.output_dir, "--output-dir", [
+        ("the data", args.data), ("the --init-from model", args.init_from)], create=False)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    print(f"model: XTTS-v2 of {args.init_from or cfg.train.output_dir} (config {args.config})",
+          flush=True)
+    from myxtts.train.xtts.recipe import train_xtts  # deferred: torch
+
+    with no_empty_folder_left(cfg.train.output_dir):
+        result = train_xtts(cfg, args.data, resume=args.resume, init_from=args.init_from,
+                            progress=not args.quiet)
+    print(f"trained to step {result.step}; run folder {result.output_dir}"
+          + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
+    if result.skipped_steps:
+        print(f"{result.skipped_steps} step(s) of this run were skipped for a non-finite loss "
+              f"or gradient: lower train.lr or try --set train.precision=fp32", file=sys.stderr)
     return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal
