@@ -123,64 +123,19 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
              progress: bool, chunk_size: int | None, echo: Any) -> PrepareResult:
     # Absolute data path: audio paths in the plan then do not depend on the working directory.
     data, out = Path(data).expanduser().resolve(), Path(out).expanduser()
-    if not out.is_file():  # a file there is refused below, by store_state
-        try:
-            writable_folder(out, "--out")
-        except FolderError as e:
-            raise StoreError(str(e)) from None
     key = prepare_key(data, cfg)
-    wipe = False  # decided here, done only after the dataset was read successfully
-    state = store_state(out)
-    if state == "foreign":
-        raise StoreError(f"--out {out} exists and is not a myxtts store; choose a new or empty "
-                         f"folder (prepare never deletes files it did not write)")
-    if state == "complete":
-        try:
-            manifest: dict[str, Any] | None = read_manifest(out)
-        except StoreError:
-            if not force:
-                raise
-            manifest = None
-        if manifest is not None and manifest.get("prepare") == key and not force:
-            shutil.rmtree(out / WORK_DIR, ignore_errors=True)
-            msg = (f"{out}: already prepared from {data} with this config; nothing to do "
-                   f"(--force rebuilds it)")
-            echo(msg)
-            return PrepareResult(out, noop=True, summary=msg)
-        if not force:
-            diffs = _diff_keys((manifest or {}).get("prepare") or {}, key)
-            raise StoreError(f"{out} was prepared with other settings ({'; '.join(diffs)}); pass "
-                             f"--force to rebuild it, or choose another --out")
-        check_removable(out)
-        wipe = True
-    elif state == "partial":
-        saved = _read_plan_file(out)
-        if saved is not None and saved.get("key") != key:
-            if not force:
-                diffs = _diff_keys(saved.get("key") or {}, key)
-                raise StoreError(f"{out} holds an interrupted prepare with other settings "
-                                 f"({'; '.join(diffs)}); re-run that command to finish it, or pass "
-                                 f"--force to start over")
-            check_removable(out)
-            wipe = True
-
+    wipe = check_state(out, data, key, force, _diff_keys, echo)
+    if isinstance(wipe, PrepareResult):
+        return wipe
     planned, tokenizer, rejections, dataset_report = plan_texts(data, cfg)  # may raise DatasetError
-    out.mkdir(parents=True, exist_ok=True)
-    lock = _lock(out)  # noqa: F841  (held until this function returns or the process dies)
-    if wipe:
-        remove_store(out)
-    if not (out / PARTIAL_MARKER).exists():
-        atomic_write(out / PARTIAL_MARKER, "a myxtts prepare is writing this store; re-run "
-                          "the same command to resume it\n")
+    lock = begin_work(out, wipe)  # noqa: F841  (held until this function returns or the process dies)
     work = out / WORK_DIR
-    (work / "chunks").mkdir(parents=True, exist_ok=True)
-    _remove_temp_files(out)
     n_total = sum(len(v) for v in planned.values())
     if n_total == 0:
         atomic_write(out / REPORT, report_blob(rejections, dataset_report, []))
         raise StoreError(f"{data}: every utterance was rejected before audio was read "
                          f"({format_counts(count_reasons(rejections))}); see {out / REPORT}")
-    chunk_size = _settle_plan(out, key, planned, chunk_size)
+    chunk_size = settle_plan(out, key, planned, chunk_size)
     plan_meta = json.loads((work / "plan.json").read_text(encoding="utf-8"))
     tasks = []
     resumed = 0
@@ -211,6 +166,68 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
     return result
 
 
+def check_state(out: Path, data: Path, key: dict[str, Any], force: bool, diff_keys: Any,
+                echo: Any) -> bool | PrepareResult:
+    """What ``--out`` holds decides the run: a complete store of ``key`` is a no-op (the
+    PrepareResult), another store or an interrupted one of other settings is refused
+    without ``force`` (``diff_keys(old, new)`` names what differs); returns whether the
+    store must be wiped once the dataset was read. Shared by every kind of store."""
+    if not out.is_file():  # a file there is refused below, by store_state
+        try:
+            writable_folder(out, "--out")
+        except FolderError as e:
+            raise StoreError(str(e)) from None
+    state = store_state(out)
+    if state == "foreign":
+        raise StoreError(f"--out {out} exists and is not a myxtts store; choose a new or empty "
+                         f"folder (prepare never deletes files it did not write)")
+    if state == "complete":
+        try:
+            manifest: dict[str, Any] | None = read_manifest(out)
+        except StoreError:
+            if not force:
+                raise
+            manifest = None
+        if manifest is not None and manifest.get("prepare") == key and not force:
+            shutil.rmtree(out / WORK_DIR, ignore_errors=True)
+            msg = (f"{out}: already prepared from {data} with this config; nothing to do "
+                   f"(--force rebuilds it)")
+            echo(msg)
+            return PrepareResult(out, noop=True, summary=msg)
+        if not force:
+            diffs = diff_keys((manifest or {}).get("prepare") or {}, key)
+            raise StoreError(f"{out} was prepared with other settings ({'; '.join(diffs)}); pass "
+                             f"--force to rebuild it, or choose another --out")
+        check_removable(out)
+        return True
+    if state == "partial":
+        saved = read_plan_file(out)
+        if saved is not None and saved.get("key") != key:
+            if not force:
+                diffs = diff_keys(saved.get("key") or {}, key)
+                raise StoreError(f"{out} holds an interrupted prepare with other settings "
+                                 f"({'; '.join(diffs)}); re-run that command to finish it, or pass "
+                                 f"--force to start over")
+            check_removable(out)
+            return True
+    return False
+
+
+def begin_work(out: Path, wipe: bool) -> Any:
+    """Lock ``out`` (the returned object holds it), wipe the old store where ``check_state``
+    said so, mark the store partial and make its work folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = _lock(out)
+    if wipe:
+        remove_store(out)
+    if not (out / PARTIAL_MARKER).exists():
+        atomic_write(out / PARTIAL_MARKER, "a myxtts prepare is writing this store; re-run "
+                          "the same command to resume it\n")
+    (out / WORK_DIR / "chunks").mkdir(parents=True, exist_ok=True)
+    _remove_temp_files(out)
+    return lock
+
+
 def _lock(out: Path) -> Any:
     """Exclusive lock (``system.folder_lock`` on ``STORE/.lock``, removed on success): two
     prepares writing one store would interleave chunks. Held until the returned object is
@@ -231,18 +248,18 @@ def _remove_temp_files(out: Path) -> None:
                 f.unlink(missing_ok=True)
 
 
-def _read_plan_file(out: Path) -> dict[str, Any] | None:
+def read_plan_file(out: Path) -> dict[str, Any] | None:
     try:
         return json.loads((out / WORK_DIR / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def _settle_plan(out: Path, key: dict[str, Any], planned: dict[str, list[Planned]],
+def settle_plan(out: Path, key: dict[str, Any], planned: dict[str, list[Planned]],
                  chunk_size: int | None) -> int:
     """Reuse the interrupted run's chunking, or start a new plan (dropping stale chunks)."""
     work = out / WORK_DIR
-    saved = _read_plan_file(out)
+    saved = read_plan_file(out)
     if saved is not None:
         size = int(saved["chunk_size"])
         if saved.get("plan_hash") == chunks.plan_hash(key, size, planned):
