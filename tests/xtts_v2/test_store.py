@@ -15,7 +15,7 @@ import pytest
 
 from myxtts.cli.main import main
 from myxtts.config import load_config
-from myxtts.data.store import FeatureStore, StoreError
+from myxtts.data.store import FeatureStore, StoreError, verify_store
 from myxtts.data.xtts_store import XttsStore, check_model
 from myxtts.data.xtts_store import build as xtts_build
 from myxtts.data.xtts_store.plan import UNENCODABLE
@@ -142,6 +142,8 @@ def test_identity_and_manifest(built):
             "vocab.json", "report.json"} <= set(manifest["files"])
     with pytest.raises(StoreError, match="--xtts"):
         FeatureStore.open(store_path)
+    assert verify_store(store_path) == []
+    assert main(["prepare", "--verify", str(store_path)]) == 0
 
 
 def test_another_model_is_refused_naming_both_hashes(built, tmp_path):

@@ -112,6 +112,16 @@ class XttsStore:
                                 map_file(self.root / self.split / name, dtype, (count,)))
         return self._maps[name]
 
+    @property
+    def token_array(self) -> np.ndarray:
+        """The split's text ids back to back, int32 memmap (``text(i)`` slices it)."""
+        return self._array(TOKENS_FILE)
+
+    @property
+    def code_array(self) -> np.ndarray:
+        """The split's codes back to back, int16 memmap (``codes(i)`` slices it)."""
+        return self._array(CODES_FILE)
+
     def text(self, i: int) -> np.ndarray:
         """int64 XTTS text ids of utterance ``i``: the language token, then the text (no
         [START]/[STOP])."""
