@@ -152,12 +152,21 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
                       "max_duration_s": cfg.data.max_duration_s,
                       "store_audio": cfg.data.store_audio,
                       "utterances": [(u.id, u.audio_path) for u in utts]})
+    return extract_and_pack(out, tasks, resumed, workers, progress, n_total, echo, lambda: _pack(
+        out, data, cfg, key, planned, tokenizer, rejections, dataset_report, chunk_size,
+        plan_meta["created"]))
+
+
+def extract_and_pack(out: Path, tasks: list[dict[str, Any]], resumed: int, workers: int,
+                     progress: bool, n_total: int, echo: Any, pack: Any,
+                     extract: Any = None) -> PrepareResult:
+    """Extract the chunks still to do (``chunks.run_extraction`` with ``extract``), then
+    ``pack()`` them into the store; a failed write keeps the finished chunks for the re-run."""
     if resumed:
         echo(f"resuming: {resumed} of {resumed + len(tasks)} chunks already done")
     try:
-        chunks.run_extraction(tasks, workers, progress, n_total)
-        result = _pack(out, data, cfg, key, planned, tokenizer, rejections, dataset_report,
-                       chunk_size, plan_meta["created"])
+        chunks.run_extraction(tasks, workers, progress, n_total, extract)
+        result = pack()
     except OSError as e:  # disk full, permissions, ...: finished chunks are kept
         raise StoreError(f"{out}: cannot write the store ({e}); fix the cause and re-run the same "
                          f"command to resume") from e

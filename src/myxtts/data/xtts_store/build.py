@@ -23,7 +23,13 @@ import numpy as np
 
 from myxtts.config import Config
 from myxtts.data.prepare import chunks
-from myxtts.data.prepare.build import PrepareResult, begin_work, check_state, settle_plan
+from myxtts.data.prepare.build import (
+    PrepareResult,
+    begin_work,
+    check_state,
+    extract_and_pack,
+    settle_plan,
+)
 from myxtts.data.prepare.plan import Planned
 from myxtts.data.prepare.readers import read_dataset
 from myxtts.data.prepare.records import SPLITS, first_per_reason
@@ -117,24 +123,16 @@ def prepare_xtts_store(data: str | Path, out: str | Path, cfg: Config, source: s
             path.unlink()  # damaged (OS crash mid-run): extract it again
         tasks.append({"path": str(path), "factory": factory, "source": str(source),
                       "utterances": [(u.id, u.audio_path) for u in utts]})
-    if resumed:
-        echo(f"resuming: {resumed} of {resumed + len(tasks)} chunks already done")
     n_total = sum(len(v) for v in planned.values())
     identity = {**{k: model[k] for k in ("base_vocab_sha256", "dvae_sha256", "mel_stats_sha256")},
                 "vocab_sha256": hashlib.sha256(vocab_blob).hexdigest(),
                 "languages": languages, "number_text_tokens": tokenizer.n_tokens}
-    try:
-        chunks.run_extraction(tasks, workers, progress, n_total, extract=extract_xtts_chunk)
-        result = _pack(out, planned, chunk_size, rejections, splits.report, vocab_blob, {
-            "kind": KIND, "identity": identity, "tensors": dict(tensors or {}),
-            "added_languages": added, "prepare": key, "created": created,
-            "sample_rate": SAMPLE_RATE, "limits": key["limits"]})
-    except OSError as e:  # disk full, permissions, ...: finished chunks are kept
-        raise StoreError(f"{out}: cannot write the store ({e}); fix the cause and re-run the same "
-                         f"command to resume") from e
-    result.resumed_chunks = resumed
-    echo(result.summary)
-    return result
+    manifest = {"kind": KIND, "identity": identity, "tensors": dict(tensors or {}),
+                "added_languages": added, "prepare": key, "created": created,
+                "sample_rate": SAMPLE_RATE, "limits": key["limits"]}
+    return extract_and_pack(out, tasks, resumed, workers, progress, n_total, echo, lambda: _pack(
+        out, planned, chunk_size, rejections, splits.report, vocab_blob, manifest),
+        extract=extract_xtts_chunk)
 
 
 def _diff_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

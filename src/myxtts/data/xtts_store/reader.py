@@ -51,14 +51,11 @@ class XttsStore:
         if len(self.ids) != len(index):
             raise StoreError(f"{folder}: {IDS_FILE} and {INDEX_FILE} disagree on the number of "
                              f"utterances; {_REBUILD}")
-        self.token_offsets = index["token_offset"].astype(np.int64)
-        self.text_lengths = index["token_length"].astype(np.int64)
-        self.code_offsets = index["code_offset"].astype(np.int64)
-        self.code_lengths = index["code_length"].astype(np.int64)
-        self.audio_offsets = index["audio_offset"].astype(np.int64)
-        self.audio_lengths = index["audio_length"].astype(np.int64)
-        self.speaker_ids = index["speaker_id"].astype(np.int64)
-        self.language_ids = index["language_id"].astype(np.int64)
+        col = {name: index[name].astype(np.int64) for name in INDEX_DTYPE.names}
+        self.token_offsets, self.text_lengths = col["token_offset"], col["token_length"]
+        self.code_offsets, self.code_lengths = col["code_offset"], col["code_length"]
+        self.audio_offsets, self.audio_lengths = col["audio_offset"], col["audio_length"]
+        self.speaker_ids, self.language_ids = col["speaker_id"], col["language_id"]
         self._sizes = {TOKENS_FILE: (TOKEN_DTYPE, int(self.text_lengths.sum())),
                        CODES_FILE: (CODE_DTYPE, int(self.code_lengths.sum())),
                        AUDIO_FILE: (AUDIO_DTYPE, int(self.audio_lengths.sum()))}
