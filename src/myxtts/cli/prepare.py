@@ -21,6 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--audio", action="store_true",
                    help="also keep every clip's trimmed, resampled waveform (int16) in STORE, for "
                         "vocoder training (the same as --set data.store_audio=true)")
+    p.add_argument("--xtts", metavar="XTTS_DIR",
+                   help="prepare for fine-tuning this XTTS-v2 folder instead: its text tokens, "
+                        "its DVAE's codes and the 22050 Hz audio (a language it lacks grows "
+                        "the vocabulary)")
     p.add_argument("--force", action="store_true",
                    help="rebuild STORE, also one that is complete with these settings or was "
                         "prepared with other ones (only files its manifest lists are deleted)")
@@ -51,9 +55,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise CLIError(f"--workers {args.workers}: extraction needs at least one process; use "
                        f"--workers N with N >= 1 (default: {available_cpus()}, the available CPUs)")
+    output_folder(args.out, "--out", [("the dataset", args.data)], create=False)
+    if args.xtts:
+        if args.audio:
+            raise CLIError("--audio and --xtts: an XTTS store always keeps the audio (at 22050 "
+                           "Hz); leave --audio out")
+        from myxtts.train.xtts.prepare import prepare_xtts  # deferred: torch and the model
+
+        prepare_xtts(args.data, args.out, config_from_args(args, data=args.data), args.xtts,
+                     workers=args.workers, force=args.force, progress=not args.quiet)
+        return 0
     from myxtts.data.prepare.build import prepare_store  # deferred: not for `myxtts --help`
 
-    output_folder(args.out, "--out", [("the dataset", args.data)], create=False)
     if args.audio:  # last override, so it wins over --config and --set
         args.overrides = [*args.overrides, "data.store_audio=true"]
     cfg = config_from_args(args, data=args.data)

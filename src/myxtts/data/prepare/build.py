@@ -123,13 +123,69 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
              progress: bool, chunk_size: int | None, echo: Any) -> PrepareResult:
     # Absolute data path: audio paths in the plan then do not depend on the working directory.
     data, out = Path(data).expanduser().resolve(), Path(out).expanduser()
+    key = prepare_key(data, cfg)
+    wipe = check_state(out, data, key, force, _diff_keys, echo)
+    if isinstance(wipe, PrepareResult):
+        return wipe
+    planned, tokenizer, rejections, dataset_report = plan_texts(data, cfg)  # may raise DatasetError
+    lock = begin_work(out, wipe)  # noqa: F841  (held until this function returns or the process dies)
+    work = out / WORK_DIR
+    n_total = sum(len(v) for v in planned.values())
+    if n_total == 0:
+        atomic_write(out / REPORT, report_blob(rejections, dataset_report, []))
+        raise StoreError(f"{data}: every utterance was rejected before audio was read "
+                         f"({format_counts(count_reasons(rejections))}); see {out / REPORT}")
+    chunk_size = settle_plan(out, key, planned, chunk_size)
+    plan_meta = json.loads((work / "plan.json").read_text(encoding="utf-8"))
+    tasks = []
+    resumed = 0
+    for split, k, utts in chunks.split_into_chunks(planned, chunk_size):
+        path = chunks.chunk_path(work, split, k)
+        if path.exists():
+            if chunks.chunk_ok(path, len(utts), cfg.audio.n_mels,
+                               cfg.audio if cfg.data.store_audio else None):
+                resumed += 1
+                continue
+            path.unlink()  # damaged (OS crash mid-run): extract it again
+        tasks.append({"path": str(path), "split": split, "chunk": k, "audio": key["audio"],
+                      "min_duration_s": cfg.data.min_duration_s,
+                      "max_duration_s": cfg.data.max_duration_s,
+                      "store_audio": cfg.data.store_audio,
+                      "utterances": [(u.id, u.audio_path) for u in utts]})
+    return extract_and_pack(out, tasks, resumed, workers, progress, n_total, echo, lambda: _pack(
+        out, data, cfg, key, planned, tokenizer, rejections, dataset_report, chunk_size,
+        plan_meta["created"]))
+
+
+def extract_and_pack(out: Path, tasks: list[dict[str, Any]], resumed: int, workers: int,
+                     progress: bool, n_total: int, echo: Any, pack: Any,
+                     extract: Any = None) -> PrepareResult:
+    """Extract the chunks still to do (``chunks.run_extraction`` with ``extract``), then
+    ``pack()`` them into the store; a failed write keeps the finished chunks for the re-run."""
+    if resumed:
+        echo(f"resuming: {resumed} of {resumed + len(tasks)} chunks already done")
+    try:
+        chunks.run_extraction(tasks, workers, progress, n_total, extract)
+        result = pack()
+    except OSError as e:  # disk full, permissions, ...: finished chunks are kept
+        raise StoreError(f"{out}: cannot write the store ({e}); fix the cause and re-run the same "
+                         f"command to resume") from e
+    result.resumed_chunks = resumed
+    echo(result.summary)
+    return result
+
+
+def check_state(out: Path, data: Path, key: dict[str, Any], force: bool, diff_keys: Any,
+                echo: Any) -> bool | PrepareResult:
+    """What ``--out`` holds decides the run: a complete store of ``key`` is a no-op (the
+    PrepareResult), another store or an interrupted one of other settings is refused
+    without ``force`` (``diff_keys(old, new)`` names what differs); returns whether the
+    store must be wiped once the dataset was read. Shared by every kind of store."""
     if not out.is_file():  # a file there is refused below, by store_state
         try:
             writable_folder(out, "--out")
         except FolderError as e:
             raise StoreError(str(e)) from None
-    key = prepare_key(data, cfg)
-    wipe = False  # decided here, done only after the dataset was read successfully
     state = store_state(out)
     if state == "foreign":
         raise StoreError(f"--out {out} exists and is not a myxtts store; choose a new or empty "
@@ -148,67 +204,37 @@ def _prepare(data: str | Path, out: str | Path, cfg: Config, workers: int, force
             echo(msg)
             return PrepareResult(out, noop=True, summary=msg)
         if not force:
-            diffs = _diff_keys((manifest or {}).get("prepare") or {}, key)
+            diffs = diff_keys((manifest or {}).get("prepare") or {}, key)
             raise StoreError(f"{out} was prepared with other settings ({'; '.join(diffs)}); pass "
                              f"--force to rebuild it, or choose another --out")
         check_removable(out)
-        wipe = True
-    elif state == "partial":
-        saved = _read_plan_file(out)
+        return True
+    if state == "partial":
+        saved = read_plan_file(out)
         if saved is not None and saved.get("key") != key:
             if not force:
-                diffs = _diff_keys(saved.get("key") or {}, key)
+                diffs = diff_keys(saved.get("key") or {}, key)
                 raise StoreError(f"{out} holds an interrupted prepare with other settings "
                                  f"({'; '.join(diffs)}); re-run that command to finish it, or pass "
                                  f"--force to start over")
             check_removable(out)
-            wipe = True
+            return True
+    return False
 
-    planned, tokenizer, rejections, dataset_report = plan_texts(data, cfg)  # may raise DatasetError
+
+def begin_work(out: Path, wipe: bool) -> Any:
+    """Lock ``out`` (the returned object holds it), wipe the old store where ``check_state``
+    said so, mark the store partial and make its work folder."""
     out.mkdir(parents=True, exist_ok=True)
-    lock = _lock(out)  # noqa: F841  (held until this function returns or the process dies)
+    lock = _lock(out)
     if wipe:
         remove_store(out)
     if not (out / PARTIAL_MARKER).exists():
         atomic_write(out / PARTIAL_MARKER, "a myxtts prepare is writing this store; re-run "
                           "the same command to resume it\n")
-    work = out / WORK_DIR
-    (work / "chunks").mkdir(parents=True, exist_ok=True)
+    (out / WORK_DIR / "chunks").mkdir(parents=True, exist_ok=True)
     _remove_temp_files(out)
-    n_total = sum(len(v) for v in planned.values())
-    if n_total == 0:
-        atomic_write(out / REPORT, report_blob(rejections, dataset_report, []))
-        raise StoreError(f"{data}: every utterance was rejected before audio was read "
-                         f"({format_counts(count_reasons(rejections))}); see {out / REPORT}")
-    chunk_size = _settle_plan(out, key, planned, chunk_size)
-    plan_meta = json.loads((work / "plan.json").read_text(encoding="utf-8"))
-    tasks = []
-    resumed = 0
-    for split, k, utts in chunks.split_into_chunks(planned, chunk_size):
-        path = chunks.chunk_path(work, split, k)
-        if path.exists():
-            if chunks.chunk_ok(path, len(utts), cfg.audio.n_mels,
-                               cfg.audio if cfg.data.store_audio else None):
-                resumed += 1
-                continue
-            path.unlink()  # damaged (OS crash mid-run): extract it again
-        tasks.append({"path": str(path), "split": split, "chunk": k, "audio": key["audio"],
-                      "min_duration_s": cfg.data.min_duration_s,
-                      "max_duration_s": cfg.data.max_duration_s,
-                      "store_audio": cfg.data.store_audio,
-                      "utterances": [(u.id, u.audio_path) for u in utts]})
-    if resumed:
-        echo(f"resuming: {resumed} of {resumed + len(tasks)} chunks already done")
-    try:
-        chunks.run_extraction(tasks, workers, progress, n_total)
-        result = _pack(out, data, cfg, key, planned, tokenizer, rejections, dataset_report,
-                       chunk_size, plan_meta["created"])
-    except OSError as e:  # disk full, permissions, ...: finished chunks are kept
-        raise StoreError(f"{out}: cannot write the store ({e}); fix the cause and re-run the same "
-                         f"command to resume") from e
-    result.resumed_chunks = resumed
-    echo(result.summary)
-    return result
+    return lock
 
 
 def _lock(out: Path) -> Any:
@@ -231,18 +257,18 @@ def _remove_temp_files(out: Path) -> None:
                 f.unlink(missing_ok=True)
 
 
-def _read_plan_file(out: Path) -> dict[str, Any] | None:
+def read_plan_file(out: Path) -> dict[str, Any] | None:
     try:
         return json.loads((out / WORK_DIR / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def _settle_plan(out: Path, key: dict[str, Any], planned: dict[str, list[Planned]],
+def settle_plan(out: Path, key: dict[str, Any], planned: dict[str, list[Planned]],
                  chunk_size: int | None) -> int:
     """Reuse the interrupted run's chunking, or start a new plan (dropping stale chunks)."""
     work = out / WORK_DIR
-    saved = _read_plan_file(out)
+    saved = read_plan_file(out)
     if saved is not None:
         size = int(saved["chunk_size"])
         if saved.get("plan_hash") == chunks.plan_hash(key, size, planned):

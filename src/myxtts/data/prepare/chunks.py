@@ -286,9 +286,13 @@ def _mp_context() -> mp.context.BaseContext:
     return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
-def run_extraction(tasks: list[dict[str, Any]], workers: int, progress: bool, n_total: int) -> None:
+def run_extraction(tasks: list[dict[str, Any]], workers: int, progress: bool, n_total: int,
+                   extract: Any = None) -> None:
     """Extract every task (a chunk: see ``extract_chunk``) on ``workers`` processes (1: in
-    this process, on one thread), with a progress bar over all ``n_total`` utterances."""
+    this process, on one thread), with a progress bar over all ``n_total`` utterances.
+    ``extract``: the module-level function that does one task (default ``extract_chunk``;
+    another kind of store passes its own), returning ``{"n", "audio_s", ...}``."""
+    extract = extract_chunk if extract is None else extract
     n_todo = sum(len(t["utterances"]) for t in tasks)
     if not tasks:
         return
@@ -298,13 +302,13 @@ def run_extraction(tasks: list[dict[str, Any]], workers: int, progress: bool, n_
         import myxtts.audio.mel  # noqa: F401  (deferred: torch, once, before forking)
 
         pool = _mp_context().Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
-        results = pool.imap_unordered(extract_chunk, tasks)
+        results = pool.imap_unordered(extract, tasks)
     else:
         import torch  # deferred: only when there is work (module doc)
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # "1 worker" means one core, here too
-        results = map(extract_chunk, tasks)
+        results = map(extract, tasks)
     bar = tqdm(total=n_total, initial=n_total - n_todo, unit="clip", desc="prepare",
                disable=not progress, dynamic_ncols=True, smoothing=0.1)
     start, audio_s = time.perf_counter(), 0.0

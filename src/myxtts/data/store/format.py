@@ -40,6 +40,7 @@ MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE = (
 SPLIT_FILES = (MEL_FILE, TOKENS_FILE, INDEX_FILE, REFS_FILE, IDS_FILE)
 AUDIO_FILE, AUDIO_INDEX_FILE = "audio.i16", "audio_index.npy"
 AUDIO_FILES = (AUDIO_FILE, AUDIO_INDEX_FILE)  # per split, only in stores with store_audio
+CODES_FILE = "codes.i16"  # an XTTS store's DVAE codes per split (``data.xtts_store``)
 AUDIO_DTYPE = np.dtype("<i2")
 AUDIO_INDEX_DTYPE = np.dtype("<i8")  # audio_index.npy: [N, 2] = (offset, length) in samples
 AUDIO_SCALE = PCM16_SCALE  # float sample x is stored as clip(round(x * AUDIO_SCALE))

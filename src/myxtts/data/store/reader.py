@@ -111,6 +111,9 @@ class FeatureStore:
         if split not in SPLITS:
             raise StoreError(f"unknown split {split!r}; a store has {', '.join(SPLITS)}")
         manifest = read_manifest(path)
+        if manifest.get("kind") is not None:  # data.xtts_store's: another model's data
+            raise StoreError(f"{path} is a store for {manifest['kind']} (prepared with --xtts), "
+                             f"not for myxtts's own model; prepare one without --xtts")
         if cfg is not None and manifest.get("feature_hash") != cfg.feature_hash():
             stored = {k: manifest.get(k, {}) for k in ("audio", "text")}
             diffs = diff_sections(stored, config_sections(cfg))

@@ -70,6 +70,10 @@ def verify_store(path: str | Path, check_hashes: bool = True) -> list[str]:
             continue
         if check_hashes and sha256_file(f) != meta.get("sha256"):
             problems.append(f"{f}: sha256 differs from the manifest (file corrupted or edited)")
+    if manifest.get("kind") is not None:  # an XTTS store: its own invariants
+        from myxtts.data.xtts_store.verify import xtts_problems  # circle: it reads data.store
+
+        return problems or xtts_problems(path)
     with_audio = stores_audio(manifest)
     for split in SPLITS:
         for name in SPLIT_FILES + (AUDIO_FILES if with_audio else ()):

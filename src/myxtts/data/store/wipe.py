@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from myxtts.data.store.format import (
     AUDIO_FILES,
+    CODES_FILE,
     MANIFEST,
     PARTIAL_MARKER,
     REPORT,
@@ -56,7 +57,7 @@ def _owned(out: Path, rel: str, listed: set[str] | None) -> bool:
         return _WORK.fullmatch(rel[len(WORK_DIR) + 1:]) is not None
     if listed is not None:
         return rel in listed
-    return any(rel == f"{s}/{f}" for s in SPLITS for f in (*SPLIT_FILES, *AUDIO_FILES))
+    return any(rel == f"{s}/{f}" for s in SPLITS for f in (*SPLIT_FILES, *AUDIO_FILES, CODES_FILE))
 
 
 def _entries(out: Path) -> list[tuple[str, bool]]:
