@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import common
@@ -65,7 +66,45 @@ def ours(folder: Path, data: Path, batch_size: int, workers: int, steps: int, wo
     timed steps, the peer's names: loader, on_device, forward, backward, optimizer),
     ``loss`` (the last step's).
     """
-    raise NotImplementedError("myxtts's side of the XTTS fine-tuning benchmark")
+    from _xtts_finetune_peer import peak_rss_mb
+    from myxtts.cli.common import config_file
+    from myxtts.config import load_config
+    from myxtts.train.xtts.prepare import prepare_xtts
+    from myxtts.train.xtts.recipe import XttsRecipe
+
+    store = work_dir / "store"
+    # every clip trains (the peer's dataset holds them all); the store is made once, untimed
+    prepare_xtts(data, store, load_config(overrides=["data.val_fraction=0",
+                                                     "data.min_val_utterances=0"]),
+                 folder, workers=1, progress=False, echo=lambda *a: None)
+    cfg = load_config(config_file("xtts-finetune"), None, [
+        f"train.output_dir={work_dir / 'run'}", "train.device=cpu", "train.compile=off",
+        "train.precision=fp32", "train.max_steps=1000000", "train.log_every=1000000",
+        "train.val_every=0", "train.ckpt_every=0", "train.grad_accum_steps=1",
+        f"data.num_workers={workers}", f"data.max_batch_size={batch_size}",
+        # a budget every bucket fills to batch_size utterances: the batch is the peer's size
+        f"data.batch_frames={batch_size * 300}"])
+    recipe = XttsRecipe(cfg, store, init_from=folder, show_progress=False)
+    recipe.setup()
+    recipe.engine.model.train()
+    counted = []
+
+    class Count:
+        def fetching(self) -> None: ...
+        def fetched(self) -> None: ...
+        def stepped(self, micro: list, frames: int) -> None:
+            counted.append(recipe.utterances(micro))
+
+    recipe.run_steps(warmup)
+    started = time.perf_counter()
+    recipe.run_steps(steps, watch=Count())
+    seconds = time.perf_counter() - started
+    loss = recipe.engine.read().get("loss")
+    memory = peak_rss_mb()
+    recipe.cleanup()
+    return {"utterances_per_s": sum(counted) / seconds, "steps": steps,
+            "batch_size": batch_size, "workers": workers, "seconds": seconds, "loss": loss,
+            "utterances": sum(counted), **memory}
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -129,8 +129,8 @@ class XttsRecipe(Recipe):
             val_plan = xtts_plan(val_store, cfg, plan_frames(cfg), cfg.data.max_val_utterances)
         val_shape = None if val_plan is None else max(
             batch_shapes(val_plan, cfg), key=lambda s: s.batch * s.frames)
-        sizes = self.engine.start_up(Workload(batch_shapes(plan, cfg), task, val_shape,
-                                              run_dir=self.out))
+        sizes = self.engine.start_up(Workload(batch_shapes(plan, cfg), task.worst_case,
+                                              val_shape, run_dir=self.out))
         plan = plan.with_batch_sizes(sizes)
         seed = cfg.data.shuffle_seed
         self.sampler = xtts_sampler(train_store, plan, seed, rank=dist.rank,
@@ -170,13 +170,13 @@ class XttsRecipe(Recipe):
         if len(positions) and positions[worst] + 2 > a.gpt_max_audio_tokens:
             raise TrainError(f"{self.data_path}: utterance {store.ids[worst]} is "
                              f"{store.audio_lengths[worst] / 22050:.1f} s, longer than the "
-                             f"model's {a.gpt_max_audio_tokens - 5} codes; prepare the store "
-                             f"with a lower data.max_duration_s")
+                             f"model's {a.gpt_max_audio_tokens - 5} codes; leave it out of "
+                             f"the dataset and prepare the store again")
         texts = store.text_lengths
         if len(texts) and int(texts.max()) + 2 > a.gpt_max_text_tokens:
             raise TrainError(f"{self.data_path}: a text has {int(texts.max())} tokens, more "
-                             f"than the model's {a.gpt_max_text_tokens - 2}; prepare the "
-                             f"store with a lower data.max_text_tokens")
+                             f"than the model's {a.gpt_max_text_tokens - 2}; split it and "
+                             f"prepare the store again")
 
     def _continue(self, sampler: BucketBatchSampler) -> None:
         r = self.record
