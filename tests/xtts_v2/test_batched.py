@@ -12,8 +12,7 @@ import torch
 from myxtts.inference.xtts_v2 import decode
 from myxtts.inference.xtts_v2.decode import decode_pieces, generate_codes, stream_codes
 from myxtts.model.xtts_v2.config import XttsV2Sampling
-from tests.xtts_v2.gpt_oracle import fix_reference_generation, our_gpt
-from tests.xtts_v2.reference import reference_model
+from tests.xtts_v2.gpt_oracle import generating_pair
 
 # three pieces of different token lengths (the reduced model reads them all)
 PIECES = ["the quick brown fox jumps over the lazy dog near the river.",
@@ -25,25 +24,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:
 
 
 @pytest.fixture(scope="module")
-def ref():
+def pair():
     torch.set_num_threads(1)
-    model = reference_model(seed=0)
-    fix_reference_generation(model)
-    return model
-
-
-@pytest.fixture(scope="module")
-def ours(ref):
-    return our_gpt(ref)
-
-
-@pytest.fixture(scope="module")
-def rows(ref):
-    return [torch.tensor(ref.tokenizer.encode(t, lang="en")) for t in PIECES]
+    return generating_pair(seed=0)
 
 
 def _voice() -> torch.Tensor:
     return torch.randn(1, 32, 256, generator=torch.Generator().manual_seed(7))
+
+
+@pytest.fixture(scope="module")
+def rows(pair):
+    return [torch.tensor(pair[0].tokenizer.encode(t, lang="en")) for t in PIECES]
 
 
 def _alone(ours, voice, row, max_codes=CODES):
@@ -57,7 +49,8 @@ def _stop_bias(ours, bias: float) -> None:
         ours.mel_head.bias[ours.stop_audio_token] += bias
 
 
-def test_batched_greedy_codes_equal_each_piece_alone_and_the_reference(ref, ours, rows):
+def test_batched_greedy_codes_equal_each_piece_alone_and_the_reference(pair, rows):
+    ref, ours = pair
     voice = _voice()
     assert len({r.shape[0] for r in rows}) == len(rows)  # three different lengths
     batched = decode_pieces(ours, voice, rows, PENALTY, greedy=True, max_codes=CODES)
@@ -84,10 +77,11 @@ def _stop_codes(ours, voice, rows, bias: float) -> list[int | None]:
         _stop_bias(ours, -bias)
 
 
-def test_a_row_that_stops_early_leaves_the_others_as_they_were(ours, rows):
+def test_a_row_that_stops_early_leaves_the_others_as_they_were(pair, rows):
     """A stop-logit bias at which one piece stops within the cap and another does not
     (searched, so the test holds for any seeded weights): each row equals its piece alone,
     the stopped one ends with the stop token, the other is cut at the cap."""
+    ours = pair[1]
     voice = _voice()
     bias = next((b for b in np.linspace(0.5, 30, 60)
                  if None in (ends := _stop_codes(ours, voice, rows, b))
@@ -109,7 +103,8 @@ def test_a_row_that_stops_early_leaves_the_others_as_they_were(ours, rows):
             assert codes.shape[0] == end + 1 and int(codes[-1]) == ours.stop_audio_token
 
 
-def test_the_code_cap_holds_per_row(ours, rows):
+def test_the_code_cap_holds_per_row(pair, rows):
+    ours = pair[1]
     voice = _voice()
     for cap in (1, 5):
         batched = decode_pieces(ours, voice, rows, PENALTY, greedy=True, max_codes=cap)
@@ -118,9 +113,10 @@ def test_the_code_cap_holds_per_row(ours, rows):
             assert torch.equal(codes, _alone(ours, voice, row, cap)[0])
 
 
-def test_sampled_batches_are_seeded_draws_of_valid_codes(ours, rows):
+def test_sampled_batches_are_seeded_draws_of_valid_codes(pair, rows):
     """One generator for the whole batch: the same seed, the same codes (another draw than
     the pieces one after another, which the docstrings say)."""
+    ours = pair[1]
     voice = _voice()
     runs = [decode_pieces(ours, voice, rows, XttsV2Sampling(), max_codes=12,
                           generator=torch.Generator().manual_seed(5)) for _ in range(2)]
