@@ -107,6 +107,9 @@ def ours(folder: Path, ref: Path, spec: dict, device: str, dtype: str = "float32
     voice = synth.voice([ref])
     synth.with_decoding(greedy=True, max_codes=4)  # the warm-up: every kernel once
     synth.say(spec["sentences"][0], voice, spec["language"])
+    if spec.get("pieces"):  # and the batched shapes
+        synth.with_decoding(max_batch=spec["batch_pieces"])
+        synth.synthesize([spec["text"]], voice, spec["language"])
     synth.with_decoding(max_codes=spec["max_codes"])
     rows = []
     for text in spec["sentences"]:
