@@ -10,7 +10,9 @@ imports nothing of myxtts):
 ``make`` writes an XTTS-v2 folder with seeded random weights. ``speak`` loads it with
 coqui-tts's own ``load_checkpoint``, makes the voice of REF.wav (untimed), warms up, then
 times greedy ``inference`` of each sentence of SPEC.json and, once, ``inference_stream``
-until its first chunk and to its end; prints one JSON line.
+until its first chunk and to its end; where SPEC.json has the ``pieces`` of one text, times
+``inference`` of each piece one after another, as its own text splitting runs them (the
+pieces are given, so that both sides speak the same ones); prints one JSON line.
 """
 
 from __future__ import annotations
@@ -72,8 +74,15 @@ def speak(folder: Path, ref: Path, spec: dict) -> dict:
                                         embedding, stream_chunk_size=20, **kw):
         first = first if first is not None else time.perf_counter() - t0
         samples += int(chunk.shape[-1])
-    return {"sentences": rows, "first_chunk_s": first, "stream_s": time.perf_counter() - t0,
-            "stream_samples": samples}
+    out = {"sentences": rows, "first_chunk_s": first, "stream_s": time.perf_counter() - t0,
+           "stream_samples": samples}
+    if spec.get("pieces"):
+        t0 = time.perf_counter()
+        wavs = [model.inference(piece, spec["language"], latents, embedding, **kw)["wav"]
+                for piece in spec["pieces"]]
+        out["text"] = {"seconds": time.perf_counter() - t0,
+                       "samples": sum(int(w.shape[-1]) for w in wavs)}
+    return out
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """XTTS-v2 synthesis, myxtts against coqui-tts on the same weights, in one run.
 
     python benchmarks/xtts_inference.py --peer-python PY [--size released|reduced]
-        [--max-codes N] [--sentences K] [--threads T] [--device cpu|cuda] [--rounds N] [--json FILE]
+        [--max-codes N] [--sentences K] [--threads T] [--device cpu|cuda] [--rounds N]
+        [--text-pieces N [--batch-pieces B]] [--json FILE]
 
 The peer environment (``PY``: coqui-tts 0.28 installed, with torchaudio importable;
 ``tools/oracle_audio.sh`` makes a pure-Python one) writes an XTTS-v2 folder with seeded
@@ -16,6 +17,13 @@ differ from float32's), and with streaming (20 codes per chunk, the
 reference's default) the time to the first audio chunk and to the end. ``--rounds N`` runs
 the two in turn N times and reports each figure's median. The ratio column is the peer's
 time over ours: above 1, myxtts is faster.
+
+``--text-pieces N`` also speaks one long text: the sentences, repeated, joined until the
+language's splitting (within its character limit, sentences packed) cuts it into ``N``
+pieces. Ours speaks it as one text (``speak``: up to ``--batch-pieces`` pieces decoded
+together, one batch), and once more one piece after another (``--batch-pieces 1``); the
+peer runs its ``inference`` on each of the same pieces one after another, as its own text
+splitting does. Every piece is capped at ``--max-codes`` codes, on both sides.
 """
 
 from __future__ import annotations
@@ -65,6 +73,29 @@ def _reference_clip(tmp: Path) -> Path:
     return tmp / "ref.wav"
 
 
+def text_of_pieces(n: int, limit: int = 250) -> tuple[str, list[str]]:
+    """A text the English splitting (``limit`` characters) cuts into ``n`` pieces, and them."""
+    from myxtts.text.xtts_v2.split import split_text
+
+    words: list[str] = []
+    while True:
+        words.append(SENTENCES[len(words) % len(SENTENCES)])
+        pieces = split_text(" ".join(words), "en", limit)
+        if len(pieces) > n:
+            words.pop()
+            text = " ".join(words)
+            return text, split_text(text, "en", limit)
+
+
+def _timed_text(synth, voice, spec: dict, max_batch: int) -> dict:
+    synth.with_decoding(max_batch=max_batch)
+    if synth.pieces(spec["text"], spec["language"]) != spec["pieces"]:
+        raise SystemExit("the text's pieces differ from the benchmark's plan")
+    t0 = time.perf_counter()
+    wav = synth.synthesize([spec["text"]], voice, spec["language"])[0]
+    return {"seconds": time.perf_counter() - t0, "samples": int(wav.shape[-1])}
+
+
 def ours(folder: Path, ref: Path, spec: dict, device: str, dtype: str = "float32",
          stream: bool = True) -> dict:
     import torch
@@ -76,26 +107,33 @@ def ours(folder: Path, ref: Path, spec: dict, device: str, dtype: str = "float32
     voice = synth.voice([ref])
     synth.with_decoding(greedy=True, max_codes=4)  # the warm-up: every kernel once
     synth.say(spec["sentences"][0], voice, spec["language"])
+    if spec.get("pieces"):  # and the batched shapes
+        synth.with_decoding(max_batch=spec["batch_pieces"])
+        synth.synthesize([spec["text"]], voice, spec["language"])
     synth.with_decoding(max_codes=spec["max_codes"])
     rows = []
     for text in spec["sentences"]:
         t0 = time.perf_counter()
         wav, _ = synth.say(text, voice, spec["language"])
         rows.append({"seconds": time.perf_counter() - t0, "samples": int(wav.shape[-1])})
+    text = {}
+    if spec.get("pieces"):
+        text = {"text": _timed_text(synth, voice, spec, spec["batch_pieces"]),
+                "text_sequential": _timed_text(synth, voice, spec, 1)}
     if not stream:
-        return {"sentences": rows}
+        return {"sentences": rows, **text}
     t0 = time.perf_counter()
     first, samples = None, 0
     for chunk in synth.stream(spec["sentences"][0], voice, spec["language"]):
         first = first if first is not None else time.perf_counter() - t0
         samples += int(chunk.shape[-1])
     return {"sentences": rows, "first_chunk_s": first, "stream_s": time.perf_counter() - t0,
-            "stream_samples": samples}
+            "stream_samples": samples, **text}
 
 
-def rtf(run: dict) -> float:
-    return sum(r["seconds"] for r in run["sentences"]) / (
-        sum(r["samples"] for r in run["sentences"]) / 24000)
+def rtf(run: dict, key: str = "sentences") -> float:
+    rows = run[key] if isinstance(run[key], list) else [run[key]]
+    return sum(r["seconds"] for r in rows) / (sum(r["samples"] for r in rows) / 24000)
 
 
 def main() -> None:
@@ -108,10 +146,17 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="ours: cpu or cuda (the peer runs on the CPU)")
     p.add_argument("--rounds", type=int, default=1, help="peer and ours in turn this many "
                    "times; the table gives each figure's median (a shared machine drifts)")
+    p.add_argument("--text-pieces", type=int, default=0, metavar="N", help="also speak one "
+                   "text of N pieces (ours: decoded together; the peer: one after another)")
+    p.add_argument("--batch-pieces", type=int, default=8, metavar="B",
+                   help="ours: pieces decoded together (the synthesizer's max_batch)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     spec = {"sentences": SENTENCES[:max(1, min(args.sentences, len(SENTENCES)))],
             "language": "en", "max_codes": args.max_codes, "threads": args.threads}
+    if args.text_pieces > 0:
+        spec["text"], spec["pieces"] = text_of_pieces(args.text_pieces)
+        spec["batch_pieces"] = args.batch_pieces
     with tempfile.TemporaryDirectory(prefix="xtts-bench-") as tmp:
         tmp = Path(tmp)
         folder = tmp / "xtts"
@@ -149,12 +194,30 @@ def main() -> None:
             ("streaming: whole first sentence (s)",
              [f"{m_['stream_s']:.2f}", f"{p_['stream_s']:.2f}",
               f"{p_['stream_s'] / m_['stream_s']:.2f}x"])]
+    if spec.get("pieces"):
+        for name in ("peer", "mine", "half"):
+            f[name]["text_rtf"] = statistics.median(rtf(x, "text") for x in runs[name])
+        for name in ("mine", "half"):
+            f[name]["text_sequential_rtf"] = statistics.median(
+                rtf(x, "text_sequential") for x in runs[name])
+        n, b = len(spec["pieces"]), min(args.batch_pieces, len(spec["pieces"]))
+        head.append(f"one text of {n} pieces ({', '.join(str(len(x)) for x in spec['pieces'])} "
+                    f"characters): same audio length: "
+                    f"{'yes' if mine['text']['samples'] == peer['text']['samples'] else 'NO'}")
+        for label, key, who in (
+                (f"real-time factor, one text: ours {b} pieces together", "text_rtf", "mine"),
+                ("  ours one piece after another (--batch-pieces 1)", "text_sequential_rtf", "mine"),
+                ("  ours in bfloat16, pieces together", "text_rtf", "half")):
+            v = f[who][key]
+            rows.append((label, [f"{v:.3f}", f"{p_['text_rtf']:.3f}", f"{p_['text_rtf'] / v:.2f}x"]))
     print(common.table(["myxtts", "coqui-tts", "ratio"], rows, head, first="measure", width=12))
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "medians": f,
                                          "rtf_ratio": p_["rtf"] / m_["rtf"],
                                          "rtf_ratio_bf16": p_["rtf"] / h_["rtf"],
-                                         "first_chunk_ratio": p_["first_chunk_s"] / m_["first_chunk_s"]},
+                                         "first_chunk_ratio": p_["first_chunk_s"] / m_["first_chunk_s"],
+                                         "text_rtf_ratio": (p_["text_rtf"] / m_["text_rtf"]
+                                                            if "text_rtf" in m_ else None)},
                                         indent=1))
 
 

@@ -52,3 +52,17 @@ def test_a_failed_capture_falls_back_to_the_eager_step(monkeypatch):
     assert torch.equal(got, expected)
     torch.randn(16, device="cuda")  # the device still works
     torch.cuda.synchronize()
+
+
+def test_graphed_batched_pieces_equal_eager_batched_pieces(monkeypatch):
+    """Rows of different text lengths (left-padded, the cache's ``keep`` mask in the graph)."""
+    gpt = _gpt()
+    voice = torch.randn(1, 32, 256, device="cuda")
+    rows = [torch.randint(3, 290, (n,), device="cuda") for n in (12, 5, 9)]
+    sampling = XttsV2Sampling(repetition_penalty=5.0)
+    with_graph = decode.decode_pieces(gpt, voice, rows, sampling, greedy=True, max_codes=24)
+    monkeypatch.setattr(decode, "graphed_step", lambda *a: None)
+    eager = decode.decode_pieces(gpt, voice, rows, sampling, greedy=True, max_codes=24)
+    for (codes, latents), (codes_eager, latents_eager) in zip(with_graph, eager):
+        assert torch.equal(codes, codes_eager)
+        torch.testing.assert_close(latents, latents_eager, rtol=0, atol=1e-4)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from myxtts.model.xtts_v2.config import XttsV2Args, XttsV2Config
 from myxtts.model.xtts_v2.gpt import XttsGpt
-from tests.xtts_v2.reference import fix_reference_generation
+from tests.xtts_v2.reference import fix_reference_generation, reference_model
 
-__all__ = ["fix_reference_generation", "gpt_config", "our_gpt", "released_gpt_state"]
+__all__ = ["fix_reference_generation", "generating_pair", "gpt_config", "our_gpt",
+           "released_gpt_state"]
 
 
 def gpt_config(model) -> XttsV2Config:
@@ -44,3 +45,11 @@ def our_gpt(model, dropout: float = 0.1) -> XttsGpt:
     ours = XttsGpt(gpt_config(model), dropout=dropout)
     ours.load_state_dict(released_gpt_state(model), strict=True)
     return ours.eval()
+
+
+def generating_pair(seed: int = 0):
+    """The reference ``Xtts`` of ``seed`` (reduced size), its generation fixed, and ours with
+    its GPT weights."""
+    model = reference_model(seed=seed)
+    fix_reference_generation(model)
+    return model, our_gpt(model)

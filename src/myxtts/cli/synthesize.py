@@ -70,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(~46 ms of speech each; default: the model's limit)")
     x.add_argument("--speed", type=_positive(float), help="speaking rate (1: as trained; "
                    "1.2: 20%% faster)")
+    x.add_argument("--batch-pieces", type=_positive(int), metavar="N",
+                   help="decode up to N pieces of a long text together, one batch (default "
+                   "8; 1: one after another, as the reference does; greedy audio is the "
+                   "same either way, sampled audio another draw)")
     x.add_argument("--dtype", choices=("float32", "bfloat16"), help="the GPT's precision "
                    "(default float32, equal to Coqui's implementation; bfloat16 reads half "
                    "the weights per code: faster, codes may differ)")
@@ -78,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 XTTS_ONLY = ("speaker", "greedy", "temperature", "top_k", "top_p", "repetition_penalty",
-             "max_codes", "speed", "dtype")
+             "max_codes", "speed", "dtype", "batch_pieces")
 
 
 def _positive(kind: type) -> object:
@@ -200,8 +204,9 @@ def _open(args: argparse.Namespace) -> Synthesizer | XttsV2Synthesizer:
         synth = XttsV2Synthesizer.from_path(args.checkpoint, device=args.device,
                                             dtype=args.dtype or "float32")
         synth.with_decoding(greedy=args.greedy or None, max_codes=args.max_codes,
-                            speed=args.speed, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+                            speed=args.speed, max_batch=args.batch_pieces,
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            repetition_penalty=args.repetition_penalty)
         return synth
     given = [f"--{k.replace('_', '-')}" for k in XTTS_ONLY if getattr(args, k) not in (None, False)]
     if given:

@@ -10,6 +10,14 @@ its ``get_generator``.
 - :func:`stream_codes`: an iterator of ``(code [B], latent [B, D])``, one pair per code,
   stop included: the latent is the ``final_norm`` state that produced the code, what the
   reference's ``inference_stream`` gathers and decodes in chunks.
+- :func:`decode_pieces`: several texts of different lengths decoded together, one batch
+  (each row's codes and latents up to its own stop). A step reads every GPT weight once
+  for all rows, so on a CPU, where a step's cost is that read, B pieces cost about what
+  one costs. The rows are left-padded in the KV cache (``XttsGpt.prefill``); greedy codes
+  equal each piece decoded alone, latents to float rounding (a GEMM over B rows rounds
+  differently from one over 1). Sampled rows draw from one generator in one draw per
+  step, so a batch's sampled codes differ from those of the same pieces decoded one after
+  another (each is an equally likely sample).
 
 On a GPU the one-code step replays as a CUDA graph captured after the prefill
 (``inference.xtts_v2.graphed``), falling back to the eager step if the capture fails.
@@ -41,6 +49,15 @@ _DEFAULT_SAMPLING = XttsV2Sampling()
 GRAPH_MIN_CODES = 8  # on a GPU, fewer codes than this decode eagerly: the capture costs a step
 
 
+def pad_rows(rows: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """1-D token tensors -> ``tokens [B, T]`` right-padded with zeros and ``lengths [B]``."""
+    lengths = torch.tensor([r.shape[0] for r in rows], device=rows[0].device)
+    tokens = torch.zeros(len(rows), int(lengths.max()), dtype=rows[0].dtype, device=rows[0].device)
+    for i, r in enumerate(rows):
+        tokens[i, :r.shape[0]] = r
+    return tokens, lengths
+
+
 def _limits(gpt: XttsGpt, text_tokens: Tensor, max_codes: int | None) -> int:
     """The code cap, after one-line checks of the request against the model's tables."""
     if text_tokens.ndim != 2:
@@ -58,13 +75,15 @@ def _limits(gpt: XttsGpt, text_tokens: Tensor, max_codes: int | None) -> int:
 
 def _decode(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor, sampling: XttsV2Sampling,
             greedy: bool, max_codes: int, generator: torch.Generator | None,
-            ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+            text_lengths: Tensor | None = None) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
     """``(code [B], state [B, D], finished [B])`` per code, up to ``max_codes``; ``finished``
-    is one tensor updated in place."""
+    is one tensor updated in place. A finished row goes on being run (its stop token fed
+    back; its outputs ignored): dropping it from the batch would cost a copy of the cache
+    and, on a GPU, a new graph, for a step whose cost hardly depends on the rows."""
     b, t = text_tokens.shape
     stop = gpt.stop_audio_token
     cache = gpt.gpt.new_cache(b, gpt.prefix_length(t) + max_codes - 1)
-    logits, state = gpt.prefill(cond_latents, text_tokens, cache)
+    logits, state = gpt.prefill(cond_latents, text_tokens, cache, text_lengths)
     graphed = graphed_step(gpt, cache) if max_codes >= GRAPH_MIN_CODES else None
     chooser = CodeChooser(sampling, b, logits.shape[-1], gpt.start_audio_token, logits.device,
                           greedy, generator)
@@ -82,9 +101,10 @@ def _decode(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor, sampling: X
 def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
                    sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
                    max_codes: int | None = None, generator: torch.Generator | None = None,
-                   stop_check_every: int = 1) -> Tensor:
-    """Audio codes ``[B, n]`` for ``text_tokens [B, T]`` (no padding: rows of one length) in
-    the voice ``cond_latents [B or 1, 32, D]``.
+                   stop_check_every: int = 1, text_lengths: Tensor | None = None) -> Tensor:
+    """Audio codes ``[B, n]`` for ``text_tokens [B, T]`` in the voice ``cond_latents
+    [B or 1, 32, D]``; ``text_lengths [B]`` where rows are right-padded to ``T`` (None: every
+    row is ``T`` tokens).
 
     ``sampling``: repetition penalty, temperature, top-k, top-p. ``greedy``:
     argmax after the repetition penalty, deterministic. ``max_codes``: at most this many
@@ -99,7 +119,8 @@ def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
     out = torch.full((text_tokens.shape[0], n_max), stop, dtype=torch.long, device=cond_latents.device)
     n = 0
     for i, (code, _, finished) in enumerate(
-            _decode(gpt, cond_latents, text_tokens, sampling, greedy, n_max, generator)):
+            _decode(gpt, cond_latents, text_tokens, sampling, greedy, n_max, generator,
+                    text_lengths)):
         out[:, i] = code
         n = i + 1
         if n % stop_check_every == 0 and bool(finished.all()):
@@ -114,13 +135,37 @@ def generate_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
 def stream_codes(gpt: XttsGpt, cond_latents: Tensor, text_tokens: Tensor,
                  sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
                  max_codes: int | None = None, generator: torch.Generator | None = None,
-                 ) -> Iterator[tuple[Tensor, Tensor]]:
+                 text_lengths: Tensor | None = None) -> Iterator[tuple[Tensor, Tensor]]:
     """``(code [B], latent [B, D])`` per code, as :func:`generate_codes` chooses them (same
     arguments); the pair with the stop token is the last. Concatenated over time, the
     latents are the HiFi-GAN decoder's input for the codes so far."""
     n_max = _limits(gpt, text_tokens, max_codes)
     for code, state, finished in _decode(gpt, cond_latents, text_tokens, sampling, greedy,
-                                         n_max, generator):
+                                         n_max, generator, text_lengths):
         yield code, state
         if bool(finished.all()):
             return
+
+
+@torch.inference_mode()
+def decode_pieces(gpt: XttsGpt, cond_latents: Tensor, pieces: list[Tensor],
+                  sampling: XttsV2Sampling = _DEFAULT_SAMPLING, *, greedy: bool = False,
+                  max_codes: int | None = None, generator: torch.Generator | None = None,
+                  ) -> list[tuple[Tensor, Tensor]]:
+    """Each piece's ``(codes [n], latents [n, D])``, the pieces (1-D token tensors, any
+    lengths) decoded together in the voice ``cond_latents [1, 32, D]`` (see the module
+    docstring): a row's codes end at its own stop token (included) or after ``max_codes``;
+    its latents are the states that chose them, what :func:`stream_codes` yields."""
+    tokens, lengths = pad_rows(pieces)
+    n_max = _limits(gpt, tokens, max_codes)
+    codes, states = [], []
+    for code, state, finished in _decode(gpt, cond_latents, tokens, sampling, greedy, n_max,
+                                         generator, lengths):
+        codes.append(code.clone())
+        states.append(state)
+        if bool(finished.all()):
+            break
+    codes_t, states_t = torch.stack(codes, dim=1), torch.stack(states, dim=1)  # [B, n], [B, n, D]
+    stopped = codes_t == gpt.stop_audio_token
+    ends = torch.where(stopped.any(dim=1), stopped.int().argmax(dim=1) + 1, codes_t.shape[1])
+    return [(codes_t[i, :int(n)], states_t[i, :int(n)]) for i, n in enumerate(ends)]

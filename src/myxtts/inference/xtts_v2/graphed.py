@@ -5,7 +5,9 @@ utterance; replaying them as one graph removes that launch cost.
 The graph is captured once per utterance, after the prefill, over that utterance's KV
 cache (``model.xtts_v2.blocks.StaticKVCache``): the step reads its position from the
 device and attends over every cache slot under a mask (``static=True``), so every replay
-has the same shapes and addresses. The code to feed is copied into the graph's input; the
+has the same shapes and addresses. A batch of pieces of different lengths replays the same
+way: their padding mask (``StaticKVCache.keep``) is set by the prefill, before the capture,
+and stays put. The code to feed is copied into the graph's input; the
 logits and the latent come out in its outputs (the latent copied, since the next replay
 overwrites it). The capture costs about one step and the graph's memory pool one step's
 activations. A capture that fails is undone (``model.cuda_capture``) and the utterance

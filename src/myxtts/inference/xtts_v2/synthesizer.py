@@ -6,8 +6,14 @@ Per sentence, as the reference's ``inference``: the text stripped and lower-case
 (``inference.xtts_v2.decode``), the latents of those codes computed again in one
 teacher-forced pass, stretched by ``1 / speed`` and decoded by the HiFi-GAN. A long text is
 cut into pieces within the language's character limit (``XttsTokenizer.split``) whose audio
-is joined end to end, as the reference's text splitting does. ``Decoding`` holds how codes
-are drawn: the config's sampling, each value overridable, or ``greedy`` (deterministic).
+is joined end to end, as the reference's text splitting does. Where the reference decodes
+the pieces one after another, :meth:`XttsV2Synthesizer.speak` decodes up to
+``Decoding.max_batch`` of them together, one batch (``decode.decode_pieces``: on a CPU a
+step of B pieces costs about what a step of one does), then runs the HiFi-GAN per piece;
+greedy audio is the same as one after another (to float rounding), sampled audio is
+another draw. Streaming decodes one piece after another: its first chunk comes soonest so.
+``Decoding`` holds how codes are drawn: the config's sampling, each value overridable, or
+``greedy`` (deterministic).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from myxtts.audio.io import AudioError, save_wav
 from myxtts.config import resolve_device
 from myxtts.inference.errors import SynthesisError
 from myxtts.inference.xtts_v2.chunks import CONTEXT_FRAMES, CrossfadeJoiner
-from myxtts.inference.xtts_v2.decode import stream_codes
+from myxtts.inference.xtts_v2.decode import decode_pieces, stream_codes
 from myxtts.inference.xtts_v2.voice import XttsVoice, clips_of, pick_speaker, speakers_voices
 from myxtts.model.xtts_v2.config import XttsV2Sampling
 from myxtts.model.xtts_v2.model import XttsV2Model, stretch
@@ -42,12 +48,15 @@ class Decoding:
     """How codes are chosen: ``sampling`` (the config's unless overridden); ``greedy``:
     the most likely code each step after the repetition penalty, so the same text, voice
     and model always give the same audio; ``max_codes``: at most this many codes per
-    sentence (None: the model's own limit); ``speed``: above 1 faster speech."""
+    sentence (None: the model's own limit); ``speed``: above 1 faster speech;
+    ``max_batch``: pieces of a text decoded together (1: one after another; more costs a
+    KV cache per piece and, while sampling, gives other draws than one after another)."""
 
     sampling: XttsV2Sampling
     greedy: bool = False
     max_codes: int | None = None
     speed: float = 1.0
+    max_batch: int = 8
 
 
 class XttsV2Synthesizer:
@@ -91,14 +100,19 @@ class XttsV2Synthesizer:
         return tuple(self.config.languages)
 
     def with_decoding(self, greedy: bool | None = None, max_codes: int | None = None,
-                      speed: float | None = None, **sampling: float | int | None) -> None:
+                      speed: float | None = None, max_batch: int | None = None,
+                      **sampling: float | int | None) -> None:
         """Override how codes are chosen; a None leaves that value as it is."""
+        if max_batch is not None and max_batch < 1:
+            raise SynthesisError(f"--batch-pieces {max_batch}: give 1 (one piece after "
+                                 f"another) or more")
         chosen = {k: v for k, v in sampling.items() if v is not None}
         d = self.decoding
         self.decoding = Decoding(dataclasses.replace(d.sampling, **chosen),
                                  d.greedy if greedy is None else greedy,
                                  d.max_codes if max_codes is None else max_codes,
-                                 d.speed if speed is None else speed)
+                                 d.speed if speed is None else speed,
+                                 d.max_batch if max_batch is None else max_batch)
 
     # ------------------------------------------------------------- voices
 
@@ -177,20 +191,50 @@ class XttsV2Synthesizer:
         wav = self.model.waveform(latents, voice.speaker)[0]
         return wav.float().cpu().numpy(), not stopped
 
+    @torch.inference_mode()
+    def say_pieces(self, pieces: Sequence[str], voice: XttsVoice, language: str,
+                   seed: int | None = 0) -> list[tuple[np.ndarray, bool]]:
+        """Pieces of a text decoded together as one batch (see the module docstring), each
+        as :meth:`say` gives it: its audio and whether it reached the code cap. Sampling
+        draws every piece's codes from one generator seeded with ``seed``, so the audio is
+        another draw than :meth:`say`'s piece by piece (greedy audio is the same)."""
+        d, lang = self.decoding, self.language(language)
+        rows = [self.tokens(p, lang)[0] for p in pieces]
+        try:
+            decoded = decode_pieces(self.model.gpt, voice.latents, rows, d.sampling,
+                                    greedy=d.greedy, max_codes=d.max_codes,
+                                    generator=self._generator(seed))
+        except ValueError as e:  # a setting of config.json or a flag the decoder refuses
+            raise SynthesisError(f"{self.source}: {e}") from None
+        out = []
+        for codes, states in decoded:
+            wav = self.model.waveform(stretch(states[None].float(), d.speed), voice.speaker)[0]
+            stopped = int(codes[-1]) == self.model.gpt.stop_audio_token
+            out.append((wav.float().cpu().numpy(), not stopped))
+        return out
+
     def speak(self, texts: Sequence[str], voice: XttsVoice, language: str | None = None,
               seed: int | None = 0, progress: Callable[[int, int], None] | None = None
               ) -> Iterator[tuple[int, np.ndarray]]:
-        """``(text index, audio)`` per piece, in order; ``progress(done, total)`` in pieces."""
+        """``(text index, audio)`` per piece, in order; ``progress(done, total)`` in pieces.
+        Up to ``decoding.max_batch`` pieces (of any of the texts) are decoded together."""
         lang = self.language(language)
         planned = [(k, p) for k, t in enumerate(texts) for p in self.pieces(t, lang)]
         if not planned:
             raise SynthesisError("nothing to say: the text is empty")
         if progress is not None:
             progress(0, len(planned))
-        for done, (k, piece) in enumerate(planned, start=1):
-            yield k, self.say(piece, voice, lang, seed)[0]
-            if progress is not None:
-                progress(done, len(planned))
+        size = self.decoding.max_batch
+        for first in range(0, len(planned), size):
+            batch = planned[first:first + size]
+            if len(batch) == 1:
+                spoken = [self.say(batch[0][1], voice, lang, seed)]
+            else:
+                spoken = self.say_pieces([p for _, p in batch], voice, lang, seed)
+            for done, ((k, _), (audio, _)) in enumerate(zip(batch, spoken), start=first + 1):
+                yield k, audio
+                if progress is not None:
+                    progress(done, len(planned))
 
     def synthesize(self, texts: Sequence[str], voice: XttsVoice, language: str | None = None,
                    seed: int | None = 0) -> list[np.ndarray]:

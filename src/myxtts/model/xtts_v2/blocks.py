@@ -14,6 +14,11 @@ eager mode it attends only over the filled part instead (the length is the decod
 host counter, not read from the device), which on a CPU spares the reads of empty slots.
 transformers' ``DynamicCache`` instead concatenates every layer's keys and values at every
 step: a copy of the whole cache per token.
+
+Rows of different prefix lengths share one cache left-padded: each row's prefix ends at the
+same slot, so every step writes one slot for all rows; the cache's ``keep`` mask hides the
+padding slots from every query (the step's attention then takes a mask, a little slower
+than the unmasked eager step, which rows of one length keep).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ class StaticKVCache:
     holds the same count for steps that must not read host state (``static=True``; under a
     replayed CUDA graph only ``position`` advances, so a capturing caller keeps its own
     count). ``mel_start`` is the cache index of the first audio position (the start-of-audio
-    token), from which the audio position embedding of a step is counted.
+    token), from which the audio position embedding of a step is counted. ``keep`` (None, or
+    boolean ``[B, capacity]``, True = a real key) hides the left padding of rows whose
+    prefixes are shorter than the longest (set by the batched prefill).
     """
 
     def __init__(self, layers: int, batch: int, heads: int, head_dim: int, capacity: int,
@@ -43,6 +50,7 @@ class StaticKVCache:
         self.capacity = capacity
         self.length = 0
         self.mel_start = 0
+        self.keep: Tensor | None = None
 
     def reset(self, length: int) -> None:
         """Mark the first ``length`` positions as filled (after a prefill wrote them)."""
@@ -100,12 +108,17 @@ class GptAttention(nn.Module):
             keys, values = cache.keys[layer], cache.values[layer]
             keys.index_copy_(2, cache.position, k)
             values.index_copy_(2, cache.position, v)
+            keep = cache.keep
             if static:  # every slot, the unfilled ones masked: fixed shapes, no host state
                 visible = (cache.slots <= cache.position)[None, None, None, :]
+                if keep is not None:
+                    visible = visible & keep[:, None, None, :]
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
             else:
                 n = cache.length + 1
-                out = F.scaled_dot_product_attention(q, keys[:, :, :n], values[:, :, :n])
+                visible = None if keep is None else keep[:, None, None, :n]
+                out = F.scaled_dot_product_attention(q, keys[:, :, :n], values[:, :, :n],
+                                                     attn_mask=visible)
         out = out.transpose(1, 2).reshape(b, t, d)
         return self.resid_dropout(self.c_proj(out))
 

@@ -219,12 +219,19 @@ class XttsGpt(nn.Module):
         start-of-audio token."""
         return self.conditioning_perceiver.latents.shape[0] + text_length + 2 + 1
 
-    def prefill(self, cond_latents: Tensor, text_tokens: Tensor,
-                cache: StaticKVCache) -> tuple[Tensor, Tensor]:
+    def prefill(self, cond_latents: Tensor, text_tokens: Tensor, cache: StaticKVCache,
+                text_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Run the prefix ``cond_latents [B|1, 32, D]``, ``[START] text_tokens [B, T]
         [STOP]``, ``[start_audio]`` into ``cache`` (from its position 0). Returns the logits
-        for the first code ``[B, codes]`` and the state after ``final_norm`` ``[B, D]``."""
-        b = text_tokens.shape[0]
+        for the first code ``[B, codes]`` and the state after ``final_norm`` ``[B, D]``.
+
+        ``text_lengths [B]``: rows right-padded to ``T`` (what follows a row's length is
+        ignored). Rows of different lengths go into the cache left-padded (see
+        :meth:`_padded_prefix`), so each row's every later step sees what its own unbatched
+        run sees."""
+        b, t = text_tokens.shape
+        if text_lengths is not None and bool((text_lengths != t).any()):
+            return self._padded_prefill(cond_latents, text_tokens, text_lengths, cache)
         text = F.pad(text_tokens, (0, 1), value=self.stop_text_token)
         text = F.pad(text, (1, 0), value=self.start_text_token)
         text_emb = self.text_embedding(text) + self.text_pos_embedding(text.shape[1])
@@ -232,8 +239,41 @@ class XttsGpt(nn.Module):
         mel_emb = self.mel_embedding(start) + self.mel_pos_embedding(1)
         cond = cond_latents.to(text_emb.dtype).expand(b, -1, -1)
         x = torch.cat([cond, text_emb, mel_emb], dim=1)
+        cache.keep = None
         h = self.final_norm(self.gpt(x, cache=cache)[:, -1])
         cache.mel_start = x.shape[1] - 1
+        return self.mel_head(h), h
+
+    def _padded_prefill(self, cond_latents: Tensor, text_tokens: Tensor, text_lengths: Tensor,
+                        cache: StaticKVCache) -> tuple[Tensor, Tensor]:
+        """The prefill of rows of different text lengths: each row's prefix embedded as its
+        own (text positions from 0 at its own ``[START]``) and left-padded with zeros to the
+        longest, so every row's start-of-audio token sits at the same slot and the audio
+        positions of later steps are the same for all rows. ``cache.keep`` hides the padding
+        from every real query; a padding query sees only itself (a query that sees nothing
+        would give NaN, which the hidden padding keys would carry into real rows)."""
+        b = text_tokens.shape[0]
+        lengths = [int(n) for n in text_lengths]
+        cond = cond_latents.expand(b, -1, -1)
+        start = self.mel_embedding.weight[self.start_audio_token] + self.mel_pos_embedding.emb.weight[0]
+        rows = []
+        for i, n in enumerate(lengths):
+            ids = F.pad(F.pad(text_tokens[i, :n], (0, 1), value=self.stop_text_token),
+                        (1, 0), value=self.start_text_token)
+            text_emb = self.text_embedding(ids) + self.text_pos_embedding(n + 2)
+            rows.append(torch.cat([cond[i].to(text_emb.dtype), text_emb, start[None]], dim=0))
+        width = max(r.shape[0] for r in rows)
+        x = torch.stack([F.pad(r, (0, 0, width - r.shape[0], 0)) for r in rows])
+        slots = torch.arange(width, device=x.device)
+        pads = torch.tensor([width - r.shape[0] for r in rows], device=x.device)
+        real = slots[None] >= pads[:, None]  # [B, width]
+        causal = torch.ones(width, width, dtype=torch.bool, device=x.device).tril()
+        mask = causal[None] & (real[:, None, :] | torch.eye(width, dtype=torch.bool, device=x.device))
+        h = self.final_norm(self.gpt(x, mask[:, None], cache=cache)[:, -1])
+        keep = torch.ones(b, cache.capacity, dtype=torch.bool, device=x.device)
+        keep[:, :width] = real
+        cache.keep = keep
+        cache.mel_start = width - 1
         return self.mel_head(h), h
 
     def step(self, codes: Tensor, cache: StaticKVCache,
