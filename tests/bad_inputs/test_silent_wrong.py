@@ -17,7 +17,7 @@ from myxtts.artifacts.runs import CheckpointManager
 from myxtts.cli.main import main
 from myxtts.data.prepare.records import speaker_label
 from myxtts.data.store.verify import verify_store
-from myxtts.train.engine import engine as engine_module
+from myxtts.train.engine import task as task_module
 from tests.bad_inputs.test_files_and_folders import _error, _run
 from tests.helpers import MICRO_MODEL, full_disk_for_checkpoints
 from tests.test_bad_inputs import _wav
@@ -74,14 +74,14 @@ def test_steps_skipped_for_nan_are_counted_in_a_closing_line(micro_store, tmp_pa
     """A NaN in the data that the store's finite-check record missed makes some steps
     non-finite; they are skipped (the run goes on), and the run's last lines say how many
     and how to check the store -- also with --quiet, where no "loss nan" is ever shown."""
-    real, calls = engine_module.compute_losses, [0]
+    real, calls = task_module.compute_losses, [0]
 
     def every_fourth_nan(*args, **kwargs):
         calls[0] += 1
         losses = real(*args, **kwargs)
         return {k: v * float("nan") for k, v in losses.items()} if calls[0] % 4 == 0 else losses
 
-    monkeypatch.setattr(engine_module, "compute_losses", every_fourth_nan)
+    monkeypatch.setattr(task_module, "compute_losses", every_fourth_nan)
     argv = ["train", str(micro_store), "--output-dir", str(tmp_path / "run"), "--max-steps", "8",
             "--quiet"]
     for item in [*MICRO_MODEL, "train.val_every=100", "train.synth_every=0",

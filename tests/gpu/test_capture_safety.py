@@ -74,7 +74,7 @@ def test_checkpointed_blocks_with_dropout_capture_and_equal_the_uncaptured_step(
             "train.cuda_graphs=on")
     (eager, _), (graphed, plan) = _engine(tmp_path, *sets), _engine(tmp_path, *sets)
     assert (plan.compile, plan.graphs) == (False, True) and not graphed.compiled
-    report = graphed.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    report = graphed.warm_up(SHAPES, graphed.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     batches = [_batch(SHAPES[i % 2], i) for i in range(4)]
     assert all(graphed._graphs.ready([batch]) for batch in batches)
@@ -84,7 +84,7 @@ def test_checkpointed_blocks_with_dropout_capture_and_equal_the_uncaptured_step(
 
 def test_a_shape_without_a_graph_is_counted(tmp_path, caplog):
     engine, _ = _engine(tmp_path, "model.dropout=0")
-    engine.warm_up(SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    engine.warm_up(SHAPES[:1], engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.graphs"):
         engine.step([_batch(SHAPES[0], 0)])
         engine.step([_batch(SHAPES[1], 1)])
@@ -106,7 +106,8 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     from myxtts.data.feed.prefetch import CopyFeed
 
     engine, _ = _engine(tmp_path, "model.dropout=0.1")
-    engine.warm_up(SHAPES, N_TOKENS, 1, capture=None, echo=print)  # optimizer state exists
+    engine.warm_up(SHAPES, engine.task.worst_case,
+                   capture=None, echo=print)  # optimizer state exists
     micro = engine._micro
 
     def syncing(batch, n_micro, last=True):
@@ -117,7 +118,7 @@ def test_a_capture_broken_by_a_sync_frees_its_pool_and_the_run_trains_uncaptured
     monkeypatch.setattr(engine, "_micro", syncing)
     capture = CudaCapture(CUDA)
     pools = {tuple(capture.pool)}
-    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=capture, echo=print)
+    report = engine.warm_up(SHAPES, engine.task.worst_case, capture=capture, echo=print)
     pools.add(tuple(capture.pool))
     assert torch.cuda.current_stream(CUDA) == torch.cuda.default_stream(CUDA)
     assert not torch.cuda.is_current_stream_capturing()
@@ -180,7 +181,7 @@ def test_out_of_memory_inside_a_capture_is_recognised_and_the_shrunk_bucket_repl
         return micro(batch, n_micro, last)
 
     monkeypatch.setattr(engine, "_micro", starving)
-    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    report = engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert seen == [True, True] and "out of memory" in report.capture_error.lower()
     assert report.resized == {SHAPES[0]: 3} and report.shapes_captured == 2
     smaller = BatchShape(3, *[getattr(SHAPES[0], k) for k in ("text", "frames", "ref_frames",

@@ -59,7 +59,7 @@ def _close(a: TrainEngine, b: TrainEngine, rtol: float, atol: float) -> None:
 @pytest.mark.parametrize("ema", [0.0, 0.9])
 def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
     eager, graphed = _engines(tmp_path, 2, f"train.ema_decay={ema}")
-    report = graphed.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    report = graphed.warm_up(SHAPES, graphed.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     for i in range(6):
         batch = _batch(i)
@@ -76,7 +76,7 @@ def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
 def test_dropout_stays_random_across_replays(tmp_path):
     """In the mode training runs on a GPU: compiled blocks, dropout 0.1, graphed."""
     (engine,) = _engines(tmp_path, 1, "model.dropout=0.1", compiled=True)
-    engine.warm_up(SHAPES[:1], N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    engine.warm_up(SHAPES[:1], engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert engine.mode == "graphed" and engine.compiled
     for group in engine._opt.param_groups:
         group["lr"] = 0.0  # replays read it: the weights stay, only dropout can differ
@@ -102,7 +102,7 @@ def test_compiled_and_graphed_step_equals_eager(tmp_path):
     """The trainer's mode on a GPU: compiled blocks inside each shape's captured graph."""
     (eager,) = _engines(tmp_path, 1)
     (engine,) = _engines(tmp_path, 1, compiled=True)
-    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+    report = engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
     assert engine.mode == "graphed" and engine.compiled
     for i in range(6):
@@ -119,7 +119,7 @@ def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
                          "train.ema_decay=0.999")
     batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
     if graphed:
-        engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CUDA), echo=print)
+        engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
         assert engine.mode == "graphed"
     else:
         engine.step([batches[0]])  # first step: lazy allocations
@@ -156,7 +156,8 @@ def test_the_loader_sends_float16_and_the_feed_casts_on_the_gpu(micro_store, tmp
 def test_auto_budget_sizes_run_without_running_out_of_memory(tmp_path):
     (engine,) = _engines(tmp_path, 1, "data.auto_batch_memory_share=0.05",
                          "data.max_batch_size=0")
-    sizes = auto_batch_sizes(engine, SHAPES, [4, 4], engine.cfg, tmp_path / "run", N_TOKENS, 1,
+    sizes = auto_batch_sizes(engine, SHAPES, [4, 4], engine.cfg, tmp_path / "run",
+                             engine.task.worst_case,
                              DistInfo(), echo=print)
     limit = 0.05 * torch.cuda.get_device_properties(CUDA).total_memory
     for shape, b in zip(SHAPES, sizes):

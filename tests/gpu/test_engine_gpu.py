@@ -136,8 +136,8 @@ def test_a_light_shape_after_a_heavy_one_measures_its_own_fragmentation(tmp_path
     engine = TrainEngine(cfg, build_model(cfg, 40, 1, None, None).to(CUDA), CUDA, DistInfo())
     heavy = BatchShape(32, 40, 800, cfg.data.ref_frames, cfg.audio.n_mels)
     light = BatchShape(2, 20, 64, cfg.data.ref_frames, cfg.audio.n_mels)
-    peak_heavy, _ = warmup._run_worst_case(engine, heavy, 40, 1)
-    peak_light, frag_light = warmup._run_worst_case(engine, light, 40, 1)
+    peak_heavy, _ = warmup._run_worst_case(engine, heavy, engine.task.worst_case)
+    peak_light, frag_light = warmup._run_worst_case(engine, light, engine.task.worst_case)
     assert peak_heavy - peak_light > 64 * 2**20  # the heavy shape leaves that much cached
     assert frag_light < (peak_heavy - peak_light) / 4, (frag_light, peak_heavy, peak_light)
 
@@ -154,7 +154,7 @@ def test_a_delayed_background_save_holds_the_state_of_its_step_while_graphs_repl
     torch.manual_seed(0)
     engine = TrainEngine(cfg, build_model(cfg, 40, 1, None, None).to(CUDA), CUDA, DistInfo())
     shape = BatchShape(4, 40, 200, cfg.data.ref_frames, cfg.audio.n_mels)
-    engine.start_up(Workload([shape], 40, 1))
+    engine.start_up(Workload([shape], engine.task.worst_case))
     assert engine.mode == "graphed"
     for i in range(3):
         engine.step([_real_batch(shape, 40, i)])
@@ -224,6 +224,6 @@ def test_compiled_checkpointed_blocks_with_dropout_replay_exactly_in_a_capture(t
         model = build_model(cfg, 40, 1, None, None).to(CUDA)
         engines.append(TrainEngine(cfg, model, CUDA, DistInfo(), compile_model=True))
     eager, graphed = engines
-    report = graphed.warm_up(shapes, 40, 1, capture=CudaCapture(CUDA), echo=print)
+    report = graphed.warm_up(shapes, graphed.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and graphed.compiled
     assert_replays_like_eager(eager, graphed, [_real_batch(shapes[0], 40, i) for i in range(4)])

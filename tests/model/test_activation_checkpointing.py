@@ -26,7 +26,8 @@ from myxtts.model.dummy import random_batch, randomize_weights
 from myxtts.model.losses import compute_losses
 from myxtts.model.xtts import XTTS, build_model
 from myxtts.observe.meters import SavedBytes
-from myxtts.train.engine.compile import BLOCK_TYPES, compile_blocks, compiled_graphs
+from myxtts.train.engine.compile import compile_blocks, compiled_graphs
+from myxtts.train.engine.task import TTSTask
 
 N_MELS, N_TOKENS = 16, 40
 NEVER = 1.0  # a stop threshold no probability exceeds
@@ -75,7 +76,7 @@ def count_checkpoints() -> Any:
 
 def test_every_transformer_block_is_switched():
     model = make_model(True)
-    blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
+    blocks = [m for m in model.modules() if isinstance(m, TTSTask.block_types)]
     assert len(blocks) == N_BLOCKS
     assert all(b.activation_checkpointing for b in blocks)
     model.set_activation_checkpointing(False)
@@ -164,7 +165,7 @@ def test_compiled_blocks_checkpoint_too():
     torch._dynamo.reset()
     try:
         model = make_model(False)
-        compile_blocks(model.decoder, backend=recording_aot_eager)
+        compile_blocks(model.decoder, TTSTask.block_types, backend=recording_aot_eager)
         _, _, saved_compiled = train_pass(model, self_feed=False)
         model.set_activation_checkpointing(True)  # after compiling: the flag is a guard
         before = compiled_graphs()
@@ -204,7 +205,7 @@ def test_graphed_step_with_checkpointing_equals_the_plain_eager_step(tmp_path):
                                    torch.device("cpu"), DistInfo(), compile_model=False))
     eager, graphed = engines
     with count_checkpoints() as ck:
-        report = graphed.warm_up(shapes, N_TOKENS, 1, capture=RecordingCapture(),
+        report = graphed.warm_up(shapes, graphed.task.worst_case, capture=RecordingCapture(),
                                  echo=lambda s: None)
         assert report.shapes_captured == 2 and report.capture_error is None
         captured = ck.call_count

@@ -81,7 +81,8 @@ SHAPES = [BatchShape(1, 16, 24, 12, N_MELS), BatchShape(1, 24, 48, 12, N_MELS),
 
 def _probe(tmp_path, step, gpu, echo=None, **kw):
     lines: list[str] = []
-    sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], step.cfg, tmp_path / "run", N_TOKENS, 1,
+    sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], step.cfg, tmp_path / "run",
+                             step.task.worst_case,
                              DistInfo(), memory=gpu, echo=echo or lines.append, **kw)
     return sizes, lines
 
@@ -295,7 +296,8 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
             step = engine_for(cfg)
             try:
                 sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], cfg, Path(out) / f"run{k}",
-                                         N_TOKENS, 1, dist, memory=FakeGpu(step, budget[rank]),
+                                         step.task.worst_case, dist,
+                                         memory=FakeGpu(step, budget[rank]),
                                          echo=lambda s: None)
                 results.put((k, rank, sizes))
             except TrainError as e:
@@ -380,7 +382,7 @@ def test_the_reserve_is_a_validation_forward_plus_the_data_role(tmp_path, one_th
     monkeypatch.setattr(step, "loss", lambda batch: seen.append((
         step.model.training, torch.is_grad_enabled(), batch["mel"].shape[:2])) or real(batch))
     role = []
-    need = side_reserve(step, SHAPES[2], N_TOKENS, 1, CountingMemory([150, 130]),
+    need = side_reserve(step, SHAPES[2], step.task.worst_case, CountingMemory([150, 130]),
                         data_role=lambda: role.append(1))
     assert need == 50 + 30 and role == [1]
     assert seen == [(False, False, (1, 96))]  # eval mode, no gradients, the val worst case

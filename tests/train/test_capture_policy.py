@@ -76,7 +76,8 @@ def _ready(engine, shape) -> bool:
 def test_out_of_memory_once_is_retried_at_the_planned_size(tmp_path, one_thread):
     _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4,), OOM, times=1)
-    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], engine.task.worst_case,
+                            capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4, 4] and report.resized == {}  # longer first (equal peaks)
     assert report.shapes_captured == 2 and _ready(engine, BIG) and _ready(engine, SMALL)
 
@@ -85,7 +86,8 @@ def test_out_of_memory_twice_captures_three_quarters_of_the_batch_never_less(tmp
                                                                              one_thread):
     _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4,), OOM, times=2)
-    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], engine.task.worst_case,
+                            capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4, 4, 3]
     assert report.resized == {BIG: 3} and report.shapes_captured == 2
     assert _ready(engine, replace(BIG, batch=3)) and not _ready(engine, BIG)
@@ -102,7 +104,8 @@ def test_a_shape_that_cannot_be_captured_drops_every_graph_with_one_warning(
         "CUDA error: operation not permitted when stream is capturing")
     capture = FailingCapture((4, 3), error, times=99)
     with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.warmup"):
-        report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+        report = engine.warm_up([BIG, SMALL], engine.task.worst_case,
+                                capture=capture, echo=lambda s: None)
     said = [r.getMessage() for r in caplog.records]
     assert capture.order == ([2, 4, 4, 3] if failure == "oom" else [2, 4])
     assert len(said) == 1 and "training without CUDA graphs" in said[0]
@@ -123,13 +126,14 @@ def test_shapes_are_captured_largest_measured_peak_first(tmp_path, one_thread, m
     real = warmup._run_worst_case
     peaks = {BIG: 100, SMALL: 500}  # the longer, thinner bucket needs more
 
-    def measured(step_, shape, n_tokens, n_languages):
-        real(step_, shape, n_tokens, n_languages)
+    def measured(step_, shape, worst_case):
+        real(step_, shape, worst_case)
         return peaks[shape], peaks[shape] // 10  # (and what the allocator reserved beyond)
 
     monkeypatch.setattr(warmup, "_run_worst_case", measured)
     capture = FailingCapture()
-    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+    report = engine.warm_up([BIG, SMALL], engine.task.worst_case,
+                            capture=capture, echo=lambda s: None)
     assert capture.order == [2, 4] and report.peaks == peaks and report.fragmentation == 50
 
 
@@ -140,7 +144,7 @@ def test_a_device_left_unusable_stops_the_run_naming_the_switch(tmp_path, one_th
     capture.problem = lambda: "the capture stream is still capturing"
     with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture of a batch "
                        r"of 2 x 48 frames.*still capturing.*--set train.cuda_graphs=off"):
-        engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None)
+        engine.warm_up([BIG, SMALL], engine.task.worst_case, capture=capture, echo=lambda s: None)
 
 
 def test_an_attempt_that_starts_shrunk_keeps_the_floor_of_the_first_plan(tmp_path, one_thread):
@@ -149,7 +153,8 @@ def test_an_attempt_that_starts_shrunk_keeps_the_floor_of_the_first_plan(tmp_pat
     Out of memory twice there drops the graphs; it never captures 3 (3/4 of 3/4)."""
     _, (_, engine) = _pair(tmp_path)
     capture = FailingCapture((4, 3), OOM, times=2)
-    report = engine.warm_up([BIG, SMALL], N_TOKENS, 1, capture=capture, echo=lambda s: None,
+    report = engine.warm_up([BIG, SMALL], engine.task.worst_case,
+                            capture=capture, echo=lambda s: None,
                      floors={BIG: 4, SMALL: 2})
     assert capture.order == [2, 4, 4] and report.shapes_captured == 0 and engine._graphs is None
 
@@ -182,7 +187,8 @@ def test_every_start_up_attempt_gets_the_floors_of_the_first_plan(monkeypatch):
     monkeypatch.setattr(startup, "_shrink_beside_graphs", shrink)
     step = SimpleNamespace(compiled=True, device=torch.device("cpu"),
                            cfg=SimpleNamespace(data=SimpleNamespace(batch_frames=1200)))
-    done = startup.start_up(step, startup.Workload(shapes, N_TOKENS, 1), True, DistInfo())
+    work = startup.Workload(shapes, lambda shape, device: {})  # (warm-up replaced above)
+    done = startup.start_up(step, work, True, DistInfo())
     assert [floors for _, floors in seen] == [[12, 6]] * len(seen) and len(seen) >= 3
     assert all(b >= f for sizes, floors in seen for b, f in zip(sizes, floors))
     assert done.planned == plan and all(b >= f for b, f in zip(done.sizes, [12, 6]))

@@ -18,7 +18,7 @@ from myxtts.train.engine import graphs
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.errors import TrainError
 from tests.train.cuda_model import STUCK, CudaModel
-from tests.train.test_graphs import N_TOKENS, SHAPES, _batches, _pair
+from tests.train.test_graphs import SHAPES, _batches, _pair
 
 CPU = torch.device("cpu")  # the model's "GPU": tensors stay on the CPU, the runtime is modelled
 
@@ -148,9 +148,11 @@ def test_a_warm_up_whose_captures_fail_trains_uncaptured_or_stops_naming_the_swi
         cuda.heal_fails = True
         with pytest.raises(TrainError, match=r"unusable after a failed CUDA graph capture.*"
                                              r"--set train.cuda_graphs=off"):
-            engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
+            engine.warm_up(SHAPES, engine.task.worst_case,
+                           capture=CudaCapture(CPU), echo=lambda s: None)
         return
-    report = engine.warm_up(SHAPES, N_TOKENS, 1, capture=CudaCapture(CPU), echo=lambda s: None)
+    report = engine.warm_up(SHAPES, engine.task.worst_case,
+                            capture=CudaCapture(CPU), echo=lambda s: None)
     assert report.capture_error and report.shapes_captured == 0 and engine.mode == "eager"
     assert cuda.draw(CPU) is None and cuda.underway == [] and cuda.current is cuda.default
     monkeypatch.setattr(engine, "_micro", micro)

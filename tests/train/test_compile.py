@@ -15,7 +15,7 @@ from myxtts.observe.loggers import NullLogger
 from myxtts.train.data import open_train_data
 from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
-from myxtts.train.engine.compile import BLOCK_TYPES
+from myxtts.train.engine.task import TTSTask
 from myxtts.train.samples import synthesize_samples
 from myxtts.train.validation import validation_loss
 from tests.helpers import micro_config
@@ -42,7 +42,7 @@ def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, 
     model = build_model(cfg, data.vocab_size, len(data.languages), data.mel_mean, data.mel_std)
     engine = TrainEngine(cfg, model, device, DistInfo(), compile_backend=counting_backend)
     assert engine.compiled and engine.mode == "compiled"
-    n_types = len({type(m) for m in model.modules() if isinstance(m, BLOCK_TYPES)})
+    n_types = len({type(m) for m in model.modules() if isinstance(m, TTSTask.block_types)})
     try:
         train_shapes = set(data.sampler.shapes())
         assert len(train_shapes) >= 3  # enough shapes for per-shape compiling to show

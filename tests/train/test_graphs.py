@@ -62,7 +62,7 @@ def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
     cfg, (eager, graphed) = _pair(tmp_path, *overrides)
     accum = cfg.train.grad_accum_steps
     recorder = RecordingCapture()
-    report = graphed.warm_up(SHAPES, N_TOKENS, 1, capture=recorder, echo=lambda s: None)
+    report = graphed.warm_up(SHAPES, graphed.task.worst_case, capture=recorder, echo=lambda s: None)
     assert report.shapes_captured == 2 and report.capture_error is None
     assert report.graphs is None and graphed.mode == "graphed"  # the engine keeps them
     assert recorder.captures == 3  # one micro graph per shape + the update
@@ -95,7 +95,8 @@ def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
 
 def test_a_shape_without_a_graph_runs_uncaptured(tmp_path, one_thread):
     cfg, (eager, graphed) = _pair(tmp_path)
-    graphed.warm_up(SHAPES[:1], N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
+    graphed.warm_up(SHAPES[:1], graphed.task.worst_case,
+                    capture=RecordingCapture(), echo=lambda s: None)
     other = _batches(1, 1)  # the second shape: not captured
     assert not graphed._graphs.ready(other)
     eager.step(other)
@@ -122,7 +123,8 @@ def test_a_step_whose_shape_has_no_graph_is_counted_and_said_once(tmp_path, one_
     pool: counted (logged as train/uncaptured_steps) and named in one warning."""
     _, (_, graphed) = _pair(tmp_path)
     assert graphed.uncaptured_steps is None  # not graphed
-    graphed.warm_up(SHAPES[:1], N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
+    graphed.warm_up(SHAPES[:1], graphed.task.worst_case,
+                    capture=RecordingCapture(), echo=lambda s: None)
     captured, other = _batches(0, 1), _batches(1, 1)  # SHAPES[0], SHAPES[1]
     with caplog.at_level(logging.WARNING, logger="myxtts.train.engine.graphs"):
         graphed.step(captured)
@@ -131,4 +133,4 @@ def test_a_step_whose_shape_has_no_graph_is_counted_and_said_once(tmp_path, one_
             graphed.step(other)
     assert graphed.uncaptured_steps == 3
     said = [r.getMessage() for r in caplog.records if "no captured CUDA graph" in r.getMessage()]
-    assert said == [said[0]] and "2 x 48 frames, text 16" in said[0]
+    assert said == [said[0]] and "2 utterances x 48 frames, text 16" in said[0]

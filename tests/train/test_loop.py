@@ -15,6 +15,7 @@ import torch
 
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.runs import CheckpointManager
+from myxtts.train.engine import TTSTask
 from myxtts.train.errors import TrainError
 from myxtts.train.tts import oom_message, train
 from tests.helpers import MICRO_MODEL, micro_config, train_crashing_at
@@ -142,14 +143,14 @@ def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, t
 
 
 def test_too_many_nonfinite_steps_stop_the_run(micro_store, tmp_path, monkeypatch):
-    import myxtts.train.engine.engine as engine_module
+    import myxtts.train.engine.task as task_module
 
-    real = engine_module.compute_losses
+    real = task_module.compute_losses
 
     def diverged(*args, **kwargs):  # every step's loss overflows
         return {k: v * float("nan") for k, v in real(*args, **kwargs).items()}
 
-    monkeypatch.setattr(engine_module, "compute_losses", diverged)
+    monkeypatch.setattr(task_module, "compute_losses", diverged)
     cfg = micro_config(tmp_path / "nan", "train.max_steps=20", "train.max_nonfinite_in_row=3")
     with pytest.raises(TrainError, match="consecutive steps had a non-finite loss"):
         train(cfg, micro_store, progress=False)
@@ -160,7 +161,7 @@ def test_oom_message_names_batch_and_fix():
 
     cfg = load_config(overrides=["data.batch_frames=20000"])
     batch = {"mel": torch.zeros(12, 800, 80), "tokens": torch.zeros(12, 96, dtype=torch.long)}
-    msg = oom_message([batch], cfg)
+    msg = oom_message([batch], cfg, TTSTask(cfg, 40, 1))
     assert "12 utterances x 800 frames" in msg and "--batch-frames 14000" in msg
 
 

@@ -17,7 +17,7 @@ from myxtts.train.errors import TrainError
 from myxtts.train.memory import MemoryCaps, check_feature_memory, resolve_caps
 from tests.helpers import MICRO_MODEL, micro_config
 from tests.train.test_budget import SHAPES, FakeMemory
-from tests.train.test_graphs import N_MELS, N_TOKENS, engine_for
+from tests.train.test_graphs import N_MELS, engine_for
 
 CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
 
@@ -69,14 +69,17 @@ class BigPeak(FakeMemory):
 
 def test_the_auto_budget_plans_within_the_training_share(tmp_path, one_thread):
     uncapped = micro_config(tmp_path / "a", f"audio.n_mels={N_MELS}")
-    sizes = auto_batch_sizes(engine_for(uncapped), SHAPES, [4, 4, 4], uncapped, tmp_path / "a",
-                             N_TOKENS, 1, DistInfo(), memory=BigPeak(), echo=lambda s: None)
+    step = engine_for(uncapped)
+    sizes = auto_batch_sizes(step, SHAPES, [4, 4, 4], uncapped, tmp_path / "a",
+                             step.task.worst_case, DistInfo(), memory=BigPeak(),
+                             echo=lambda s: None)
     assert all(s >= 1 for s in sizes)
     capped = micro_config(tmp_path / "b", f"audio.n_mels={N_MELS}", "train.device_memory_cap=0.5")
     with pytest.raises(TrainError, match=r"not even one utterance fits in 10.2 GiB \(42% of Fake "
                                          r"GPU 24GB, 24.0 GiB, capped at "
                                          r"train.device_memory_cap=0.5\)"):
-        auto_batch_sizes(engine_for(capped), SHAPES, [4, 4, 4], capped, tmp_path / "b", N_TOKENS, 1,
+        step = engine_for(capped)
+        auto_batch_sizes(step, SHAPES, [4, 4, 4], capped, tmp_path / "b", step.task.worst_case,
                          DistInfo(), memory=BigPeak(), echo=lambda s: None)
 
 

@@ -64,7 +64,7 @@ def test_a_replayed_update_waits_for_the_copy_after_the_replayed_passes(tmp_path
     log: list[str] = []
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream(log))
     _, (_, engine) = _pair(tmp_path)
-    engine.warm_up(SHAPES, N_TOKENS, 1, capture=RecordingCapture(), echo=lambda s: None)
+    engine.warm_up(SHAPES, engine.task.worst_case, capture=RecordingCapture(), echo=lambda s: None)
     engine.after_copy("copy-3")
     with engine.timed(log.append):
         engine.step(_batches(0, 1))

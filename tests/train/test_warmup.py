@@ -26,7 +26,7 @@ def test_training_after_a_warm_up_equals_training_without(tmp_path, one_thread, 
         torch.set_rng_state(rng)
         warmed.step(_batches(i, 1))
     rng = torch.get_rng_state()
-    report = warmed.warm_up(SHAPES, N_TOKENS, 1, echo=lambda s: None)
+    report = warmed.warm_up(SHAPES, warmed.task.worst_case, echo=lambda s: None)
     assert len(report.shape_seconds) == len(SHAPES)
     assert torch.equal(torch.get_rng_state(), rng)
     for i in range(steps_before, steps_before + 4):
@@ -79,7 +79,7 @@ def test_a_bucket_that_does_not_fit_stops_before_step_1_naming_it(tmp_path, one_
     monkeypatch.setattr(engine, "_micro", micro)
     with pytest.raises(TrainError, match=r"out of GPU memory before step 1 .*\(2 x 48 frames, "
                                          r"text 16, .*data.batch_frames=3000\); lower --batch-frames"):
-        engine.warm_up(SHAPES, N_TOKENS, 1, echo=lambda s: None)
+        engine.warm_up(SHAPES, engine.task.worst_case, echo=lambda s: None)
 
 
 def test_fragmentation_is_each_shapes_own_not_the_cache_a_heavier_one_left(monkeypatch):
@@ -114,10 +114,9 @@ def test_fragmentation_is_each_shapes_own_not_the_cache_a_heavier_one_left(monke
                         "max_memory_allocated": lambda device=None: memory.peak_allocated,
                         "max_memory_reserved": lambda device=None: memory.peak_reserved}.items():
         monkeypatch.setattr(torch.cuda, name, value)
-    monkeypatch.setattr(warmup, "worst_case_batch",
-                        lambda shape, n, k, device: worst_case_batch(shape, n, k, "cpu"))
     step = SimpleNamespace(device=torch.device("cuda"), run=memory.run,
                            cfg=SimpleNamespace(train=SimpleNamespace(grad_accum_steps=1)))
     heavy, light = BatchShape(4, 16, 48, 12, N_MELS), BatchShape(2, 16, 24, 12, N_MELS)
-    assert warmup._run_worst_case(step, heavy, N_TOKENS, 1) == (100, 10)
-    assert warmup._run_worst_case(step, light, N_TOKENS, 1) == (20, 5)  # not 110 - 20
+    on_cpu = lambda shape, device: worst_case_batch(shape, N_TOKENS, 1, "cpu")  # noqa: E731
+    assert warmup._run_worst_case(step, heavy, on_cpu) == (100, 10)
+    assert warmup._run_worst_case(step, light, on_cpu) == (20, 5)  # not 110 - 20

@@ -15,30 +15,29 @@ import torch
 
 from myxtts.config import Config
 from myxtts.data.batch import BatchShape
-from myxtts.model.dummy import worst_case_batch
-from myxtts.model.losses import compute_losses
 from myxtts.model.xtts import build_model
 from myxtts.observe.flops import StepFlops, achieved_tflops, count_flops, peak_tflops
 from myxtts.observe.gpu import GpuUtilSampler
+from myxtts.train.engine import TTSTask
 
 
 def meta_step_counter(cfg: Config, n_tokens: int, n_languages: int) -> Callable[[tuple], float]:
     """``count((B, L_text, T_mel))``: forward + backward FLOPs of one training micro-batch of
-    that padded shape (with the self-fed second decoder pass when ``train.self_feed`` > 0)."""
+    that padded shape (with the self-fed second decoder pass when ``train.self_feed`` > 0):
+    the TTS model's task (``engine.TTSTask``) on its worst case, as the step runs it."""
     with torch.device("meta"):
         model = build_model(cfg, n_tokens, n_languages, None, None)
     model.train()
+    task = TTSTask(cfg, n_tokens, n_languages)
     self_feed = torch.zeros((), device="meta") if cfg.train.self_feed > 0 else None
 
     def count(key: tuple) -> float:
         b, text, frames = key
         shape = BatchShape(int(b), int(text), int(frames), cfg.data.ref_frames, cfg.audio.n_mels)
-        batch = {k: v.to("meta") for k, v in
-                 worst_case_batch(shape, n_tokens, n_languages, "cpu").items()}
-        extra = {} if self_feed is None else {"self_feed": self_feed}
+        batch = {k: v.to("meta") for k, v in task.worst_case(shape, "cpu").items()}
 
         def step() -> None:
-            compute_losses(model(batch, **extra), batch, cfg.train)["loss"].backward()
+            task.losses(model, batch, self_feed)["loss"].backward()
 
         try:
             return count_flops(step)

@@ -95,6 +95,7 @@ def train_data(source: TrainSource, sizes: list[int], dist: DistInfo) -> TrainDa
 
 def workload(data: TrainSource, cfg: Config, engine: TrainEngine) -> Workload:
     """What the engine starts up for: the train buckets' shapes at their planned sizes, the
+    worst cases of the engine's task (``engine.TTSTask`` over the data's vocabulary), the
     largest validation batch, and the data role's largest feature batch when it runs on the
     training GPU (both need room beside CUDA graphs)."""
     val = None if data.val_sampler is None else max(
@@ -102,7 +103,7 @@ def workload(data: TrainSource, cfg: Config, engine: TrainEngine) -> Workload:
     work = data.feature_work(data.plan)
     role = work.run if work is not None and work.device == engine.device else None
     return Workload(data.plan.batch_shapes(cfg.data.ref_frames, cfg.audio.n_mels),
-                    data.vocab_size, len(data.languages), val, role, Path(cfg.train.output_dir))
+                    engine.task.worst_case, val, role, Path(cfg.train.output_dir))
 
 
 def configure_device(device: torch.device) -> None:

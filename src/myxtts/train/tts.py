@@ -32,7 +32,7 @@ from myxtts.train import finetune
 from myxtts.train.data import TrainData, bucket_shapes, is_store
 from myxtts.train.distributed import init_distributed
 from myxtts.train.efficiency import IntervalEfficiency
-from myxtts.train.engine import TrainEngine
+from myxtts.train.engine import StepTask, TrainEngine, TTSTask
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.memory import check_feature_memory
@@ -141,7 +141,9 @@ class TTSRecipe(Recipe):
             finetune.load_base_weights(model, base, source.tokenizer)
             if dist.rank == 0:
                 log.info("%s", finetune.describe(base_file, base, source.tokenizer))
-        self.engine = TrainEngine(cfg, model.to(device), device, dist, self.compile_model)
+        task = TTSTask(cfg, source.vocab_size, len(source.languages))
+        self.engine = TrainEngine(cfg, model.to(device), device, dist, self.compile_model,
+                                  task=task)
         if state is not None:
             self.restore(state)
         sizes = self.engine.start_up(workload(source, cfg, self.engine))
@@ -234,7 +236,7 @@ class TTSRecipe(Recipe):
             self.engine.step(micro)
         except Exception as e:
             if is_out_of_memory(e):
-                raise TrainError(oom_message(micro, self.cfg)) from e
+                raise TrainError(oom_message(micro, self.cfg, self.engine.task)) from e
             raise
         self.record.step += 1
         if self.eff is not None:  # (a training run's: the FLOPs of its log interval)
@@ -345,11 +347,9 @@ def _store_problem(path: Path) -> str | None:
     return None
 
 
-def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config) -> str:
-    b = micro[0]
-    bsz, t_frames = b["mel"].shape[0], b["mel"].shape[1]
-    where = (f"a batch of {bsz} utterances x {t_frames} frames (text {b['tokens'].shape[1]} "
-             f"tokens, data.batch_frames={cfg.data.batch_frames})")
+def oom_message(micro: list[dict[str, torch.Tensor]], cfg: Config, task: StepTask) -> str:
+    """The one line of an out-of-memory step: the batch (``task.describe``) and the fix."""
+    where = f"a batch of {task.describe(micro[0])} (data.batch_frames={cfg.data.batch_frames})"
     if cfg.data.batch_frames == "auto":  # measured to fit: something else took memory
         fraction = max(0.05, round(cfg.data.auto_batch_memory_share - 0.15, 2))
         return (f"out of GPU memory on {where}, although every bucket's worst case fitted "

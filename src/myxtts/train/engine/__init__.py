@@ -2,6 +2,8 @@
 
     engine.py    TrainEngine: the step itself, start_up, read, state_dict / load_state_dict,
                  evaluating; it owns everything below
+    task.py      StepTask: what the engine needs of a model family (losses, compiled
+                 blocks, worst-case batches, names); TTSTask: the TTS model's
     startup.py   before step 1: room beside the graphs, auto batch sizes, warm-up, shrink
     totals.py    the step's device-side accumulators: loss sums, non-finite counts, read-back
     mode.py      precision, compiled blocks and CUDA graphs decided once (StepPlan)
@@ -22,6 +24,8 @@ from myxtts.train.engine.engine import TrainEngine
 from myxtts.train.engine.mode import StepMode, native_bf16, resolve_compile, resolve_precision
 from myxtts.train.engine.optim import lr_factor
 from myxtts.train.engine.startup import Startup, Workload
+from myxtts.train.engine.task import StepTask, TTSTask, WorstCase
 
-__all__ = ["StepMode", "Startup", "TrainEngine", "Workload", "compiled_graphs", "lr_factor",
-           "native_bf16", "reset_compiled", "resolve_compile", "resolve_precision"]
+__all__ = ["StepMode", "StepTask", "Startup", "TTSTask", "TrainEngine", "Workload", "WorstCase",
+           "compiled_graphs", "lr_factor", "native_bf16", "reset_compiled", "resolve_compile",
+           "resolve_precision"]

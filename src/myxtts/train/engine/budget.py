@@ -26,11 +26,11 @@ from typing import Any
 import torch
 
 from myxtts.data.batch import BatchShape
-from myxtts.model.dummy import worst_case_batch
 from myxtts.system import atomic_write
 from myxtts.train.distributed import agree
 from myxtts.train.engine.mode import StepMode
 from myxtts.train.engine.snapshot import TrialStep
+from myxtts.train.engine.task import WorstCase
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.memory import MemoryCaps
 
@@ -100,14 +100,14 @@ class CudaMemory:
 
 @dataclass
 class Probe:
-    """Runs a bucket's worst case through ``step`` at a given batch size: ``fits(shape)``
-    (inside ``step.trial()``). ``peaks`` remembers the peak bytes of every size that ran."""
+    """Runs a bucket's worst case (``worst_case(shape, device)``, the task's) through
+    ``step`` at a given batch size: ``fits(shape)`` (inside ``step.trial()``). ``peaks``
+    remembers the peak bytes of every size that ran."""
 
     step: TrialStep
     memory: Any
     limit: int
-    n_tokens: int
-    n_languages: int
+    worst_case: WorstCase
 
     def __post_init__(self) -> None:
         self.peaks: dict[BatchShape, int] = {}
@@ -116,7 +116,7 @@ class Probe:
         self.memory.reset_peak()
         failed = False
         try:
-            batch = worst_case_batch(shape, self.n_tokens, self.n_languages, self.step.device)
+            batch = self.worst_case(shape, self.step.device)
             self.step.run([batch])
             self.peaks[shape] = self.memory.peak()
         except Exception as e:
@@ -227,11 +227,12 @@ def measure(probe: Probe, shapes: list[BatchShape], start_sizes: list[int], cap:
 
 
 def auto_batch_sizes(step: TrialStep, shapes: list[BatchShape], start_sizes: list[int], cfg: Any,
-                     run_dir: Path, n_tokens: int, n_languages: int, dist: Any,
+                     run_dir: Path, worst_case: WorstCase, dist: Any,
                      memory: Any = None, echo: Callable[[str], None] = log.info,
                      reserve: int = 0) -> list[int]:
     """The batch size of every bucket (``shapes``: each bucket's padded shape, batch
-    ignored; ``start_sizes``: where each search starts, e.g. the planning budget's sizes):
+    ignored; ``start_sizes``: where each search starts, e.g. the planning budget's sizes;
+    ``worst_case``: the task's worst-case batch of a shape):
     from ``run_dir``'s cache when it matches, else measured. Under DDP (``dist.enabled``)
     the ranks agree on the smallest size per bucket. Prints the per-bucket table.
     ``reserve``: bytes that must stay free beside the step (:func:`side_reserve`)."""
@@ -268,7 +269,7 @@ def auto_batch_sizes(step: TrialStep, shapes: list[BatchShape], start_sizes: lis
         if reason:
             echo(f"auto batch sizes: {reason}; measuring again")
         echo(f"auto batch sizes: measuring each bucket's worst case on {describe}")
-        probe = Probe(step, memory, limit, n_tokens, n_languages)
+        probe = Probe(step, memory, limit, worst_case)
         failure = None
         try:
             sizes, peaks = measure(probe, shapes, start_sizes, cap, describe, echo)
@@ -289,16 +290,16 @@ def auto_batch_sizes(step: TrialStep, shapes: list[BatchShape], start_sizes: lis
     return sizes
 
 
-def side_reserve(step: TrialStep, val_shape: BatchShape | None, n_tokens: int, n_languages: int,
+def side_reserve(step: TrialStep, val_shape: BatchShape | None, worst_case: WorstCase,
                  memory: Any, data_role: Callable[[], None] | None = None) -> int:
     """Bytes a graphed run needs beside the graphs' pool, which stays reserved for the whole
-    run: the peak of one validation forward on ``val_shape``'s worst case (blocks eager, no
-    gradients; sample synthesis runs the same blocks on a few utterances, one frame at a
-    time, and needs less) plus the peak of ``data_role`` (the on-the-fly features of the
+    run: the peak of one validation forward on ``val_shape``'s ``worst_case`` (blocks
+    eager, no gradients; sample synthesis runs the same blocks on a few utterances, one
+    frame at a time, and needs less) plus the peak of ``data_role`` (the on-the-fly features of the
     largest batch, when they are made on the training GPU)."""
     runs: list[Callable[[], None]] = []
     if val_shape is not None:
-        batch = worst_case_batch(val_shape, n_tokens, n_languages, step.device)
+        batch = worst_case(val_shape, step.device)
         runs.append(lambda: _validation_forward(step, batch))
     if data_role is not None:
         runs.append(data_role)

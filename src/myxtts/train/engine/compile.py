@@ -1,5 +1,5 @@
-"""Regional ``torch.compile``: each transformer block compiled once per block type, not the
-whole model once per bucket shape.
+"""Regional ``torch.compile``: each transformer block (a task's ``block_types``) compiled
+once per block type, not the whole model once per bucket shape.
 
 Why: compiling the whole training step costs ~74 s per bucket shape cold on an H100
 (LJSpeech's 16 shapes: ~20 minutes before the first fast step). With parameters traced as
@@ -25,14 +25,10 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from myxtts.model.conditioning import ResamplerLayer
-from myxtts.model.decoder import DecoderLayer
-from myxtts.model.layers import EncoderLayer
 from myxtts.train.errors import error_summary, is_out_of_memory
 
 log = logging.getLogger(__name__)
 
-BLOCK_TYPES: tuple[type[nn.Module], ...] = (EncoderLayer, ResamplerLayer, DecoderLayer)
 # Dynamo keeps this many graphs per code object: one per block type, plus the odd
 # specialisation (a bucket of batch size 1 is compiled apart) fit well within.
 RECOMPILE_LIMIT = 64
@@ -85,15 +81,16 @@ def _configure_dynamo() -> None:
         fx_config.use_duck_shape = False
 
 
-def compile_blocks(model: nn.Module, backend: Any = None) -> list[nn.Module]:
-    """Compile every transformer block of ``model`` in place (``nn.Module.compile``: the
-    parameters and the state dict keep their names). Returns the compiled blocks, for
-    :func:`uncompile_blocks`. ``backend``: torch.compile's (default inductor; tests count
-    graphs with their own)."""
+def compile_blocks(model: nn.Module, block_types: tuple[type[nn.Module], ...],
+                   backend: Any = None) -> list[nn.Module]:
+    """Compile every block of ``model`` that is one of ``block_types`` (the task's: its
+    transformer blocks) in place (``nn.Module.compile``: the parameters and the state dict
+    keep their names). Returns the compiled blocks, for :func:`uncompile_blocks`.
+    ``backend``: torch.compile's (default inductor; tests count graphs with their own)."""
     if backend is None:
         configure_compile_cache()
     _configure_dynamo()
-    blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
+    blocks = [m for m in model.modules() if isinstance(m, block_types)]
     for block in blocks:
         if backend is None:
             block.compile(dynamic=True)
@@ -134,19 +131,19 @@ def reset_compiled() -> None:
 
 
 class CompiledBlocks:
-    """The transformer blocks of the engine's model, compiled in place when ``enabled``
-    (``train.compile`` resolved; ``backend``: torch.compile's, tests count graphs with their
-    own), and the way back to eager: for one ``with`` (:meth:`eager`) or for the rest of the
-    run after a compile failure (:meth:`fall_back`). A platform without torch.compile
-    trains eagerly, said in one warning."""
+    """The blocks of the engine's model of ``block_types`` (the task's), compiled in place
+    when ``enabled`` (``train.compile`` resolved; ``backend``: torch.compile's, tests count
+    graphs with their own), and the way back to eager: for one ``with`` (:meth:`eager`) or
+    for the rest of the run after a compile failure (:meth:`fall_back`). A platform without
+    torch.compile trains eagerly, said in one warning."""
 
-    def __init__(self, model: nn.Module, enabled: bool, device: torch.device,
-                 backend: Any = None) -> None:
+    def __init__(self, model: nn.Module, block_types: tuple[type[nn.Module], ...],
+                 enabled: bool, device: torch.device, backend: Any = None) -> None:
         self.device = device
         self._blocks: list[nn.Module] = []
         if enabled:
             try:
-                self._blocks = compile_blocks(model, backend)
+                self._blocks = compile_blocks(model, block_types, backend)
             except Exception as e:  # pragma: no cover - depends on the platform
                 log.warning("torch.compile unavailable (%s); training eagerly", error_summary(e))
 

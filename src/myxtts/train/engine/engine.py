@@ -1,16 +1,18 @@
 """The training engine: one object owns the step and everything it updates.
 
-:class:`TrainEngine` holds the model (and its DDP wrapper), AdamW, the learning-rate
-schedule, the grad scaler, the weights' moving average, the compiled blocks, the CUDA graphs
-and the step's device-side accumulators, and runs the step. Its lifecycle:
+:class:`TrainEngine` holds the model (and its DDP wrapper), its task (``task.StepTask``:
+the model family's losses, compiled blocks and worst-case batches; None: the TTS model's),
+AdamW, the learning-rate schedule, the grad scaler, the weights' moving average, the
+compiled blocks, the CUDA graphs and the step's device-side accumulators, and runs the
+step. Its lifecycle:
 
-    engine = TrainEngine(cfg, model, device, dist)     # optimizer, schedule, plan
-    engine.load_state_dict(checkpoint)                 # resume (optional), random streams too
-    sizes = engine.start_up(workload)                  # sizing, compile, capture, shrink
-    engine.step(micro_batches)                         # no host sync
-    engine.read()                                      # the accumulators: the one sync
-    engine.state_dict()                                # for a checkpoint
-    with engine.evaluating(): engine.loss(batch)       # validation, samples
+    engine = TrainEngine(cfg, model, device, dist, task=task)  # optimizer, schedule, plan
+    engine.load_state_dict(checkpoint)          # resume (optional), random streams too
+    sizes = engine.start_up(workload)           # sizing, compile, capture, shrink
+    engine.step(micro_batches)                  # no host sync
+    engine.read()                               # the accumulators (the task's loss terms)
+    engine.state_dict()                         # for a checkpoint
+    with engine.evaluating(): engine.loss(batch)  # validation, samples
 
 A step runs eager, with compiled blocks or replayed as CUDA graphs (``graphs.StepGraphs``);
 for the graphs it updates every tensor it writes IN PLACE (a replay writes fixed addresses)
@@ -37,7 +39,6 @@ import torch
 from myxtts.artifacts import checkpoint as ck
 from myxtts.config import Config, ConfigError
 from myxtts.data.batch import Batch, BatchShape
-from myxtts.model.losses import compute_losses
 from myxtts.train import finetune
 from myxtts.train.distributed import DistInfo, wrap_ddp
 from myxtts.train.engine import startup, warmup
@@ -56,6 +57,7 @@ from myxtts.train.engine.optim import (
 )
 from myxtts.train.engine.snapshot import StateSnapshot
 from myxtts.train.engine.startup import Startup, Workload
+from myxtts.train.engine.task import StepTask, TTSTask, WorstCase
 from myxtts.train.engine.totals import StepTotals
 from myxtts.train.errors import error_summary
 
@@ -63,31 +65,37 @@ log = logging.getLogger(__name__)
 
 
 class TrainEngine:
-    """The TTS model's training step and all the state it updates (module docstring).
+    """A model's training step and all the state it updates (module docstring).
 
     ``compile_model``: overrides what ``train.compile`` resolves to (benchmarks time both);
-    ``compile_backend``: torch.compile's backend (tests count graphs with their own).
+    ``compile_backend``: torch.compile's backend (tests count graphs with their own);
+    ``task``: what the step needs of the model family (``task.StepTask``: its losses,
+    compiled blocks, worst cases); None: the TTS model's (``task.TTSTask``).
     """
 
     def __init__(self, cfg: Config, model: torch.nn.Module, device: torch.device,
                  dist: DistInfo, compile_model: bool | None = None,
-                 compile_backend: Any = None) -> None:
-        model.set_activation_checkpointing(cfg.train.activation_checkpointing)
-        finetune.freeze(model, cfg.train.freeze)
+                 compile_backend: Any = None, task: StepTask | None = None) -> None:
+        if task is None:
+            task = TTSTask.for_model(cfg, model)
+        if hasattr(model, "set_activation_checkpointing"):  # (a model without it has no choice)
+            model.set_activation_checkpointing(cfg.train.activation_checkpointing)
+        finetune.freeze(model, cfg.train.freeze)  # (no part named: nothing to do)
         opt, fused = build_optimizer(model, cfg.train)
         plan = plan_step(cfg, device, dist.enabled, fused)
         if compile_model is not None:
             plan = replace(plan, compile=compile_model)
         if plan.note and dist.rank == 0:
             log.warning("%s", plan.note)
-        self.cfg, self.device, self.dist, self.plan = cfg, device, dist, plan
+        self.cfg, self.device, self.dist, self.plan, self.task = cfg, device, dist, plan, task
         self._model, self._opt, self._fused = model, opt, fused
         self._sched = build_scheduler(opt, cfg.train)
         self._runner = wrap_ddp(model, dist) or model  # the module a step calls (see trial())
         self._dtype = resolve_precision(cfg.train.precision, device)
         self._scaler = torch.amp.GradScaler(device.type, enabled=self._dtype == torch.float16)
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._blocks = CompiledBlocks(model, plan.compile, device, compile_backend)
+        self._blocks = CompiledBlocks(model, task.block_types, plan.compile, device,
+                                      compile_backend)
         self._graphs: StepGraphs | None = None  # what the warm-up captured (warm_up())
         self._marker: Callable[[str], None] | None = None  # a profiler's (timed())
         self._totals = StepTotals(device)
@@ -158,11 +166,12 @@ class TrainEngine:
         self._startup = startup.start_up(self, work, self.plan.graphs, self.dist)
         return self._startup.sizes
 
-    def warm_up(self, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+    def warm_up(self, shapes: list[BatchShape], worst_case: WorstCase,
                 capture: Capture | None = None, echo: Callable[[str], None] = log.info,
                 floors: dict[BatchShape, int] | None = None) -> warmup.WarmupReport:
         """Every shape run once before step 1 (``warmup.warm_up``: compile, prove each worst
-        case fits and, with ``capture``, capture the step's CUDA graphs); the graphs it
+        case -- ``worst_case(shape, device)``, a task's -- fits and, with ``capture``,
+        capture the step's CUDA graphs); the graphs it
         captured are what this engine replays from now on (none: the plain step), so the
         report returned holds none. Graphs of an earlier warm-up go first: the warm-up
         frees their pool before it measures anything. The training state is as before."""
@@ -170,8 +179,8 @@ class TrainEngine:
         new_graphs = None if capture is None else lambda: StepGraphs(
             capture, self._opt, self.device, self.cfg.train.grad_accum_steps,
             micro=self._micro, update=self._update, mark=self._mark,
-            before_writes=self._before_writes)
-        report = warmup.warm_up(self, shapes, n_tokens, n_languages, new_graphs, echo, floors)
+            before_writes=self._before_writes, describe=self.task.describe)
+        report = warmup.warm_up(self, shapes, worst_case, new_graphs, echo, floors)
         self._graphs = report.graphs
         return replace(report, graphs=None)
 
@@ -346,11 +355,9 @@ class TrainEngine:
             return self._blocks.guarded(lambda: self._forward_loss(batch))
 
     def _forward_loss(self, batch: Batch) -> dict[str, torch.Tensor]:
-        if self._self_feed is None or not self._model.training:  # validation: teacher forcing
-            out = self._runner(batch)
-        else:
-            out = self._runner(batch, self_feed=self._self_feed)
-        return compute_losses(out, batch, self.cfg.train)
+        training = self._self_feed is not None and self._model.training
+        # validation: teacher forcing
+        return self.task.losses(self._runner, batch, self._self_feed if training else None)
 
     @contextlib.contextmanager
     def timed(self, marker: Callable[[str], None]) -> Iterator[None]:

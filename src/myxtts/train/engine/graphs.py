@@ -202,17 +202,19 @@ class StepGraphs:
     ``micro(batch, n_micro)`` (forward and backward of one micro-batch) and ``update()``
     (clip, skip or apply AdamW, the weight average, the counters) are captured;
     ``mark(phase)`` (a profiler's phase ends) and ``before_writes()`` (a checkpoint's host
-    copy in flight ends first) run around a replay.
+    copy in flight ends first) run around a replay; ``describe(batch)`` names a batch's
+    sizes in the warning of a step that found no graph (the task's).
     """
 
     def __init__(self, capture: Capture, optimizer: torch.optim.Optimizer,
                  device: torch.device, n_micro: int, *,
                  micro: Callable[[dict[str, torch.Tensor], int], None],
                  update: Callable[[], None], mark: Callable[[str], None],
-                 before_writes: Callable[[], None]) -> None:
+                 before_writes: Callable[[], None],
+                 describe: Callable[[dict[str, torch.Tensor]], str]) -> None:
         self._capture, self._opt, self.n_micro = capture, optimizer, n_micro
         self._micro_step, self._update_step = micro, update
-        self._mark, self._before_writes = mark, before_writes
+        self._mark, self._before_writes, self._describe = mark, before_writes, describe
         self.micro: dict[tuple, tuple[Replay, dict[str, torch.Tensor]]] = {}
         self._update_replay: Replay | None = None
         self.uncaptured = 0  # steps that found no graph for their shape (replay() said False)
@@ -263,12 +265,10 @@ class StepGraphs:
         if graphs is None:
             self.uncaptured += 1
             if self.uncaptured == 1:
-                shapes = sorted({(b["mel"].shape[0], b["mel"].shape[1], b["tokens"].shape[1])
-                                 for b in batches})
                 log.warning("a batch of %s has no captured CUDA graph: this step runs "
                             "uncaptured beside the graphs' memory pool (later ones are counted "
-                            "in train/uncaptured_steps)", ", ".join(
-                                f"{b} x {t} frames, text {n}" for b, t, n in shapes))
+                            "in train/uncaptured_steps)",
+                            ", ".join(dict.fromkeys(self._describe(b) for b in batches)))
             return False
         load_lr(self._opt, self.lr)
         for batch, (run, static) in zip(batches, graphs):

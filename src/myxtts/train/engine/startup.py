@@ -47,6 +47,7 @@ from myxtts.train.engine.budget import (
 from myxtts.train.engine.graphs import Capture, CudaCapture
 from myxtts.train.engine.mode import StepMode
 from myxtts.train.engine.snapshot import TrialStep
+from myxtts.train.engine.task import WorstCase
 from myxtts.train.engine.warmup import WarmupReport
 from myxtts.train.errors import TrainError
 from myxtts.train.memory import MemoryCaps
@@ -64,7 +65,7 @@ class StartingStep(TrialStep, Protocol):
 
     @property
     def mode(self) -> StepMode: ...
-    def warm_up(self, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+    def warm_up(self, shapes: list[BatchShape], worst_case: WorstCase,
                 capture: Capture | None = None, echo: Callable[[str], None] = log.info,
                 floors: dict[BatchShape, int] | None = None) -> WarmupReport: ...
 
@@ -72,14 +73,14 @@ class StartingStep(TrialStep, Protocol):
 @dataclass(frozen=True)
 class Workload:
     """What the engine starts up for. ``shapes``: each train bucket's padded shape, in bucket
-    order, its ``batch`` the planned size; ``n_tokens`` / ``n_languages``: the vocabulary the
-    worst-case batches draw from; ``val_shape``: the largest validation batch (None: no
-    validation); ``data_role``: makes the data role's largest feature batch when it runs on
-    the training GPU (None otherwise); ``run_dir``: where measured batch sizes are cached."""
+    order, its ``batch`` the planned size; ``worst_case``: the task's worst-case batch of a
+    shape (``task.StepTask.worst_case``: what the probe, the warm-up and the capture run);
+    ``val_shape``: the largest validation batch (None: no validation); ``data_role``: makes
+    the data role's largest feature batch when it runs on the training GPU (None
+    otherwise); ``run_dir``: where measured batch sizes are cached."""
 
     shapes: list[BatchShape]
-    n_tokens: int
-    n_languages: int
+    worst_case: WorstCase
     val_shape: BatchShape | None = None
     data_role: Callable[[], object] | None = None
     run_dir: Path | None = None
@@ -111,8 +112,7 @@ def start_up(step: StartingStep, work: Workload, graphs: bool, dist: DistInfo) -
     reserve = graphs_reserve(step, work) if graphs and cuda else 0
     if cfg.data.batch_frames == "auto" and cuda:
         sizes = auto_batch_sizes(step, work.shapes, sizes, cfg, work.run_dir or Path("."),
-                                 work.n_tokens, work.n_languages, dist, echo=echo,
-                                 reserve=reserve)
+                                 work.worst_case, dist, echo=echo, reserve=reserve)
     sizing_s = time.perf_counter() - started
     report, plan = None, sizes
     floors = [three_quarters(b) for b in plan]
@@ -144,8 +144,8 @@ def graphs_reserve(step: TrialStep, work: Workload) -> int:
     largest validation batch's forward and, on the fly with features on the training GPU,
     the data role's largest batch. Measured with the random streams put back after."""
     with torch.random.fork_rng(devices=[step.device]):
-        return side_reserve(step, work.val_shape, work.n_tokens, work.n_languages,
-                            CudaMemory(step.device), work.data_role)
+        return side_reserve(step, work.val_shape, work.worst_case, CudaMemory(step.device),
+                            work.data_role)
 
 
 def _shrink_beside_graphs(step: StartingStep, sizes: list[int], floors: list[int], reserve: int
@@ -185,7 +185,7 @@ def warm_up_buckets(step: StartingStep, shapes: list[BatchShape], work: Workload
     echo = log.info if dist.rank == 0 else (lambda _: None)
     report, failure = None, None
     try:
-        report = step.warm_up(unique, work.n_tokens, work.n_languages,
+        report = step.warm_up(unique, work.worst_case,
                               capture=CudaCapture(step.device) if graphs else None, echo=echo,
                               floors=floor_of)
     except TrainError as e:

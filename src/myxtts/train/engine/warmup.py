@@ -1,14 +1,15 @@
 """Before step 1, every bucket shape runs once: nothing compiles, captures or runs out of
 memory later in the run.
 
-``warm_up`` runs the step on each bucket's worst case (every utterance at the padded shape:
-the most a batch of that bucket can ask of the GPU), compiling the blocks and measuring its
-peak memory, then captures the step's CUDA graphs, largest peak first, one progress line per
-shape. It runs on the real model and optimizer (a copy would double the memory measured)
-inside the engine's ``trial()`` (``snapshot.TrialStep``), which puts weights, AdamW state,
-the step's accumulators and the random streams back IN PLACE: training starts as if no
-warm-up had run, and the captured graphs still point at the live tensors. The graphs come
-back in the report; the engine keeps them (``TrainEngine.warm_up``).
+``warm_up`` runs the step on each bucket's worst case (the task's ``worst_case``: every item
+at the padded shape, the most a batch of that bucket can ask of the GPU), compiling the
+blocks and measuring its peak memory, then captures the step's CUDA graphs, largest peak
+first, one progress line per shape. It runs on the real model and optimizer (a copy would
+double the memory measured) inside the engine's ``trial()`` (``snapshot.TrialStep``),
+which puts weights, AdamW state, the step's accumulators and the random streams back IN
+PLACE: training starts as if no warm-up had run, and the captured graphs still point at
+the live tensors. The graphs come back in the report; the engine keeps them
+(``TrainEngine.warm_up``).
 
 What a failed capture does (:func:`_capture_shape`): out of memory is retried at the same
 size (the allocator's cache released), then once at 3/4 of the batch, never below the
@@ -32,12 +33,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from myxtts.data.batch import BatchShape
-from myxtts.model.dummy import worst_case_batch
 from myxtts.train.engine.budget import three_quarters
 from myxtts.train.engine.compile import compiled_graphs
 from myxtts.train.engine.graphs import StepGraphs
 from myxtts.train.engine.mode import StepMode
 from myxtts.train.engine.snapshot import TrialStep
+from myxtts.train.engine.task import WorstCase
 from myxtts.train.errors import TrainError, error_summary, is_out_of_memory
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,14 @@ class CaptureAbandoned(Exception):
     """Capturing stops: every graph is dropped and the run trains uncaptured."""
 
 
-def warm_up(step: TrialStep, shapes: list[BatchShape], n_tokens: int, n_languages: int,
+def warm_up(step: TrialStep, shapes: list[BatchShape], worst_case: WorstCase,
             new_graphs: Callable[[], StepGraphs] | None = None,
             echo: Callable[[str], None] = log.info,
             floors: dict[BatchShape, int] | None = None) -> WarmupReport:
-    """Run every training shape (longest first) through ``step`` and, with ``new_graphs``
-    (makes empty graphs of ``step``'s own step: ``TrainEngine.warm_up`` passes it), capture
-    each shape's CUDA graphs; the report holds them (None: nothing captured). They are made
+    """Run every training shape's ``worst_case`` (longest first) through ``step`` and, with
+    ``new_graphs`` (makes empty graphs of ``step``'s own step: ``TrainEngine.warm_up``
+    passes it), capture each shape's CUDA graphs; the report holds them (None: nothing
+    captured). They are made
     here, not passed in, so that dropping them frees their pool at once (an argument stays
     referenced by the caller until the call returns). The training state is restored
     afterwards; a compile failure leaves the step eager (``TrainEngine.loss``). ``floors``:
@@ -98,7 +100,7 @@ def warm_up(step: TrialStep, shapes: list[BatchShape], n_tokens: int, n_language
     with step.trial():
         for i, shape in enumerate(order, 1):
             t0 = time.perf_counter()
-            report.peaks[shape], frag = _run_worst_case(step, shape, n_tokens, n_languages)
+            report.peaks[shape], frag = _run_worst_case(step, shape, worst_case)
             report.fragmentation = max(report.fragmentation, frag)
             report.shape_seconds.append(time.perf_counter() - t0)
             echo(f"warm-up {i}/{total}: {'compiled' if step.compiled else 'ran'} a batch of "
@@ -109,7 +111,7 @@ def warm_up(step: TrialStep, shapes: list[BatchShape], n_tokens: int, n_language
             for i, shape in enumerate(by_peak if graphs is not None else [], len(order) + 1):
                 t0 = time.perf_counter()
                 floor = (floors or {}).get(shape, three_quarters(shape.batch))
-                done = _capture_shape(step, graphs, shape, floor, n_tokens, n_languages, report)
+                done = _capture_shape(step, graphs, shape, floor, worst_case, report)
                 report.shape_seconds.append(time.perf_counter() - t0)
                 echo(f"warm-up {i}/{total}: captured a batch of {_describe(done)} as a CUDA "
                      f"graph in {report.shape_seconds[-1]:.1f} s")
@@ -127,7 +129,7 @@ def warm_up(step: TrialStep, shapes: list[BatchShape], n_tokens: int, n_language
 
 
 def _capture_shape(step: TrialStep, graphs: StepGraphs, shape: BatchShape, floor: int,
-                   n_tokens: int, n_languages: int, report: WarmupReport) -> BatchShape:
+                   worst_case: WorstCase, report: WarmupReport) -> BatchShape:
     """Capture ``shape`` (the module docstring's rules), shrinking it to no fewer than
     ``floor`` utterances; returns the shape captured or raises :class:`CaptureAbandoned`
     (after one warning) or a TrainError (the device is left unusable)."""
@@ -135,7 +137,7 @@ def _capture_shape(step: TrialStep, graphs: StepGraphs, shape: BatchShape, floor
     tries = [shape, shape] + ([smaller] if smaller.batch < shape.batch else [])
     for k, attempt in enumerate(tries):
         try:
-            graphs.capture(worst_case_batch(attempt, n_tokens, n_languages, step.device))
+            graphs.capture(worst_case(attempt, step.device))
             if attempt != shape:
                 report.resized[shape] = attempt.batch
                 log.warning("capturing a batch of %s ran out of GPU memory; that bucket trains "
@@ -161,7 +163,7 @@ def _capture_shape(step: TrialStep, graphs: StepGraphs, shape: BatchShape, floor
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _run_worst_case(step: TrialStep, shape: BatchShape, n_tokens: int, n_languages: int
+def _run_worst_case(step: TrialStep, shape: BatchShape, worst_case: WorstCase
                     ) -> tuple[int, int]:
     """One uncaptured step on the worst case of ``shape``: its peak allocated bytes, and how
     far the allocator's reserved memory peaked beyond that (this shape's fragmentation);
@@ -172,7 +174,7 @@ def _run_worst_case(step: TrialStep, shape: BatchShape, n_tokens: int, n_languag
     if cuda:
         _release(step.device)
         torch.cuda.reset_peak_memory_stats(step.device)
-    batch = worst_case_batch(shape, n_tokens, n_languages, step.device)
+    batch = worst_case(shape, step.device)
     try:
         step.run([batch] * step.cfg.train.grad_accum_steps)
         if cuda:
