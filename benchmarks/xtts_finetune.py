@@ -80,7 +80,7 @@ def ours(folder: Path, data: Path, batch_size: int, workers: int, steps: int, wo
     cfg = load_config(config_file("xtts-finetune"), None, [
         f"train.output_dir={work_dir / 'run'}", "train.device=cpu", "train.compile=off",
         "train.precision=fp32", "train.max_steps=1000000", "train.log_every=1000000",
-        "train.val_every=0", "train.ckpt_every=0", "train.grad_accum_steps=1",
+        "train.val_every=1000000", "train.ckpt_every=1000000", "train.grad_accum_steps=1",
         f"data.num_workers={workers}", f"data.max_batch_size={batch_size}",
         # a budget every bucket fills to batch_size utterances: the batch is the peer's size
         f"data.batch_frames={batch_size * 300}"])

@@ -31,14 +31,17 @@ from myxtts.data.feed.prefetch import CopyFeed
 from myxtts.data.feed.sampler import BucketBatchSampler
 from myxtts.data.store import StoreError
 from myxtts.data.xtts_store import XttsStore
+from myxtts.model.xtts_v2.gpt import XttsGpt
 from myxtts.model.xtts_v2.trainee import XttsGptTrainee
 from myxtts.observe.loggers import build_logger
 from myxtts.train import finetune
 from myxtts.train.distributed import init_distributed
 from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.memory import apply_caps, resolve_caps
 from myxtts.train.recipe import Recipe, run
-from myxtts.train.run import TrainResult
+from myxtts.train.run import TrainResult, seed_everything
+from myxtts.train.setup import configure_device
 from myxtts.train.validation import validation_loss
 from myxtts.train.xtts.base import start_from_folder
 from myxtts.train.xtts.batches import (
@@ -98,6 +101,10 @@ class XttsRecipe(Recipe):
         self.dist = dist = init_distributed(cfg.train.device)
         self.device = device = dist.device if dist.enabled else \
             resolve_device(cfg.train.device, "train.device")
+        self._check_settings()
+        configure_device(device)
+        seed_everything(cfg.train.seed + dist.rank)
+        apply_caps(resolve_caps(cfg, device, None))  # before anything is allocated on a GPU
         train_store = self._open("train")
         val_store = self._open("val")
         state = self.load_checkpoint(self.resume) if self.resume is not None else None
@@ -110,7 +117,7 @@ class XttsRecipe(Recipe):
             except ArtifactError as e:
                 raise TrainError(str(e)) from None
             self._check_store(train_store)
-            gpt = self.base.new_gpt()
+            gpt = XttsGpt(self.base.config)
         cfg = self.cfg
         config = self.base.config
         model = XttsGptTrainee(gpt, self.base.mel_stats, cfg.xtts.text_loss_weight,
@@ -145,6 +152,17 @@ class XttsRecipe(Recipe):
                                             split_seed=cfg.data.split_seed)
             self.val_loader = XttsLoader(XttsBatches(val_store, val_plan, VAL_SEED, cfg,
                                                      evaluation=True), self.val_sampler, 0)
+
+    def _check_settings(self) -> None:
+        """Settings of the TTS model's training that have no meaning for the GPT, refused
+        in one line rather than ignored."""
+        t = self.cfg.train
+        for key, value, unset in (("train.freeze", t.freeze, []), ("train.self_feed", t.self_feed, 0.0),
+                                  ("train.activation_checkpointing",
+                                   t.activation_checkpointing, False)):
+            if value != unset:
+                raise TrainError(f"{key}={value} is a setting of the myxtts model's training; "
+                                 f"XTTS-v2 fine-tuning has no such thing: leave it out")
 
     def _open(self, split: str) -> XttsStore:
         try:
