@@ -152,3 +152,16 @@ def test_fine_tuning_lowers_the_held_out_code_loss_on_real_speech(reduced_folder
     after = validation_loss(recipe.engine, recipe, recipe.device)
     recipe.cleanup(finished=True)
     assert after["code_ce"] < before["code_ce"] - 0.1, (before, after)
+
+
+def test_settings_without_meaning_here_and_a_missing_model_are_one_line(store, reduced_folder,
+                                                                         tmp_path):
+    from myxtts.train.errors import TrainError
+
+    with pytest.raises(TrainError, match=r"train\.synth_every=5: not for XTTS-v2 .* set "
+                                         r"train\.synth_every=0"):
+        train_xtts(_config(tmp_path / "a", "train.synth_every=5"), store,
+                   init_from=reduced_folder, progress=False)
+    with pytest.raises(TrainError, match="give the model it was made for with --init-from"):
+        train_xtts(_config(tmp_path / "b"), store, progress=False)
+    assert not (tmp_path / "a" / "checkpoints").exists()

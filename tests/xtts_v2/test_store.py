@@ -226,3 +226,33 @@ def test_resumed_and_parallel_prepares_write_the_same_bytes(built, tmp_path, mon
     assert json.loads((cli_out / "manifest.json").read_text(encoding="utf-8"))["files"] == files
     assert main(["prepare", str(data), "--out", str(cli_out), "--xtts", str(folder),
                  "--quiet", "--set", LANGUAGES]) == 0  # complete and current: nothing to do
+
+
+def test_a_common_voice_release_declares_persian_and_grows_the_vocabulary(reduced_folder,
+                                                                           tmp_path):
+    """A bilingual Common Voice folder as downloaded, prepared with no language named: the
+    languages it declares (en, fa) decide, Persian grows the store's vocabulary, its rows
+    tokenize without [UNK]; its missing clip is reported with its line, its unreadable one
+    with its file."""
+    from tests.data.test_readers_downloaded import HAS_MP3, _common_voice
+
+    if not HAS_MP3:
+        pytest.skip("this libsndfile cannot write MP3")
+    cv = _common_voice(tmp_path / "cv")
+    store = tmp_path / "store"
+    assert main(["prepare", str(cv), "--out", str(store), "--xtts", str(reduced_folder),
+                 "--workers", "1"]) == 0
+    report = json.loads((store / "report.json").read_text(encoding="utf-8"))
+    missing = report["dataset_problems"][0]
+    assert (Path(missing["source"]).name, missing["line"]) == ("train.tsv", 5)
+    assert [r["id"] for r in report["rejected"]] == ["bad"]  # the clip that cannot be decoded
+    train = XttsStore.open(store, "train")
+    assert train.languages == ["en", "fa"]
+    fa = train.languages.index("fa")
+    persian = [i for i in range(len(train)) if train.language_ids[i] == fa]
+    assert persian and all(1 not in train.text(i).tolist() for i in persian)  # no [UNK]
+    from tokenizers import Tokenizer
+
+    base = Tokenizer.from_file(str(reduced_folder / "vocab.json")).get_vocab()
+    assert train.identity["number_text_tokens"] > max(base.values()) + 1
+    assert train.identity["vocab_sha256"] != train.identity["base_vocab_sha256"]

@@ -66,16 +66,22 @@ class StaticKVCache:
 
 
 class GptLinear(nn.Module):
-    """``x @ weight + bias`` with ``weight`` ``[in, out]`` (GPT-2's ``Conv1D``)."""
+    """``x @ weight + bias`` with ``weight`` ``[in, out]`` (GPT-2's ``Conv1D``), as the state
+    dict holds it; in memory it is the transpose of a contiguous ``[out, in]`` matrix, and
+    the product runs as ``linear(x, weight.T)``. Why: for the few rows of a decode step the
+    CPU's matrix kernels stream an ``[out, in]`` matrix once for all rows, but an ``[in, out]``
+    one once per row (measured on 2 cores at the released size, per layer: 1 row 2.9 ms
+    either way, 2 rows 6.6 ms against 2.6, 4 rows 7.3 against 5.6), which is what decoding
+    several pieces together pays for. A state dict loads into it by copy, which keeps the
+    layout, and ``.to()`` keeps it too."""
 
     def __init__(self, n_in: int, n_out: int) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(n_in, n_out) * 0.02)
+        self.weight = nn.Parameter((torch.randn(n_out, n_in) * 0.02).t())
         self.bias = nn.Parameter(torch.zeros(n_out))
 
     def forward(self, x: Tensor) -> Tensor:
-        out = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return F.linear(x, self.weight.t(), self.bias)
 
 
 class GptAttention(nn.Module):

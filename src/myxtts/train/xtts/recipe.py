@@ -154,15 +154,22 @@ class XttsRecipe(Recipe):
                                                      evaluation=True), self.val_sampler, 0)
 
     def _check_settings(self) -> None:
-        """Settings of the TTS model's training that have no meaning for the GPT, refused
-        in one line rather than ignored."""
+        """Settings of the myxtts model's training that have no meaning (or no
+        implementation) for the GPT, refused in one line rather than ignored."""
         t = self.cfg.train
-        for key, value, unset in (("train.freeze", t.freeze, []), ("train.self_feed", t.self_feed, 0.0),
-                                  ("train.activation_checkpointing",
-                                   t.activation_checkpointing, False)):
-            if value != unset:
-                raise TrainError(f"{key}={value} is a setting of the myxtts model's training; "
-                                 f"XTTS-v2 fine-tuning has no such thing: leave it out")
+        for key, value, unset, why in (
+                ("train.freeze", t.freeze, "[]", "the GPT trains whole"),
+                ("train.self_feed", t.self_feed, "0", "the GPT is teacher-forced"),
+                ("train.activation_checkpointing", t.activation_checkpointing, "false",
+                 "not for the GPT's blocks"),
+                ("train.vocoder", t.vocoder, '""', "XTTS-v2 carries its own decoder"),
+                ("train.synth_every", t.synth_every, "0",
+                 "no samples in training: `myxtts synthesize -c RUN` speaks with the run"),
+                ("train.eval_every", t.eval_every, "0",
+                 "score the run with `myxtts evaluate RUN DATA`")):
+            if value:
+                raise TrainError(f"{key}={value}: not for XTTS-v2 fine-tuning ({why}); set "
+                                 f"{key}={unset}")
 
     def _open(self, split: str) -> XttsStore:
         try:
