@@ -165,3 +165,21 @@ def test_settings_without_meaning_here_and_a_missing_model_are_one_line(store, r
     with pytest.raises(TrainError, match="give the model it was made for with --init-from"):
         train_xtts(_config(tmp_path / "b"), store, progress=False)
     assert not (tmp_path / "a" / "checkpoints").exists()
+
+
+def test_the_command_line_fine_tunes_and_the_run_is_an_xtts_model(store, reduced_folder,
+                                                                   tmp_path, capsys):
+    from myxtts.artifacts.xtts_v2 import is_xtts_v2
+
+    run = tmp_path / "run"
+    assert main(["train", str(store), "--init-from", str(reduced_folder), "--output-dir",
+                 str(run), "--max-steps", "2", "--num-workers", "0", "--batch-frames", "400",
+                 "--no-compile", "--device", "cpu", "--quiet",
+                 "--set", "train.ckpt_every=2"]) == 0
+    said = capsys.readouterr().out
+    assert "config xtts-finetune" in said and "trained to step 2" in said
+    assert is_xtts_v2(run) and (run / "xtts-v2.json").is_file()
+    state = _newest(run)
+    assert state["config"]["train"]["lr"] == 5e-6  # the xtts-finetune config
+    bundle = tmp_path / "mine.safetensors"
+    assert main(["export", str(run), "-o", str(bundle)]) == 0 and bundle.stat().st_size > 0

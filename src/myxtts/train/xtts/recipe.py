@@ -118,7 +118,6 @@ class XttsRecipe(Recipe):
                 raise TrainError(str(e)) from None
             self._check_store(train_store)
             gpt = XttsGpt(self.base.config)
-        cfg = self.cfg
         config = self.base.config
         model = XttsGptTrainee(gpt, self.base.mel_stats, cfg.xtts.text_loss_weight,
                                cfg.xtts.code_loss_weight)
