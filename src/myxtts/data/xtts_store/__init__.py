@@ -4,7 +4,7 @@ prepared once by ``myxtts prepare --xtts``. ``format`` defines it (and ``check_m
 runs the prepare, ``reader`` maps it for training. The DVAE itself is injected (the data
 layer does not import the model): ``myxtts.train.xtts.prepare`` builds it."""
 
-from myxtts.data.xtts_store.format import check_model
+from myxtts.data.xtts_store.format import check_model, is_xtts_store
 from myxtts.data.xtts_store.reader import XttsStore
 
-__all__ = ["XttsStore", "check_model"]
+__all__ = ["XttsStore", "check_model", "is_xtts_store"]

@@ -17,6 +17,7 @@ of ``data.store`` (same ``format_version``, ``kind`` tells the stores apart).
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from myxtts.data.store.format import (
     CODES_FILE,
     IDS_FILE,
     INDEX_FILE,
+    MANIFEST,
     TOKENS_FILE,
     VOCAB,
     StoreError,
@@ -53,6 +55,18 @@ MAX_TEXT_TOKENS = 200
 IDENTITY_KEYS = ("base_vocab_sha256", "vocab_sha256", "dvae_sha256", "mel_stats_sha256",
                  "languages", "number_text_tokens")
 DVAE_FILE, MEL_STATS_FILE = "dvae.pth", "mel_stats.pth"  # in the XTTS-v2 folder
+
+
+def is_xtts_store(path: str | Path) -> bool:
+    """``path`` holds a complete store's manifest that says it is an XTTS store (what
+    ``myxtts train`` dispatches on; an unreadable manifest is left to the reader to name)."""
+    manifest = Path(path) / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("kind") == KIND
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def read_xtts_manifest(root: str | Path) -> dict[str, Any]:
