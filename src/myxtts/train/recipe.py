@@ -213,6 +213,30 @@ class Recipe(ABC):
         if self.saved_step != step:
             self.last = self.save_checkpoint()
 
+    def publish(self, step: int, values: dict[str, float], ready: float | None) -> None:
+        """``values`` with the engine's own figures added (steps that found no CUDA graph,
+        ``ready``: the feed's ready batches per request, peak GPU memory), logged under
+        ``train/`` and shown on the progress bar."""
+        assert self.logger is not None and self.bar is not None
+        if self.engine.uncaptured_steps is not None:
+            values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
+        if ready is not None:
+            values["data_ready_slots"] = ready
+        if self.device.type == "cuda":
+            values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        self.logger.scalars(step, values, prefix="train/")
+        self.bar.update_to(step, values)
+
+    def keep_validation(self, step: int, val: dict[str, float], said: str) -> None:
+        """A validation's figures logged (``val/``), ``said`` on the progress bar, the best
+        loss kept and the checkpoint saved (marked best when it is)."""
+        assert self.logger is not None
+        self.logger.scalars(step, val, prefix="val/")
+        self.note(said)
+        is_best = val["loss"] < self.record.best_val_loss
+        self.record.best_val_loss = min(self.record.best_val_loss, val["loss"])
+        self.last = self.save_checkpoint(val["loss"], is_best)
+
     def stopped_in_cycle(self) -> None:
         """A signal between two micro-batches: the data position goes back to the cycle's
         start (its batches are read on resume) and the finished step is saved."""

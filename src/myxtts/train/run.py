@@ -120,3 +120,19 @@ def next_micro(stream: Iterator[tuple[Batch, int]], timer: StepTimer, accum: int
         micro.append(batch)
         frames += n_frames
     return micro, frames
+
+
+def counted_passes(feed: Any, record: Any) -> Iterator[tuple[Batch, int]]:
+    """Endless passes of a device ``feed`` (each starts where its sampler stands: the
+    record's position), advancing ``record``'s data position (``batches_consumed``,
+    ``epoch``) as batches are handed out, so a checkpoint taken between steps resumes at
+    the next batch; the feed is closed when the generator is."""
+    try:
+        while True:
+            for batch, frames in feed:
+                record.batches_consumed += 1
+                yield batch, frames
+            record.epoch += 1
+            record.batches_consumed = 0
+    finally:
+        feed.close()

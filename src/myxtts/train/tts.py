@@ -37,7 +37,7 @@ from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.memory import check_feature_memory
 from myxtts.train.recipe import Recipe, run
-from myxtts.train.run import TrainResult
+from myxtts.train.run import TrainResult, counted_passes
 from myxtts.train.samples import synthesize_samples
 from myxtts.train.setup import open_source, resume_config, train_data, workload
 from myxtts.train.validation import validation_loss
@@ -75,17 +75,9 @@ class BatchStream:
         self.feed: DeviceFeed | None = None
 
     def __iter__(self) -> Iterator[tuple[Batch, int]]:
-        self.feed = feed = self.data.loader.device_feed(
+        self.feed = self.data.loader.device_feed(
             self.device, hold=self.cfg.train.grad_accum_steps, copy_log=self.copy_log)
-        try:
-            while True:  # each pass starts where the sampler stands: the record's position
-                for batch, frames in feed:
-                    self.record.batches_consumed += 1
-                    yield batch, frames
-                self.record.epoch += 1
-                self.record.batches_consumed = 0
-        finally:
-            feed.close()
+        yield from counted_passes(self.feed, self.record)
 
     def occupancy(self) -> float | None:
         """The feed's ready batches per request since the last call (None: no figure)."""
@@ -272,25 +264,12 @@ class TTSRecipe(Recipe):
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
         if self.eff is not None:
             values.update(self.eff.collect(iv.seconds))
-        if self.engine.uncaptured_steps is not None:
-            values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
-        ready = self.batch_stream.occupancy() if self.batch_stream is not None else None
-        if ready is not None:
-            values["data_ready_slots"] = ready
-        if self.device.type == "cuda":
-            values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
-        self.logger.scalars(step, values, prefix="train/")
-        self.bar.update_to(step, values)
+        self.publish(step, values, self.batch_stream.occupancy() if self.batch_stream is not None else None)
 
     def validate(self, step: int) -> None:
-        assert self.logger is not None
         val = validation_loss(self.engine, self.data, self.device, self.dist)
         if val is not None:
-            self.logger.scalars(step, val, prefix="val/")
-            self.note(f"step {step}: val loss {val['loss']:.4f}")
-            is_best = val["loss"] < self.record.best_val_loss
-            self.record.best_val_loss = min(self.record.best_val_loss, val["loss"])
-            self.last = self.save_checkpoint(val["loss"], is_best)
+            self.keep_validation(step, val, f"step {step}: val loss {val['loss']:.4f}")
 
     def samples(self, step: int) -> None:
         synthesize_samples(self.engine, self.data, self.cfg, self.logger, step,

@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from myxtts.artifacts import checkpoint as ck
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.artifacts.xtts_v2.run import BASE, XttsBase
@@ -40,7 +38,7 @@ from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.memory import apply_caps, resolve_caps
 from myxtts.train.recipe import Recipe, run
-from myxtts.train.run import TrainResult, seed_everything
+from myxtts.train.run import TrainResult, counted_passes, seed_everything
 from myxtts.train.setup import configure_device
 from myxtts.train.validation import validation_loss
 from myxtts.train.xtts.base import start_from_folder
@@ -243,17 +241,9 @@ class XttsRecipe(Recipe):
     # ------------------------------------------------------------------ the step
     def batches(self) -> Iterator[tuple[Batch, int]]:
         assert self.loader is not None
-        self.feed = feed = CopyFeed(self.loader, self.device, self.cfg.data.prefetch_batches,
-                                    frames=real_codes)
-        try:
-            while True:  # each pass starts where the sampler stands: the record's position
-                for batch, frames in feed:
-                    self.record.batches_consumed += 1
-                    yield batch, frames
-                self.record.epoch += 1
-                self.record.batches_consumed = 0
-        finally:
-            feed.close()
+        self.feed = CopyFeed(self.loader, self.device, self.cfg.data.prefetch_batches,
+                             frames=real_codes)
+        return counted_passes(self.feed, self.record)
 
     def utterances(self, micro: list[Batch]) -> int:
         return sum(int(b["codes"].shape[0]) for b in micro)
@@ -297,22 +287,10 @@ class XttsRecipe(Recipe):
         iv = self.timer.collect()
         values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
-        if self.engine.uncaptured_steps is not None:
-            values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
-        ready = self.feed.occupancy() if self.feed is not None else None
-        if ready is not None:
-            values["data_ready_slots"] = ready
-        if self.device.type == "cuda":
-            values["max_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
-        self.logger.scalars(step, values, prefix="train/")
-        self.bar.update_to(step, values)
+        self.publish(step, values, self.feed.occupancy() if self.feed is not None else None)
 
     def validate(self, step: int) -> None:
-        assert self.logger is not None
         val = validation_loss(self.engine, self, self.device, self.dist)
         if val is not None:
-            self.logger.scalars(step, val, prefix="val/")
-            self.note(f"step {step}: val loss {val['loss']:.4f} (codes {val['code_ce']:.4f})")
-            is_best = val["loss"] < self.record.best_val_loss
-            self.record.best_val_loss = min(self.record.best_val_loss, val["loss"])
-            self.last = self.save_checkpoint(val["loss"], is_best)
+            self.keep_validation(step, val, f"step {step}: val loss {val['loss']:.4f} (codes "
+                                            f"{val['code_ce']:.4f})")
