@@ -32,7 +32,7 @@ def test_yaml_round_trip_every_preset(preset, tmp_path):
 def test_yaml_is_commented_and_complete():
     text = to_yaml(Config())
     data = yaml.safe_load(text)
-    assert set(data) == {"audio", "text", "data", "model", "train", "vocoder"}
+    assert set(data) == {"audio", "text", "data", "model", "train", "vocoder", "xtts"}
     # every key line carries a comment explaining it
     key_lines = [ln for ln in text.splitlines() if ln.startswith("  ")]
     assert key_lines and all("  # " in ln for ln in key_lines)
