@@ -183,3 +183,16 @@ def test_the_command_line_fine_tunes_and_the_run_is_an_xtts_model(store, reduced
     assert state["config"]["train"]["lr"] == 5e-6  # the xtts-finetune config
     bundle = tmp_path / "mine.safetensors"
     assert main(["export", str(run), "-o", str(bundle)]) == 0 and bundle.stat().st_size > 0
+
+
+def test_the_default_worker_count_is_chosen_and_trains(store, reduced_folder, tmp_path):
+    """``data.num_workers=-1`` (the default) picks a count by the store's rule, then steps."""
+    recipe = XttsRecipe(_config(tmp_path / "run", "data.num_workers=-1"), store,
+                        init_from=reduced_folder, show_progress=False)
+    recipe.setup()
+    try:
+        assert recipe.loader is not None and recipe.loader.num_workers >= 0
+        recipe.run_steps(1)
+        assert recipe.record.step == 1 and recipe.record.batches_consumed == 1
+    finally:
+        recipe.cleanup()

@@ -20,6 +20,8 @@ budget in those units.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,9 +31,12 @@ from torch.utils.data import DataLoader, Dataset
 from myxtts.config import Config
 from myxtts.data.batch import PAD_MULTIPLE, BatchShape
 from myxtts.data.feed.buckets import BucketPlan, plan_buckets
-from myxtts.data.feed.loader import worker_count, worker_init
+from myxtts.data.feed.loader import choose_workers, worker_count, worker_init
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.xtts_store import XttsStore
+from myxtts.system import available_cpus
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 22050  # the store's audio, the DVAE's and the cloning mel's rate
 CODE_STRIDE = 1024  # audio samples per DVAE code
@@ -130,15 +135,32 @@ def batch_shapes(plan: BucketPlan, cfg: Config) -> list[BatchShape]:
 class XttsLoader:
     """One pass per ``iter()``: the sampler's batches from its position, built here or in
     ``workers`` persistent worker processes (their own seeded generator: the DataLoader's
-    base seed never comes from the global stream, which would shift dropout on resume)."""
+    base seed never comes from the global stream, which would shift dropout on resume).
+    ``workers=-1`` (``data.num_workers``' default) decides as for every store: workers only
+    where a core is spare and they take enough off each batch (``choose_workers``, from the
+    time the largest batch takes to build here and its bytes)."""
 
     def __init__(self, batches: XttsBatches, sampler: BucketBatchSampler, workers: int) -> None:
         self.batches, self.sampler = batches, sampler
         self.workers = worker_count(workers)
+        if self.workers < 0:
+            self.workers, why = choose_workers(available_cpus(), *self._largest_batch_cost())
+            log.info("XTTS store loader: %d worker%s (%s; --num-workers N to choose)",
+                     self.workers, "" if self.workers == 1 else "s", why)
         self.loader = None if self.workers == 0 else DataLoader(
             batches, sampler=sampler, batch_size=None, num_workers=self.workers,
             persistent_workers=True, worker_init_fn=worker_init,
             generator=torch.Generator().manual_seed(batches.seed))
+
+    def _largest_batch_cost(self) -> tuple[float, int]:
+        """Seconds to build the epoch's batch of the most code positions here, and its bytes."""
+        batches = self.sampler.batches(0)
+        positions = self.batches.positions
+        largest = max(batches, key=lambda b: len(b) * int(positions[b].max()))
+        started = time.perf_counter()
+        built = self.batches.batch(0, list(largest))
+        seconds = time.perf_counter() - started
+        return seconds, sum(t.numel() * t.element_size() for t in built.values())
 
     @property
     def num_workers(self) -> int:
