@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from myxtts.model.xtts_v2.features import silent_tail_weights
 from myxtts.model.xtts_v2.trainee import XttsGptTrainee
 from myxtts.train.xtts.task import XttsTask
 from tests.xtts_v2.gpt_oracle import our_gpt
@@ -27,9 +28,10 @@ def trainee(ref):
     return XttsGptTrainee(our_gpt(ref), ref.mel_stats).eval()
 
 
-def _batch(ref, widths: tuple[int, int] = (16, 40), seed: int = 3) -> dict[str, torch.Tensor]:
+def _batch(ref, widths: tuple[int, int] = (16, 40), seed: int = 3,
+           segment_s: float = 2.5) -> dict[str, torch.Tensor]:
     """Three rows: texts of 12, 7 and 9 tokens, clips of 25, 17 and 30 codes' worth of samples,
-    voice segments of 2.0, 1.5 and 2.5 s zero-padded to 2.5 s; padded to ``widths``
+    voice segments of 2.0, 1.5 and 2.5 s zero-padded to ``segment_s``; padded to ``widths``
     (text, code positions) as a bucket pads them."""
     g = torch.Generator().manual_seed(seed)
     width_t, width_c = widths
@@ -38,13 +40,14 @@ def _batch(ref, widths: tuple[int, int] = (16, 40), seed: int = 3) -> dict[str, 
     text[torch.arange(width_t)[None] >= lengths[:, None]] = 0
     codes = torch.randint(0, 1024, (3, width_c), generator=g)
     wav = torch.tensor([25 * 1024 - 100, 17 * 1024 - 700, 30 * 1024])
-    segment = torch.zeros(3, int(2.5 * 22050))
+    segment = torch.zeros(3, int(segment_s * 22050))
     for row, seconds in enumerate((2.0, 1.5, 2.5)):
         n = int(seconds * 22050)
         segment[row, :n] = 0.1 * torch.randn(n, generator=g)
     idxs = torch.tensor([[0, 44100], [1024, 34100], [2048, 57173]])
     return {"text": text, "text_lengths": lengths, "codes": codes, "wav_lengths": wav,
             "cond_audio": segment, "cond_idxs": idxs, "code_lengths": wav // 1024,
+            "cond_lengths": torch.tensor([44100, 33075, 55125]),
             "indices": torch.arange(3)}
 
 
@@ -68,6 +71,7 @@ def _reference_losses(ref, batch: dict[str, torch.Tensor], with_idxs: bool):
 @pytest.mark.parametrize("with_idxs", [True, False])
 def test_losses_equal_the_reference_trainers(ref, trainee, with_idxs):
     batch = _batch(ref)
+    del batch["cond_lengths"]  # every frame, as the GPU step runs them
     if not with_idxs:
         del batch["cond_idxs"]
     with torch.no_grad():
@@ -76,6 +80,52 @@ def test_losses_equal_the_reference_trainers(ref, trainee, with_idxs):
     torch.testing.assert_close(got["text_ce"], text_ce, rtol=0, atol=TOL)
     torch.testing.assert_close(got["code_ce"], code_ce, rtol=0, atol=TOL)
     torch.testing.assert_close(got["loss"], 0.01 * text_ce + code_ce, rtol=0, atol=TOL)
+
+
+def test_silent_tails_skipped_give_the_reference_losses_and_gradients(ref, trainee):
+    """Segments padded well past their audio: the CPU step runs each silent tail as a few
+    weighted frames; the losses are still the reference's, and the gradients those of the
+    step over every frame."""
+    batch = _batch(ref, segment_s=4.0)
+    tail = silent_tail_weights(batch["cond_lengths"], batch["cond_audio"].shape[-1])
+    assert tail is not None and tail[0] < 1 + batch["cond_audio"].shape[-1] // 256 - 100
+    every_frame = {k: v for k, v in batch.items() if k != "cond_lengths"}
+    with torch.no_grad():
+        text_ce, code_ce = _reference_losses(ref, every_frame, True)
+        got = trainee(batch)
+    torch.testing.assert_close(got["text_ce"], text_ce, rtol=0, atol=TOL)
+    torch.testing.assert_close(got["code_ce"], code_ce, rtol=0, atol=TOL)
+    grads = []
+    for b in (batch, every_frame):
+        trainee.zero_grad()
+        trainee(b)["loss"].backward()
+        grads.append({n: p.grad.clone() for n, p in trainee.named_parameters()
+                      if p.grad is not None})
+    trainee.zero_grad()
+    assert grads[0].keys() == grads[1].keys()
+    assert any("conditioning_encoder" in n for n in grads[0])
+    for name, g in grads[1].items():
+        assert (grads[0][name] - g).norm() <= 1e-4 * g.norm() + 1e-9, name
+
+
+def test_silent_tail_frames_are_identical_and_weighted_to_the_full_count():
+    from myxtts.model.xtts_v2.features import cloning_mel, cloning_mel_spec
+
+    samples = 3 * 22050
+    lengths = torch.tensor([22050, 40000, 12345, 0])
+    audio = torch.randn(4, samples) * 0.1
+    audio[torch.arange(samples)[None] >= lengths[:, None]] = 0
+    mel = cloning_mel(audio, torch.ones(80), cloning_mel_spec())
+    keep, weights = silent_tail_weights(lengths, samples)
+    total = mel.shape[-1]
+    first = (weights == 1).sum(dim=1)
+    for row in range(4):
+        tail = mel[row, :, int(first[row]):]
+        assert torch.equal(tail, tail[:, :1].expand_as(tail)), row
+    torch.testing.assert_close(weights.sum(dim=1), torch.full((4,), float(total)))
+    assert keep == int(first.max()) + 1 and weights.shape == (4, keep)
+    # a segment whose audio reaches the end (its reflected padding reads audio): no cut
+    assert silent_tail_weights(torch.tensor([22050, samples - 100]), samples) is None
 
 
 def test_padding_width_changes_nothing(ref, trainee):

@@ -16,6 +16,16 @@ SDPA contiguous queries, keys and values: on the CPU a 1x1 ``Conv1d`` goes throu
 generic convolution (im2col, then a product) and strided inputs send SDPA to its unfused
 path, which together made the encoder the costliest part of a fine-tuning step (measured on
 2 CPU cores: the block's forward and backward about twice as fast this way).
+
+Both stages also take ``weights`` ``[B, S]``: frame ``f`` of row ``b`` stands for
+``weights[b, f]`` identical frames. Every operation over frames is then weighted exactly as
+the repeated frames would be (GroupNorm's statistics as weighted means; attention as a
+``log(weight)`` bias on each key, since ``n`` equal keys take ``n`` times one key's share),
+so a segment's silent zero-padded tail, whose frames are all the same, runs as a few
+frames instead of hundreds with the same result up to float rounding and the same gradients
+(``features.silent_tail_weights`` makes the weights). What it saves: fine-tuning pads every
+voice segment to the longest (6 s), and the encoder's cost grows with the frames (its
+attention with their square).
 """
 
 from __future__ import annotations
@@ -36,6 +46,21 @@ def _group_count(channels: int) -> int:
     return groups
 
 
+def weighted_group_norm(x: Tensor, norm: nn.GroupNorm, weights: Tensor) -> Tensor:
+    """``norm(x)`` of ``x`` ``[B, C, S]`` whose frame ``f`` counts ``weights[:, f]`` times (the
+    statistics in float32, as ``F.group_norm``'s here)."""
+    b, c, s = x.shape
+    g = norm.num_groups
+    xg = x.float().view(b, g, c // g, s)
+    w = weights.float()[:, None, None, :]
+    count = w.sum(dim=-1, keepdim=True) * (c // g)  # [B, 1, 1, 1]
+    mean = (xg * w).sum(dim=(2, 3), keepdim=True) / count
+    centred = xg - mean
+    var = (centred.square() * w).sum(dim=(2, 3), keepdim=True) / count
+    out = (centred * torch.rsqrt(var + norm.eps)).view(b, c, s)
+    return out * norm.weight.float()[:, None] + norm.bias.float()[:, None]
+
+
 class CondAttentionBlock(nn.Module):
     """Self-attention over mel frames, channels-first ``[B, C, S]``.
 
@@ -54,16 +79,20 @@ class CondAttentionBlock(nn.Module):
         self.qkv = nn.Conv1d(channels, channels * 3, 1)
         self.proj_out = nn.Conv1d(channels, channels, 1)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, weights: Tensor | None = None) -> Tensor:
         b, c, s = x.shape
         # the norm runs in float32 whatever the model's dtype (as the reference's GroupNorm32)
-        x_norm = F.group_norm(x.float(), self.norm.num_groups, self.norm.weight.float(),
-                              self.norm.bias.float(), self.norm.eps).to(x.dtype)
+        if weights is None:
+            x_norm = F.group_norm(x.float(), self.norm.num_groups, self.norm.weight.float(),
+                                  self.norm.bias.float(), self.norm.eps).to(x.dtype)
+        else:
+            x_norm = weighted_group_norm(x, self.norm, weights).to(x.dtype)
         frames = x_norm.transpose(1, 2)  # [B, S, C]
         qkv = F.linear(frames, self.qkv.weight[..., 0], self.qkv.bias)
         qkv = qkv.view(b, s, self.heads, 3, c // self.heads)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2).contiguous() for i in range(3))  # [B, H, S, ch]
-        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, c)
+        bias = None if weights is None else weights.log().to(q.dtype)[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).transpose(1, 2).reshape(b, s, c)
         return x_norm + F.linear(out, self.proj_out.weight[..., 0], self.proj_out.bias).transpose(1, 2)
 
 
@@ -75,8 +104,11 @@ class MelStyleEncoder(nn.Module):
         self.init = nn.Conv1d(mel_bins, dim, 1)
         self.attn = nn.Sequential(*(CondAttentionBlock(dim, heads) for _ in range(blocks)))
 
-    def forward(self, mel: Tensor) -> Tensor:
-        return self.attn(self.init(mel))
+    def forward(self, mel: Tensor, weights: Tensor | None = None) -> Tensor:
+        x = self.init(mel)
+        for block in self.attn:
+            x = block(x, weights)
+        return x
 
 
 class PerceiverRMSNorm(nn.Module):
@@ -120,13 +152,14 @@ class PerceiverAttention(nn.Module):
         self.to_kv = nn.Linear(dim, inner * 2, bias=False)
         self.to_out = nn.Linear(inner, dim, bias=False)
 
-    def forward(self, latents: Tensor, frames: Tensor) -> Tensor:
+    def forward(self, latents: Tensor, frames: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``bias``: ``[B, 1, 1, n + S]`` added to the scores of each key (or None)."""
         b, n, _ = latents.shape
         context = torch.cat([latents, frames], dim=1)
         q = self.to_q(latents)
         k, v = self.to_kv(context).chunk(2, dim=-1)
         q, k, v = (t.view(b, t.shape[1], self.heads, -1).transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v)  # [B, H, n, dim_head]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # [B, H, n, dim_head]
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
 
@@ -147,9 +180,12 @@ class PerceiverResampler(nn.Module):
             for _ in range(depth))
         self.norm = PerceiverRMSNorm(dim)
 
-    def forward(self, frames: Tensor) -> Tensor:
+    def forward(self, frames: Tensor, weights: Tensor | None = None) -> Tensor:
         latents = self.latents.expand(frames.shape[0], -1, -1)
+        bias = None
+        if weights is not None:  # the latents' keys count once
+            bias = F.pad(weights.log(), (latents.shape[1], 0)).to(frames.dtype)[:, None, None, :]
         for attn, ff in self.layers:
-            latents = attn(latents, frames) + latents
+            latents = attn(latents, frames, bias) + latents
             latents = ff(latents) + latents
         return self.norm(latents)

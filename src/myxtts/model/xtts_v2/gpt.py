@@ -91,13 +91,14 @@ class XttsGpt(nn.Module):
 
     # -- conditioning ---------------------------------------------------------------------
 
-    def conditioning_latents(self, mel: Tensor) -> Tensor:
+    def conditioning_latents(self, mel: Tensor, weights: Tensor | None = None) -> Tensor:
         """The voice prefix from a cloning mel: ``[B, 80, S]`` (or ``[B, 1, 80, S]``) ->
-        ``[B, 32, D]`` (the reference's ``get_style_emb(mel).transpose(1, 2)``)."""
+        ``[B, 32, D]`` (the reference's ``get_style_emb(mel).transpose(1, 2)``). ``weights``
+        ``[B, S]``: how many identical frames each frame stands for (``conditioning``)."""
         if mel.ndim == 4:
             mel = mel.squeeze(1)
-        frames = self.conditioning_encoder(mel)  # [B, D, S]
-        return self.conditioning_perceiver(frames.transpose(1, 2))
+        frames = self.conditioning_encoder(mel, weights)  # [B, D, S]
+        return self.conditioning_perceiver(frames.transpose(1, 2), weights)
 
     # -- teacher forcing ------------------------------------------------------------------
 

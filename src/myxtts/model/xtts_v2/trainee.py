@@ -21,7 +21,8 @@ reference's evaluation does) and nothing is ignored there.
 What the batch holds (``myxtts.train.xtts.batches``): ``text [B, L]`` XTTS text ids (0 after
 ``text_lengths``), ``codes [B, T]`` DVAE codes, ``wav_lengths [B]`` the clip's samples at
 22.05 kHz, ``cond_audio [B, S]`` the voice segment zero-padded to S samples, optionally
-``cond_idxs [B, 2]`` its first and end sample in the clip.
+``cond_lengths [B]`` its samples before the padding and ``cond_idxs [B, 2]`` its first and
+end sample in the clip.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from myxtts.model.xtts_v2.features import cloning_mel_spec, normalised_log
+from myxtts.model.xtts_v2.features import cloning_mel_spec, normalised_log, silent_tail_weights
 from myxtts.model.xtts_v2.gpt import XttsGpt
 
 # the reference divides the segment's sample indices by this before masking code targets
@@ -61,11 +62,35 @@ class XttsGptTrainee(nn.Module):
         with torch.autocast(cond_audio.device.type, enabled=False):
             return normalised_log(self.cond_spec(cond_audio.float()), self.mel_stats)
 
+    def voice(self, batch: dict[str, Tensor]) -> Tensor:
+        """The conditioning latents of the batch's voice segments. Eager on the CPU, with
+        the segments' lengths (``cond_lengths``), each row runs alone with its silent zero
+        padding as one weighted frame (``features.silent_tail_weights``): the same latents
+        with neither the tail's frames nor the batch's padding to the longest segment (a
+        fine-tuning step ~15% faster on 2 CPU cores; the attention's cost grows with the
+        square of the frames). Elsewhere every frame runs in one batch, so that shapes never
+        depend on the values (the lengths would be a host read and a new shape per batch on
+        a GPU)."""
+        audio = batch["cond_audio"]
+        mel = self.cond_mel(audio)
+        lengths = batch.get("cond_lengths")
+        if lengths is None or audio.device.type != "cpu" or torch.compiler.is_compiling():
+            return self.gpt.conditioning_latents(mel)
+        rows = []
+        for row in range(audio.shape[0]):
+            tail = silent_tail_weights(lengths[row:row + 1], audio.shape[-1])
+            if tail is None:
+                rows.append(self.gpt.conditioning_latents(mel[row:row + 1]))
+            else:
+                keep, weights = tail
+                rows.append(self.gpt.conditioning_latents(mel[row:row + 1, :, :keep], weights))
+        return torch.cat(rows)
+
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.gpt
         text, text_lengths = batch["text"], batch["text_lengths"]
         codes, wav_lengths = batch["codes"], batch["wav_lengths"]
-        cond = g.conditioning_latents(self.cond_mel(batch["cond_audio"]))
+        cond = self.voice(batch)
         width_t, width_c = text.shape[1], codes.shape[1]
         # the text's stop token sits at the longest row's end (the reference cuts there)
         text_cols = torch.arange(width_t + 1, device=text.device)

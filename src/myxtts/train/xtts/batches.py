@@ -2,8 +2,8 @@
 the voice segment cut again every epoch, built in loader workers.
 
 What a batch holds is ``model.xtts_v2.trainee``'s contract (``text``, ``text_lengths``,
-``codes``, ``wav_lengths``, ``cond_audio``, ``cond_idxs``) plus ``code_lengths`` (the real
-codes, what the progress counts) and ``indices``. Everything is read from the store's memory
+``codes``, ``wav_lengths``, ``cond_audio``, ``cond_lengths``, ``cond_idxs``) plus
+``code_lengths`` (the real codes, what the progress counts) and ``indices``. Everything is read from the store's memory
 maps: no audio is decoded and no DVAE runs while training.
 
 The voice segment follows the reference trainer: a length drawn uniformly from
@@ -97,6 +97,7 @@ class XttsBatches(Dataset):
             idxs[row] = first, end
         batch = {"text": text, "text_lengths": text_lengths, "codes": codes,
                  "code_lengths": code_lengths, "wav_lengths": wav_lengths, "cond_audio": cond,
+                 "cond_lengths": idxs[:, 1] - idxs[:, 0],
                  "indices": np.asarray(indices, np.int64)}
         if not self.evaluation:
             batch["cond_idxs"] = idxs

@@ -40,6 +40,7 @@ class XttsTask:
             "code_lengths": torch.full((b,), positions - 3, dtype=torch.long),
             "wav_lengths": torch.full((b,), (positions - 3) * self.stride, dtype=torch.long),
             "cond_audio": torch.randn(b, shape.ref_frames, generator=gen) * 0.1,
+            "cond_lengths": torch.full((b,), shape.ref_frames, dtype=torch.long),
             "cond_idxs": torch.tensor([[0, shape.ref_frames]] * b, dtype=torch.long),
             "indices": torch.arange(b, dtype=torch.long),
         }
