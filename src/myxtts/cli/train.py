@@ -113,11 +113,12 @@ def _train_xtts(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(f"model: XTTS-v2 of {args.init_from or cfg.train.output_dir} (config {args.config})",
           flush=True)
-    from myxtts.train.xtts.recipe import train_xtts  # deferred: torch
+    from myxtts.evaluate.xtts_training import XttsTrainingEvaluation  # deferred: torch
+    from myxtts.train.xtts.recipe import train_xtts
 
     with no_empty_folder_left(cfg.train.output_dir):
         result = train_xtts(cfg, args.data, resume=args.resume, init_from=args.init_from,
-                            progress=not args.quiet)
+                            progress=not args.quiet, evaluation=XttsTrainingEvaluation)
     print(f"trained to step {result.step}; run folder {result.output_dir}"
           + (f"; last checkpoint {result.last_checkpoint}" if result.last_checkpoint else ""))
     if result.skipped_steps:

@@ -199,8 +199,9 @@ class TrainConfig:
     eval_every: int = _f(0, "steps between evaluations of eval_utterances validation utterances, "
                          "free-running, against their vocoded truth (MCD, F0, voicing, "
                          "duration, speaker similarity with resemblyzer installed), logged as "
-                         "eval/ and kept in RUN/evaluation.json; 0 = off (e.g. 2000 on a GPU; "
-                         "on a CPU generation takes seconds per utterance)")
+                         "eval/ and kept in RUN/evaluation.json (XTTS-v2 fine-tuning: "
+                         "greedy, against the true clip); 0 = off (e.g. 2000 on a GPU; on a "
+                         "CPU generation takes seconds per utterance)")
     eval_utterances: int = _f(8, "validation utterances scored each eval_every")
     ckpt_every: int = _f(500, "steps between checkpoints")
     keep_last: int = _f(3, "checkpoints kept besides the best-by-validation one")

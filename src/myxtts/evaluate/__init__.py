@@ -11,6 +11,8 @@ trainer's sampling) and below the command line:
     report    what myxtts evaluate shows and writes (table, JSON, per-utterance CSV)
     training  the evaluation every ``train.eval_every`` steps, handed to the training loop
               from above (``train.hooks``)
+    xtts_training  the same for an XTTS-v2 fine-tuning run (greedy decoding, its HiFi-GAN,
+              against the true clip)
     record    a run's last evaluation in training (``RUN/evaluation.json``)
 
 The metrics themselves are ``myxtts.metrics``, a leaf that knows nothing of models.

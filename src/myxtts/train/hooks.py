@@ -4,7 +4,9 @@
 Scoring a run needs the speech metrics and the run's evaluation record, which sit in
 ``myxtts.evaluate``, a layer above ``train``; so the loop imports none of it and is handed
 a factory of this shape instead (``myxtts train`` and ``myxtts demo`` pass
-``myxtts.evaluate.training.TrainingEvaluation``). The loop builds the evaluation once its
+``myxtts.evaluate.training.TrainingEvaluation``; for an XTTS-v2 fine-tuning run ``myxtts
+train`` passes ``myxtts.evaluate.xtts_training.XttsTrainingEvaluation``, whose data is the
+recipe). The loop builds the evaluation once its
 data and device are set up and calls it at each ``eval_every`` step and the last step.
 """
 
@@ -30,7 +32,8 @@ class StepEvaluation(Protocol):
 
 class EvaluationFactory(Protocol):
     """Builds the run's :class:`StepEvaluation` from its config, its data (the trainer's
-    ``TrainData``: the validation loader), the device and the run folder it writes to."""
+    ``TrainData``: the validation loader; an XTTS-v2 run's recipe: its base model and
+    validation store), the device and the run folder it writes to."""
 
     def __call__(self, cfg: Config, data: Any, device: torch.device,
                  out: Path) -> StepEvaluation: ...

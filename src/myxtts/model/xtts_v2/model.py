@@ -53,11 +53,7 @@ class XttsV2Model(nn.Module):
         """``[1, S]`` reference audio at 22050 Hz -> the GPT's conditioning ``[1, 32, D]``:
         the mean of its chunks' latents (``gpt_cond_len`` seconds in ``gpt_cond_chunk_len``
         chunks). AudioError when no chunk is long enough."""
-        voice = voice or self.config.voice
-        chunks = cond_mel_chunks(audio, self.mel_stats, voice.gpt_cond_len, voice.gpt_cond_chunk_len)
-        dtype = self.gpt.final_norm.weight.dtype  # the GPT's own (bfloat16 where chosen)
-        return torch.stack([self.gpt.conditioning_latents(m.to(dtype)).float()
-                            for m in chunks]).mean(dim=0)
+        return voice_latents(self.gpt, audio, self.mel_stats, voice or self.config.voice)
 
     def speaker_embedding(self, audio: Tensor) -> Tensor:
         """``[1, S]`` reference audio at 22050 Hz -> unit-norm speaker embedding ``[1, 512, 1]``."""
@@ -68,6 +64,16 @@ class XttsV2Model(nn.Module):
         """``[B, n, D]`` latents -> ``[B, S]`` 24 kHz audio in the voice of ``speaker`` (the
         decoder runs in float32 whatever the GPT's precision)."""
         return self.hifigan_decoder(latents.float(), speaker.float())[:, 0]
+
+
+def voice_latents(gpt: XttsGpt, audio: Tensor, mel_stats: Tensor, voice: XttsV2Voice) -> Tensor:
+    """The conditioning ``[1, 32, D]`` of ``gpt`` for ``[1, S]`` reference audio at 22050 Hz
+    (:meth:`XttsV2Model.conditioning_latents`; also what a fine-tuning run's evaluation
+    conditions its GPT on)."""
+    chunks = cond_mel_chunks(audio, mel_stats, voice.gpt_cond_len, voice.gpt_cond_chunk_len)
+    dtype = gpt.final_norm.weight.dtype  # the GPT's own (bfloat16 where chosen)
+    return torch.stack([gpt.conditioning_latents(m.to(dtype)).float()
+                        for m in chunks]).mean(dim=0)
 
 
 def stretch(latents: Tensor, speed: float) -> Tensor:

@@ -8,8 +8,9 @@ the engine (``train.engine.TrainEngine`` with ``train.xtts.task.XttsTask``: the 
 auto batch sizes, compiled blocks, CUDA graphs, precision, EMA and DDP as every run), then the
 loaders for the batch sizes the engine chose (``train.xtts.batches``), continuing at the
 record's data position. ``train`` steps with the events: log (the one host sync),
-validation loss (capped by ``data.max_val_utterances``), checkpoint. Nothing is decoded and
-no DVAE runs while training: the store holds the codes.
+validation loss (capped by ``data.max_val_utterances``), evaluation (``train.eval_every``:
+the ``evaluation`` handed in, ``train.hooks``), checkpoint. No DVAE runs while training: the
+store holds the codes; only the evaluation decodes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from myxtts.train import finetune
 from myxtts.train.distributed import init_distributed
 from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError, is_out_of_memory
+from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.memory import apply_caps, resolve_caps
 from myxtts.train.recipe import Recipe, run
 from myxtts.train.run import TrainResult, counted_passes, seed_everything
@@ -59,26 +61,40 @@ CODES_PER_SECOND = 22050 / 1024
 
 
 def train_xtts(cfg: Config, store: str | Path, resume: str | Path | None = None,
-               init_from: str | Path | None = None, progress: bool = True) -> TrainResult:
+               init_from: str | Path | None = None, progress: bool = True,
+               evaluation: EvaluationFactory | None = None) -> TrainResult:
     """Fine-tune the XTTS-v2 GPT of ``init_from`` on ``store`` into ``cfg.train.output_dir``
-    (the same call again continues the run from its newest checkpoint)."""
-    return run(XttsRecipe(cfg, store, resume, init_from=init_from, show_progress=progress))
+    (the same call again continues the run from its newest checkpoint). ``evaluation``: what
+    scores the run every ``train.eval_every`` steps (``train.hooks``), needed when that is
+    set."""
+    if cfg.train.eval_every and evaluation is None:
+        raise TrainError(f"train.eval_every={cfg.train.eval_every} but no evaluation was given "
+                         f"to train_xtts(): pass evaluation=XttsTrainingEvaluation "
+                         f"(myxtts.evaluate.xtts_training), as `myxtts train` does")
+    return run(XttsRecipe(cfg, store, resume, init_from=init_from, show_progress=progress,
+                          evaluation=evaluation))
 
 
 class XttsRecipe(Recipe):
     """XTTS-v2's fine-tuning run (``train.recipe.Recipe``; module docstring). ``init_from``:
     the XTTS-v2 folder a new run starts from; ``compile_model``: overrides what
-    ``train.compile`` resolves to (benchmarks)."""
+    ``train.compile`` resolves to (benchmarks); ``evaluation``: what scores the run every
+    ``train.eval_every`` steps (``train.hooks``: handed from above, built with this recipe
+    as its data)."""
 
     command = "myxtts train"
-    events = ("log", "validate", "checkpoint")
+    events = ("log", "validate", "evaluate", "checkpoint")
 
     def __init__(self, cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                  *, init_from: str | Path | None = None, show_progress: bool = True,
-                 compile_model: bool | None = None) -> None:
+                 compile_model: bool | None = None,
+                 evaluation: EvaluationFactory | None = None) -> None:
         super().__init__(cfg, data_path, resume, show_progress=show_progress)
         self.init_from, self.compile_model = init_from, compile_model
+        self.make_evaluation = evaluation
+        self.evaluation: StepEvaluation | None = None
         self.base: XttsBase | None = None
+        self.val_store: XttsStore | None = None
         self.loader: XttsLoader | None = None
         self.sampler: BucketBatchSampler | None = None
         self.val_loader: XttsLoader | None = None
@@ -104,7 +120,7 @@ class XttsRecipe(Recipe):
         seed_everything(cfg.train.seed + dist.rank)
         apply_caps(resolve_caps(cfg, device, None))  # before anything is allocated on a GPU
         train_store = self._open("train")
-        val_store = self._open("val")
+        self.val_store = val_store = self._open("val")
         state = self.load_checkpoint(self.resume) if self.resume is not None else None
         if state is None:
             assert self.init_from is not None
@@ -161,9 +177,7 @@ class XttsRecipe(Recipe):
                  "not for the GPT's blocks"),
                 ("train.vocoder", t.vocoder, '""', "XTTS-v2 carries its own decoder"),
                 ("train.synth_every", t.synth_every, "0",
-                 "no samples in training: `myxtts synthesize -c RUN` speaks with the run"),
-                ("train.eval_every", t.eval_every, "0",
-                 "score the run with `myxtts evaluate RUN DATA`")):
+                 "no samples in training: `myxtts synthesize -c RUN` speaks with the run")):
             if value:
                 raise TrainError(f"{key}={value}: not for XTTS-v2 fine-tuning ({why}); set "
                                  f"{key}={unset}")
@@ -235,6 +249,8 @@ class XttsRecipe(Recipe):
                      "train batches/epoch (loader workers: %d)", self.base.folder, n / 1e6,
                      self.device, str(self.engine.dtype).replace("torch.", ""),
                      self.engine.mode, len(self.loader), self.loader.num_workers)
+        if cfg.train.eval_every and self.make_evaluation is not None:
+            self.evaluation = self.make_evaluation(cfg, self, self.device, out)
         self.engine.model.train()
         return super().train()
 
@@ -294,3 +310,7 @@ class XttsRecipe(Recipe):
         if val is not None:
             self.keep_validation(step, val, f"step {step}: val loss {val['loss']:.4f} (codes "
                                             f"{val['code_ce']:.4f})")
+
+    def evaluate(self, step: int) -> None:
+        if self.evaluation is not None:
+            self.evaluation(self.engine, self.logger, step, self.dist.rank)
