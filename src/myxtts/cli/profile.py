@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
             resume = resolve_checkpoint(args.run)
         except ArtifactError as e:
             raise CLIError(f"--run {args.run}: {e}") from e
-    if xtts:  # the config `myxtts train` fine-tunes with; a run's own settings under --run
-        if args.config is None and args.run is None:
+    if xtts:  # the config `myxtts train` fine-tunes (and continues a run) with
+        if args.config is None:
             args.config = "xtts-finetune"
         cfg = config_from_args(args, run_overrides(args), args.run)
     else:
