@@ -1,4 +1,5 @@
-"""A doctor check's record (:class:`Check`) and how a list of them is shown and judged.
+"""A doctor check's record (:class:`Check`), the loader plan the data checks hand the loader
+checks (:class:`DataPlan`), and how a list of them is shown and judged.
 
 Statuses: ``ok``; ``warn`` (training works, but slower or without a feature); ``fail``
 (training cannot start, or the data is unusable); ``skip`` (does not apply here, e.g.
@@ -8,7 +9,7 @@ GPU checks without a GPU). Exit code 1 iff a ``fail``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Status = Literal["ok", "warn", "fail", "skip"]
 SYMBOLS = {"ok": "✔", "warn": "⚠", "fail": "✗", "skip": "-"}
@@ -23,6 +24,19 @@ class Check:
     status: Status
     found: str
     fix: str = ""
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """How training would load the data: on the fly (a raw dataset) or from a store, and for
+    a healthy store its batch plan (``table``: a ``data.feed.buckets.BucketPlan``) for exact
+    sizes."""
+
+    on_the_fly: bool = False
+    table: Any = None
+    n_mels: int = 0
+    batch_cost: tuple[float, int] | None = None  # a store batch's (build seconds, bytes)
+    shm: tuple[int, int, str] | None = None  # known shared memory per worker (shm_per_worker)
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -15,13 +15,11 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from myxtts.config import Config, ConfigError
 from myxtts.config.bounds import count
-from myxtts.diagnose.doctor.check import Check
+from myxtts.diagnose.doctor.check import Check, DataPlan
 
 MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
 READ_LIMIT = 2 << 30  # bytes of the mel file timed at most (keeps doctor in seconds)
@@ -31,22 +29,10 @@ ONTHEFLY_IN_FLIGHT = 3  # on-the-fly loader: prefetch_factor 2 per worker + the 
 MAX_PROBLEMS_SHOWN = 3
 
 
-@dataclass(frozen=True)
-class DataPlan:
-    """How training would load the data: on the fly (a raw dataset) or from a store, and for
-    a healthy store its batch plan (``table``: a ``data.feed.buckets.BucketPlan``) for exact
-    sizes."""
-
-    on_the_fly: bool = False
-    table: Any = None
-    n_mels: int = 0
-    batch_cost: tuple[float, int] | None = None  # a store batch's (build seconds, bytes)
-
-
-def check_data(cfg: Config, path: str | Path | None,
-               read_limit: int = READ_LIMIT) -> tuple[list[Check], DataPlan]:
+def check_data(cfg: Config, path: str | Path | None, read_limit: int = READ_LIMIT,
+               init_from: str | Path | None = None) -> tuple[list[Check], DataPlan]:
     """The checks of the store or dataset at ``path`` (none without a path), and the plan
-    the loader checks size from."""
+    the loader checks size from. ``init_from``: an XTTS store's model folder, checked."""
     if path is None:
         return [], DataPlan()
     path = Path(path).expanduser()
@@ -55,11 +41,17 @@ def check_data(cfg: Config, path: str | Path | None,
                        "pass a store from `myxtts prepare DATA --out STORE`, or a dataset folder")
                 ], DataPlan()
     try:  # deferred: the doctor runs without soundfile or soxr (module doc)
-        from myxtts.data.store.format import store_state
+        from myxtts.data.store.format import AUDIO_FILE, store_state
+        from myxtts.data.xtts_store import is_xtts_store
     except (ImportError, OSError) as e:
         return [Check("data", "fail", f"cannot load myxtts.data ({type(e).__name__}: {e})",
                        "install the missing package named above")], DataPlan()
     try:
+        if is_xtts_store(path):  # its own checks; the read speed timed before verify's hashing
+            from myxtts.diagnose.doctor.xtts import check_xtts_store  # deferred: torch
+
+            return check_xtts_store(path, cfg, check_read_speed(path, read_limit, AUDIO_FILE),
+                                    init_from)
         if store_state(path) in ("complete", "partial"):
             return check_store(path, cfg, read_limit)
         if (path / "config.yaml").is_file() and (path / "checkpoints").is_dir():
@@ -142,18 +134,20 @@ def read_file(path: Path, limit: int = READ_LIMIT) -> tuple[int, float]:
         return n, time.perf_counter() - start
 
 
-def check_read_speed(path: Path, limit: int = READ_LIMIT) -> Check | None:
-    """How fast the train split's mel file reads; None when the store has none to read."""
+def check_read_speed(path: Path, limit: int = READ_LIMIT, name: str | None = None
+                     ) -> Check | None:
+    """How fast the train split's mel file (or ``name``) reads; None when there is none."""
     from myxtts.data.store.format import MEL_FILE  # deferred: no soundfile needed (module doc)
 
-    f = path / "train" / MEL_FILE
+    name = name or MEL_FILE
+    f = path / "train" / name
     if not f.is_file() or f.stat().st_size == 0:
         return None
     total = f.stat().st_size
     n, seconds = read_file(f, limit)
     mbs = n / 1e6 / max(seconds, 1e-9)
     part = "" if n >= total else f", the first {n / 1e6:.0f} of {total / 1e6:.0f} MB"
-    found = (f"{mbs:.0f} MB/s reading train/{MEL_FILE} ({n / 1e6:.1f} MB in {seconds:.2f} s{part}; "
+    found = (f"{mbs:.0f} MB/s reading train/{name} ({n / 1e6:.1f} MB in {seconds:.2f} s{part}; "
              f"a file still in the page cache reads at memory speed)")
     if n < MIN_TIMED_BYTES:
         return Check("store read speed", "ok", found + "; too small to judge the disk by")
@@ -302,6 +296,8 @@ def shm_per_worker(cfg: Config, plan: DataPlan, transfer: bool) -> tuple[int, in
     # the loader's own grouping of this store's batches; without a store, the most it groups
     slots = slots_per_worker(MAX_GROUP if plan.batch_cost is None
                              else batches_per_task(plan.batch_cost[0]))
+    if plan.shm is not None:
+        return plan.shm
     if plan.table is not None:
         return slot_bytes(plan.table, plan.n_mels, d.ref_frames, transfer), slots, "this store"
     batch = d.max_batch_size or 64

@@ -33,9 +33,11 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
                facts: env.TorchFacts | None = None, python: tuple[int, ...] | None = None,
                cpus: int | None = None, shm_probe: Callable[[], int | None] | None = None,
                compile_fn: Callable[[str], float] | None = None,
-               importer: Callable[[str], Any] | None = None) -> list[Check]:
-    """Every check for ``cfg`` (and the store or dataset at ``path``), in display order.
-    Keyword arguments replace the real facts (tests); left out, they are measured."""
+               importer: Callable[[str], Any] | None = None,
+               init_from: str | Path | None = None) -> list[Check]:
+    """Every check for ``cfg`` (and the store or dataset at ``path``; ``init_from``: the
+    XTTS-v2 folder an XTTS store is checked against), in display order. The other keyword
+    arguments replace the real facts (tests); left out, they are measured."""
     if facts is None:
         try:
             facts = env.probe_torch()
@@ -55,7 +57,7 @@ def run_checks(cfg: Config, path: str | Path | None = None, *,
             env.check_compile(device, cfg.train.compile, compile_fn or env.compile_probe)]
     out += env.check_packages(len(facts.gpus), cfg.train.tensorboard,
                               importer or importlib.import_module, facts.nvml_note)
-    data_checks, plan = dd.check_data(cfg, path)
+    data_checks, plan = dd.check_data(cfg, path, init_from=init_from)
     ranks = len(facts.gpus) if device != "cpu" and len(facts.gpus) > 1 else 1
     out += dd.check_loader(cfg, plan, cpus, transfer=device != "cpu", ranks=ranks,
                            shm_free=(shm_probe or dd.shm_free_bytes)())

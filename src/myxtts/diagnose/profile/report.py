@@ -15,16 +15,26 @@ def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:8.2f}"
 
 
+def _flops_line(p: dict[str, Any]) -> str:
+    if p["tflops"] is None:
+        return "model FLOPs: not counted for this model; MFU left out"
+    return (f"model FLOPs: {p['tflops']:.3f} TFLOP/s achieved; MFU "
+            + (f"{100 * p['mfu']:.1f}% of {p['peak_tflops']:g} TFLOP/s" if p["mfu"] is not None
+               else "unknown (no peak for this device: --set train.peak_tflops=N)"))
+
+
 def format_report(p: dict[str, Any]) -> str:
     dev, setup, mem = p["device"], p["setup"], p["memory"]
+    axis = p["shape_axes"].rsplit(" x ", 1)[-1]
     lines = [
         f"myxtts profile: {setup['data']} on {dev['name']} ({dev['type']}, torch {dev['torch']}, "
         f"{dev['cpus']} CPUs)",
-        f"setup: model {setup['preset']}, {setup['precision']}, {setup['step_mode']} step "
+        f"setup: model {setup['model']} ({setup['parameters'] / 1e6:.1f} M parameters), "
+        f"{setup['precision']}, {setup['step_mode']} step "
         f"(train.compile={setup['compile']}, train.cuda_graphs={setup['cuda_graphs']}), "
         f"data.batch_frames={setup['batch_frames']}, {setup['num_workers']} loader workers, "
         f"grad_accum_steps={setup['grad_accum_steps']}; ready in {setup['seconds']:.1f} s",
-        "batch sizes per bucket (T_mel:batch): "
+        f"batch sizes per bucket ({axis}:batch): "
         + " ".join(f"{b['frames']}:{b['batch']}" for b in setup["batch_sizes"]),
         f"window: {p['steps']} steps after {p['warmup_steps']} untimed, {p['seconds']:.2f} s; "
         f"timing: {p['timing']}",
@@ -55,15 +65,13 @@ def format_report(p: dict[str, Any]) -> str:
             f"{p['gpu_util']:.0f}%" if p["gpu_util"] is not None
             else "no GPU" if dev["type"] != "cuda"
             else "not measured (NVML unavailable: pip install nvidia-ml-py)"),
-        f"model FLOPs: {p['tflops']:.3f} TFLOP/s achieved; MFU "
-        + (f"{100 * p['mfu']:.1f}% of {p['peak_tflops']:g} TFLOP/s" if p["mfu"] is not None
-           else "unknown (no peak for this device: --set train.peak_tflops=N)"),
+        _flops_line(p),
         f"peak memory ({mem['kind']}): {mem['peak_gib']:.2f} GiB"
         + (f" allocated, {mem['reserved_gib']:.2f} GiB reserved" if mem["kind"] == "GPU" else "")
         + f" of {mem['total_gib']:.1f} GiB",
-        f"padding efficiency: {100 * p['padding_efficiency']:.1f}% of the padded mel frames are "
-        f"speech",
-        "shapes seen (B x L_text x T_mel: batches): " + ", ".join(
+        f"padding efficiency: {100 * p['padding_efficiency']:.1f}% of the padded {p['frames']} "
+        + ("are the clips' codes" if setup["kind"] == "xtts_v2" else "are speech"),
+        f"shapes seen ({p['shape_axes']}: batches): " + ", ".join(
             f"{s['batch']}x{s['text']}x{s['frames']}: {s['batches']}" for s in p["shapes"]),
         f"recompiles during the window: {p['recompiles']}"
         + (f"; allocator retries: {p['alloc_retries']}" if dev["type"] == "cuda" else ""),

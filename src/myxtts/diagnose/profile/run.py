@@ -1,7 +1,8 @@
 """``myxtts profile``: run the real training setup for a measured window and say what limits it.
 
-The run is the TTS recipe's (``train.tts.TTSRecipe``), set up exactly as ``myxtts train``
-sets it up (loader, model, precision, compile mode, CUDA graphs, the measured batch sizes,
+The run is the recipe ``myxtts train`` runs on the data (``profile.subject``: the TTS
+model's ``train.tts.TTSRecipe``, or on a store of ``myxtts prepare --xtts`` XTTS-v2's
+``train.xtts.recipe.XttsRecipe``), set up exactly as ``myxtts train`` sets it up (loader, model, precision, compile mode, CUDA graphs, the measured batch sizes,
 the warm-up of every bucket shape), its steps run by the recipe's own loop
 (``Recipe.run_steps``, fed by the trainer's input path) without the events: it never
 writes a checkpoint. After ``WARMUP_STEPS`` untimed steps (loader workers started, the
@@ -27,15 +28,15 @@ from torch.profiler import profile as torch_profile
 
 from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.diagnose.profile.phases import COPY, PhaseClock, copy_seconds, phase_stats
+from myxtts.diagnose.profile.subject import Subject, subject
 from myxtts.diagnose.profile.verdict import Figures, decide
-from myxtts.observe.flops import StepFlops, achieved_tflops, batch_key
+from myxtts.observe.flops import achieved_tflops
 from myxtts.observe.gpu import GpuUtilSampler
 from myxtts.system import available_cpus
-from myxtts.train.data import bucket_shapes, is_store
-from myxtts.train.efficiency import meta_step_counter, resolve_peak
+from myxtts.train.efficiency import resolve_peak
 from myxtts.train.engine import compiled_graphs, native_bf16
 from myxtts.train.errors import TrainError
-from myxtts.train.tts import TTSRecipe
+from myxtts.train.recipe import Recipe
 
 WARMUP_STEPS = 5
 TRACE_STEPS = 5
@@ -47,9 +48,11 @@ _PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp3
 
 
 def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | None = None,
-            echo: Any = print, resume: Path | None = None) -> dict[str, Any]:
+            echo: Any = print, resume: Path | None = None,
+            init_from: str | Path | None = None) -> dict[str, Any]:
     """Everything the report shows, as a JSON-ready dict (``report.format_report`` prints it).
-    ``resume``: a checkpoint whose weights (and model settings) are profiled."""
+    ``resume``: a checkpoint whose weights (and model settings) are profiled; ``init_from``:
+    on an XTTS store, the XTTS-v2 folder a new fine-tuning run starts from."""
     if steps < 1:
         raise ConfigError(f"--steps must be at least 1, got {steps}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -57,10 +60,11 @@ def profile(cfg: Config, data_path: str | Path, steps: int, trace_dir: Path | No
     started = time.perf_counter()
     cuda = resolve_device(cfg.train.device, "train.device").type == "cuda"
     copy_log: list | None = [] if cuda else None
-    run = TTSRecipe(cfg, data_path, resume, show_progress=False, copy_log=copy_log)
+    subj = subject(cfg, data_path, resume, Path(init_from) if init_from else None, copy_log)
+    run = subj.recipe
     try:
         run.setup()
-        return _measure(run, data_path, steps, time.perf_counter() - started, trace_dir, echo)
+        return _measure(subj, data_path, steps, time.perf_counter() - started, trace_dir, echo)
     finally:
         run.cleanup()
 
@@ -69,8 +73,8 @@ class _Window:
     """The measured window's view of each step (``train.recipe.StepWatch``): the phase
     clock around the fetch, the host's time in the step, the shapes and frames."""
 
-    def __init__(self, clock: PhaseClock) -> None:
-        self.clock = clock
+    def __init__(self, clock: PhaseClock, subj: Subject) -> None:
+        self.clock, self.subject = clock, subj
         self.host: list[float] = []
         self.keys: list[tuple] = []
         self.utterances = self.real_frames = self.padded_frames = 0
@@ -87,17 +91,18 @@ class _Window:
         self.host.append(time.perf_counter() - self._h0)
         self.real_frames += frames
         for batch in micro:
-            key = batch_key(batch)
+            key = self.subject.key(batch)
             self.keys.append(key)
             self.utterances += key[0]
             self.padded_frames += key[0] * key[2]
 
 
-def _measure(run: TTSRecipe, data_path: str | Path, steps: int, setup_s: float,
+def _measure(subj: Subject, data_path: str | Path, steps: int, setup_s: float,
              trace_dir: Path | None, echo: Any) -> dict[str, Any]:
+    run = subj.recipe
     cfg, device, engine = run.cfg, run.device, run.engine
     cuda = device.type == "cuda"
-    copy_log = run.copy_log
+    copy_log = subj.copy_log
     accum = cfg.train.grad_accum_steps
     echo(f"profile: {WARMUP_STEPS} untimed steps, then {steps} measured"
          + (f" (at least {MIN_GPU_WINDOW_S:g} s)" if cuda else ""))
@@ -111,7 +116,7 @@ def _measure(run: TTSRecipe, data_path: str | Path, steps: int, setup_s: float,
     graphs0 = compiled_graphs()
     gpu = GpuUtilSampler(device)
     clock = PhaseClock(device)
-    window = _Window(clock)
+    window = _Window(clock, subj)
     gpu.start()
     wall0 = time.perf_counter()
     done = 0
@@ -131,15 +136,14 @@ def _measure(run: TTSRecipe, data_path: str | Path, steps: int, setup_s: float,
     utterances, real_frames, padded_frames = (window.utterances, window.real_frames,
                                               window.padded_frames)
     stats = phase_stats(clock.steps(), copies)
-    fps = cfg.audio.frames_per_second
-    assert run.data is not None
-    flops = StepFlops(meta_step_counter(cfg, run.data.vocab_size, len(run.data.languages)))
-    tflops = achieved_tflops(flops.total(keys), wall)
+    fps = run.frames_per_second()
+    flops = subj.flops()
+    tflops = achieved_tflops(flops.total(keys), wall) if flops is not None else None
     peak = resolve_peak(cfg, device, engine.dtype)
     memory = _memory(device)
     out: dict[str, Any] = {
         "device": _device_info(device),
-        "setup": _setup_info(run, data_path, setup_s),
+        "setup": _setup_info(subj, data_path, setup_s),
         "timing": "CUDA events on the compute stream" if cuda
                   else "wall clock, synchronous CPU execution",
         "warmup_steps": WARMUP_STEPS, "steps": done, "seconds": wall,
@@ -149,14 +153,15 @@ def _measure(run: TTSRecipe, data_path: str | Path, steps: int, setup_s: float,
         "throughput": {"steps_per_s": done / wall, "utterances_per_s": utterances / wall,
                        "audio_s_per_s": real_frames / fps / wall},
         "gpu_util": util, "tflops": tflops, "peak_tflops": peak,
-        "mfu": tflops / peak if peak else None,
+        "mfu": tflops / peak if peak and tflops is not None else None,
         "memory": memory,
         "padding_efficiency": real_frames / padded_frames if padded_frames else 1.0,
+        "frames": subj.frames, "shape_axes": subj.shape_axes,
         "shapes": [{"batch": k[0], "text": k[1], "frames": k[2], "batches": n}
                    for k, n in sorted(Counter(keys).items(), key=lambda kv: -kv[1])],
         "recompiles": recompiles, "alloc_retries": retries,
     }
-    figures = _figures(out, run, data_path, keys, stats)
+    figures = _figures(out, subj, keys, stats)
     out["verdict"] = decide(figures).as_dict()
     out["trace"] = str(_trace(run, trace_dir)) if trace_dir is not None else None
     return out
@@ -174,20 +179,20 @@ def _device_info(device: torch.device) -> dict[str, Any]:
             "cpus": available_cpus()}
 
 
-def _setup_info(run: TTSRecipe, data_path: str | Path, seconds: float) -> dict[str, Any]:
+def _setup_info(subj: Subject, data_path: str | Path, seconds: float) -> dict[str, Any]:
+    run = subj.recipe
     cfg, engine = run.cfg, run.engine
-    shapes = sorted(set(bucket_shapes(run.data.sampler, cfg)), key=lambda s: s.frames)
-    return {"seconds": seconds, "data": str(data_path), "on_the_fly": not is_store(Path(data_path)),
-            "preset": cfg.model.preset, "step_mode": engine.mode,
+    shapes = sorted(set(subj.shapes()), key=lambda s: s.frames)
+    return {"seconds": seconds, "data": str(data_path), "on_the_fly": subj.on_the_fly(),
+            "kind": "xtts_v2" if subj.xtts else "tts",
+            "preset": None if subj.xtts else cfg.model.preset, "model": subj.model(),
+            "parameters": sum(p.numel() for p in engine.model.parameters()),
+            "step_mode": engine.mode,
             "precision": _PRECISION.get(engine.dtype, str(engine.dtype)),
             "compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs,
             "batch_frames": cfg.data.batch_frames, "grad_accum_steps": cfg.train.grad_accum_steps,
             "batch_sizes": [{"frames": s.frames, "batch": s.batch} for s in shapes],
-            "num_workers": _workers(run), "prefetch_batches": cfg.data.prefetch_batches}
-
-
-def _workers(run: TTSRecipe) -> int:
-    return run.data.loader.num_workers
+            "num_workers": subj.workers(), "prefetch_batches": cfg.data.prefetch_batches}
 
 
 def _memory(device: torch.device) -> dict[str, Any]:
@@ -204,12 +209,12 @@ def _memory(device: torch.device) -> dict[str, Any]:
             "reserved_gib": rss_kib / 2**20, "total_gib": total / 2**30}
 
 
-def _figures(out: dict[str, Any], run: TTSRecipe, data_path: str | Path, keys: list[tuple],
-             stats: dict) -> Figures:
+def _figures(out: dict[str, Any], subj: Subject, keys: list[tuple], stats: dict) -> Figures:
+    run = subj.recipe
     cfg, setup, mem = run.cfg, out["setup"], out["memory"]
     cuda = run.device.type == "cuda"
     per_step_copy = stats[COPY].mean * cfg.train.grad_accum_steps if COPY in stats else None
-    batches = [s.batch for s in bucket_shapes(run.data.sampler, cfg)]
+    batches = [s.batch for s in subj.shapes()]
     return Figures(
         device=run.device.type, step_s=stats["step"].mean,
         data_wait_s=stats["data wait"].mean if "data wait" in stats else 0.0,
@@ -226,11 +231,11 @@ def _figures(out: dict[str, Any], run: TTSRecipe, data_path: str | Path, keys: l
         auto_batch_memory_share=cfg.data.auto_batch_memory_share, num_workers=setup["num_workers"],
         cpus=available_cpus(), prefetch_batches=cfg.data.prefetch_batches,
         on_the_fly=setup["on_the_fly"], max_duration_s=cfg.data.max_duration_s,
-        preset=cfg.model.preset, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],
-        alloc_retries=out["alloc_retries"], worker_note=getattr(run.data.loader, "worker_note", None))
+        preset=cfg.model.preset, xtts=subj.xtts, num_buckets=cfg.data.num_buckets, recompiles=out["recompiles"],
+        alloc_retries=out["alloc_retries"], worker_note=subj.worker_note())
 
 
-def _trace(run: TTSRecipe, trace_dir: Path) -> Path:
+def _trace(run: Recipe, trace_dir: Path) -> Path:
     """``TRACE_STEPS`` steps under ``torch.profiler``, after the measured window (the
     profiler's own overhead must not colour the figures), as one Chrome trace file."""
     trace_dir = Path(trace_dir)

@@ -54,6 +54,7 @@ class Figures:
     on_the_fly: bool
     max_duration_s: float
     preset: str
+    xtts: bool = False  # XTTS-v2 fine-tuning: the model is the folder's (no --model-size)
     num_buckets: int = 16
     recompiles: int = 0
     alloc_retries: int = 0  # the CUDA caching allocator's retries during the window
@@ -156,6 +157,10 @@ def _memory_limited(f: Figures, mem: float) -> Verdict:
     if f.on_the_fly:
         advice.append(f"--set data.max_duration_s={shorter} (the longest bucket sets the memory "
                       f"ceiling)")
+    elif f.xtts:
+        advice.append("the longest bucket sets the memory ceiling: leave the longest clips out "
+                      "of the dataset and prepare the store again (`myxtts prepare DATA --out "
+                      "STORE --xtts XTTS_DIR --force`)")
     else:
         advice.append(f"the longest bucket sets the memory ceiling: rebuild the store without "
                       f"the longest clips (`myxtts prepare DATA --out STORE --force --set "
@@ -186,7 +191,7 @@ def _host_bound(f: Figures, mem: float) -> Verdict:
         bigger = _bigger_batch(f)
         if bigger:
             advice.append(bigger)
-        if f.preset != "base":
+        if f.preset != "base" and not f.xtts:
             advice.append("--model-size base (this GPU has room for a larger model)")
     if not advice:
         advice.append("the step is one graph replay and memory is in use: the GPU waits for "
@@ -220,7 +225,7 @@ def _compute_bound(f: Figures, mem: float) -> Verdict:
     advice = []
     if f.device == "cpu":
         advice.append("training on a CPU: on a GPU, --device cuda")
-        if f.preset != "tiny":
+        if f.preset != "tiny" and not f.xtts:
             advice.append("--model-size tiny (the CPU preset)")
     else:
         if f.precision == "fp32" and f.bf16_supported:

@@ -133,6 +133,17 @@ def batch_shapes(plan: BucketPlan, cfg: Config) -> list[BatchShape]:
     return plan.batch_shapes(int(round(cfg.xtts.cond_max_s * SAMPLE_RATE)), 80)
 
 
+def largest_batch_cost(batches: XttsBatches, sampler: BucketBatchSampler) -> tuple[float, int]:
+    """Seconds to build the first epoch's batch of the most code positions here, and its
+    bytes (what the loader's worker rule and ``myxtts doctor`` weigh)."""
+    positions = batches.positions
+    largest = max(sampler.batches(0), key=lambda b: len(b) * int(positions[b].max()))
+    started = time.perf_counter()
+    built = batches.batch(0, list(largest))
+    seconds = time.perf_counter() - started
+    return seconds, sum(t.numel() * t.element_size() for t in built.values())
+
+
 class XttsLoader:
     """One pass per ``iter()``: the sampler's batches from its position, built here or in
     ``workers`` persistent worker processes (their own seeded generator: the DataLoader's
@@ -145,23 +156,14 @@ class XttsLoader:
         self.batches, self.sampler = batches, sampler
         self.workers = worker_count(workers)
         if self.workers < 0:
-            self.workers, why = choose_workers(available_cpus(), *self._largest_batch_cost())
+            self.workers, why = choose_workers(available_cpus(),
+                                               *largest_batch_cost(batches, sampler))
             log.info("XTTS store loader: %d worker%s (%s; --num-workers N to choose)",
                      self.workers, "" if self.workers == 1 else "s", why)
         self.loader = None if self.workers == 0 else DataLoader(
             batches, sampler=sampler, batch_size=None, num_workers=self.workers,
             persistent_workers=True, worker_init_fn=worker_init,
             generator=torch.Generator().manual_seed(batches.seed))
-
-    def _largest_batch_cost(self) -> tuple[float, int]:
-        """Seconds to build the epoch's batch of the most code positions here, and its bytes."""
-        batches = self.sampler.batches(0)
-        positions = self.batches.positions
-        largest = max(batches, key=lambda b: len(b) * int(positions[b].max()))
-        started = time.perf_counter()
-        built = self.batches.batch(0, list(largest))
-        seconds = time.perf_counter() - started
-        return seconds, sum(t.numel() * t.element_size() for t in built.values())
 
     @property
     def num_workers(self) -> int:

@@ -78,7 +78,8 @@ def train_xtts(cfg: Config, store: str | Path, resume: str | Path | None = None,
 class XttsRecipe(Recipe):
     """XTTS-v2's fine-tuning run (``train.recipe.Recipe``; module docstring). ``init_from``:
     the XTTS-v2 folder a new run starts from; ``compile_model``: overrides what
-    ``train.compile`` resolves to (benchmarks); ``evaluation``: what scores the run every
+    ``train.compile`` resolves to (benchmarks); ``copy_log``: the feed's CUDA events per
+    copied batch (the profiler's); ``evaluation``: what scores the run every
     ``train.eval_every`` steps (``train.hooks``: handed from above, built with this recipe
     as its data)."""
 
@@ -87,10 +88,10 @@ class XttsRecipe(Recipe):
 
     def __init__(self, cfg: Config, data_path: str | Path, resume: str | Path | None = None,
                  *, init_from: str | Path | None = None, show_progress: bool = True,
-                 compile_model: bool | None = None,
+                 compile_model: bool | None = None, copy_log: list | None = None,
                  evaluation: EvaluationFactory | None = None) -> None:
         super().__init__(cfg, data_path, resume, show_progress=show_progress)
-        self.init_from, self.compile_model = init_from, compile_model
+        self.init_from, self.compile_model, self.copy_log = init_from, compile_model, copy_log
         self.make_evaluation = evaluation
         self.evaluation: StepEvaluation | None = None
         self.base: XttsBase | None = None
@@ -258,7 +259,7 @@ class XttsRecipe(Recipe):
     def batches(self) -> Iterator[tuple[Batch, int]]:
         assert self.loader is not None
         self.feed = CopyFeed(self.loader, self.device, self.cfg.data.prefetch_batches,
-                             frames=real_codes)
+                             self.copy_log, frames=real_codes)
         return counted_passes(self.feed, self.record)
 
     def utterances(self, micro: list[Batch]) -> int:
