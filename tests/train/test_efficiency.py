@@ -37,11 +37,12 @@ def test_meta_count_equals_the_real_models(tmp_path, one_thread, self_feed):
 
 def test_interval_figures_on_a_cpu(tmp_path):
     cpu = torch.device("cpu")
-    plain = IntervalEfficiency(micro_config(tmp_path), cpu, torch.float32, 40, 1)
+    plain = IntervalEfficiency(micro_config(tmp_path), cpu, torch.float32,
+                               lambda: meta_step_counter(micro_config(tmp_path), 40, 1))
     plain.add([(2, 10, 48)])
     assert plain.flops is None and plain.collect(1.0) == {}  # no peak, no GPU: nothing to count
     eff = IntervalEfficiency(micro_config(tmp_path, "train.peak_tflops=2.0"), cpu,
-                             torch.float32, 40, 1)
+                             torch.float32, lambda: meta_step_counter(micro_config(tmp_path), 40, 1))
     eff.add([(2, 10, 48), (2, 10, 48)])
     one = eff.flops((2, 10, 48))
     got = eff.collect(0.5)

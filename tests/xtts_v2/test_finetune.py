@@ -174,9 +174,9 @@ def test_the_command_line_fine_tunes_and_the_run_is_an_xtts_model(store, reduced
     run = tmp_path / "run"
     assert main(["train", str(store), "--init-from", str(reduced_folder), "--output-dir",
                  str(run), "--max-steps", "2", "--num-workers", "0", "--batch-frames", "400",
-                 "--no-compile", "--device", "cpu", "--quiet",
+                 "--no-compile", "--device", "cpu", "--quiet", "--config", "finetune",
                  "--set", "train.ckpt_every=2"]) == 0
-    said = capsys.readouterr().out
+    said = capsys.readouterr().out  # finetune on an XTTS store: XTTS-v2's fine-tuning config
     assert "config xtts-finetune" in said and "trained to step 2" in said
     assert is_xtts_v2(run) and (run / "xtts-v2.json").is_file()
     state = _newest(run)
@@ -196,3 +196,18 @@ def test_the_default_worker_count_is_chosen_and_trains(store, reduced_folder, tm
         assert recipe.record.step == 1 and recipe.record.batches_consumed == 1
     finally:
         recipe.cleanup()
+
+
+def test_fine_tuning_logs_mfu_when_the_peak_is_known(store, reduced_folder, tmp_path):
+    """With a peak to divide by, each log step carries the interval's TFLOP/s and MFU (the
+    GPT step's FLOPs, counted on the meta device)."""
+    import json
+
+    out = tmp_path / "run"
+    train_xtts(_config(out, "train.max_steps=2", "train.peak_tflops=0.5"), store,
+               init_from=reduced_folder, progress=False)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "train/loss" in r]
+    assert [r["step"] for r in logged] == [2]
+    assert logged[0]["train/tflops"] > 0
+    assert logged[0]["train/mfu"] == pytest.approx(logged[0]["train/tflops"] / 0.5)

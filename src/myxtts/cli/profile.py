@@ -12,7 +12,7 @@ from pathlib import Path
 
 from myxtts.artifacts.errors import ArtifactError
 from myxtts.cli.common import CLIError, add_config_args, config_from_args, config_with_size
-from myxtts.cli.train import add_run_args, run_overrides
+from myxtts.cli.train import add_run_args, run_overrides, xtts_config_name
 from myxtts.outputs import output_folder
 
 MAX_STEPS = 1000  # a profile's figures settle within tens of steps; more is a run, not a profile
@@ -71,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
         except ArtifactError as e:
             raise CLIError(f"--run {args.run}: {e}") from e
     if xtts:  # the config `myxtts train` fine-tunes (and continues a run) with
-        if args.config is None:
-            args.config = "xtts-finetune"
+        args.config = xtts_config_name(args.config)
         cfg = config_from_args(args, run_overrides(args), args.run)
     else:
         # the report names the model size (setup line), so no size line here: stderr stays

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--output-dir) from this trained run's model (its best.pt, else its "
                         "newest checkpoint) or checkpoint file; the vocabulary grows to cover "
                         "the data. Try --config finetune. On a store of `myxtts prepare "
-                        "--xtts`: the XTTS-v2 folder it was made for (config xtts-finetune "
-                        "unless --config names another)")
+                        "--xtts`: the XTTS-v2 folder it was made for (config xtts-finetune, "
+                        "which --config finetune also reads there, unless --config names "
+                        "another)")
     add_run_args(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(p)
@@ -100,13 +101,19 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.stopped_by is None else EXIT_CODES[result.stopped_by]  # 128 + signal
 
 
+def xtts_config_name(name: str | None) -> str:
+    """The config an XTTS-v2 fine-tune reads: ``xtts-finetune`` unless another is named;
+    ``finetune`` (the myxtts model's fine-tuning config, 40 times its learning rate) means
+    fine-tuning, so on an XTTS store it reads ``xtts-finetune`` too."""
+    return "xtts-finetune" if name in (None, "finetune") else name
+
+
 def _train_xtts(args: argparse.Namespace) -> int:
     """Fine-tune XTTS-v2 on a store of `myxtts prepare --xtts`."""
     if args.preset:
         raise CLIError("--model-size: an XTTS-v2 store trains the model given with --init-from; "
                        "leave --model-size out")
-    if args.config is None:
-        args.config = "xtts-finetune"
+    args.config = xtts_config_name(args.config)
     cfg = config_from_args(args, run_overrides(args))
     output_folder(cfg.train.output_dir, "--output-dir", [
         ("the data", args.data), ("the --init-from model", args.init_from)], create=False)

@@ -65,12 +65,14 @@ class IntervalEfficiency:
     the next interval. The NVML sampler runs in a background thread. FLOPs are counted only
     where they lead somewhere: when a peak is known (MFU) or on a GPU (TFLOP/s)."""
 
-    def __init__(self, cfg: Config, device: torch.device, dtype: torch.dtype, n_tokens: int,
-                 n_languages: int, sample_period_s: float = 0.2) -> None:
+    def __init__(self, cfg: Config, device: torch.device, dtype: torch.dtype,
+                 make_counter: Callable[[], Callable[[tuple], float]],
+                 sample_period_s: float = 0.2) -> None:
+        """``make_counter()``: the model's FLOP counter of a micro-batch shape key (e.g.
+        :func:`meta_step_counter`), built only when FLOPs are counted."""
         self.peak = resolve_peak(cfg, device, dtype)
         counting = self.peak is not None or device.type == "cuda"
-        self.flops = (StepFlops(meta_step_counter(cfg, n_tokens, n_languages))
-                      if counting else None)
+        self.flops = StepFlops(make_counter()) if counting else None
         self.gpu = GpuUtilSampler(device, period_s=sample_period_s)
         self._keys: list[tuple] = []
         self.gpu.start()

@@ -31,7 +31,7 @@ from myxtts.observe.loggers import build_logger
 from myxtts.train import finetune
 from myxtts.train.data import TrainData, bucket_shapes, is_store
 from myxtts.train.distributed import init_distributed
-from myxtts.train.efficiency import IntervalEfficiency
+from myxtts.train.efficiency import IntervalEfficiency, meta_step_counter
 from myxtts.train.engine import StepTask, TrainEngine, TTSTask
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
@@ -206,8 +206,9 @@ class TTSRecipe(Recipe):
             return None
         assert self.data is not None
         try:
-            eff = IntervalEfficiency(self.cfg, self.device, self.engine.dtype,
-                                     self.data.vocab_size, len(self.data.languages))
+            data = self.data
+            eff = IntervalEfficiency(self.cfg, self.device, self.engine.dtype, lambda: (
+                meta_step_counter(self.cfg, data.vocab_size, len(data.languages))))
             if self.device.type == "cuda":  # count every bucket shape now, not at log steps
                 eff.count_ahead([(s.batch, s.text, s.frames)
                                  for s in set(bucket_shapes(self.data.sampler, self.cfg))])

@@ -23,7 +23,7 @@ from myxtts.train.efficiency import meta_step_counter
 from myxtts.train.recipe import Recipe
 from myxtts.train.tts import TTSRecipe
 from myxtts.train.xtts.batches import batch_shapes
-from myxtts.train.xtts.flops import xtts_step_counter
+from myxtts.train.xtts.flops import xtts_batch_key, xtts_step_counter
 from myxtts.train.xtts.recipe import XttsRecipe
 
 
@@ -86,8 +86,7 @@ class XttsSubject(Subject):
     shape_axes = "B x L_text x T_codes"
 
     def key(self, batch: dict[str, torch.Tensor]) -> tuple[int, int, int]:
-        return (int(batch["codes"].shape[0]), int(batch["text"].shape[1]),
-                int(batch["codes"].shape[1]))
+        return xtts_batch_key(batch)
 
     def shapes(self) -> list[BatchShape]:
         r = self.recipe

@@ -35,6 +35,12 @@ class _ShapedFrontEnd(XttsGptTrainee):
         return cond_audio.new_zeros(b, N_MELS, 1 + samples // 256)
 
 
+def xtts_batch_key(batch: dict[str, Tensor]) -> tuple[int, int, int]:
+    """The counter's key of a batch: ``(B, L_text, T_codes)`` of its padded shape."""
+    return (int(batch["codes"].shape[0]), int(batch["text"].shape[1]),
+            int(batch["codes"].shape[1]))
+
+
 def xtts_step_counter(config: XttsV2Config, ref_samples: int) -> Callable[[tuple], float]:
     """``count((B, L_text, T_codes))``: forward + backward FLOPs of one fine-tuning micro-batch
     of that padded shape with voice segments of ``ref_samples`` samples."""

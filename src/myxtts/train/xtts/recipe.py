@@ -35,6 +35,7 @@ from myxtts.model.xtts_v2.trainee import XttsGptTrainee
 from myxtts.observe.loggers import build_logger
 from myxtts.train import finetune
 from myxtts.train.distributed import init_distributed
+from myxtts.train.efficiency import IntervalEfficiency
 from myxtts.train.engine import TrainEngine, Workload
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
@@ -53,6 +54,7 @@ from myxtts.train.xtts.batches import (
     xtts_plan,
     xtts_sampler,
 )
+from myxtts.train.xtts.flops import xtts_batch_key, xtts_step_counter
 from myxtts.train.xtts.task import XttsTask
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class XttsRecipe(Recipe):
         self.init_from, self.compile_model, self.copy_log = init_from, compile_model, copy_log
         self.make_evaluation = evaluation
         self.evaluation: StepEvaluation | None = None
+        self.eff: IntervalEfficiency | None = None
         self.base: XttsBase | None = None
         self.val_store: XttsStore | None = None
         self.loader: XttsLoader | None = None
@@ -253,7 +256,31 @@ class XttsRecipe(Recipe):
         if cfg.train.eval_every and self.make_evaluation is not None:
             self.evaluation = self.make_evaluation(cfg, self, self.device, out)
         self.engine.model.train()
-        return super().train()
+        self.eff = self._efficiency()
+        try:
+            return super().train()
+        finally:
+            if self.eff is not None:
+                self.eff.close()
+
+    def _efficiency(self) -> IntervalEfficiency | None:
+        """GPU utilisation, TFLOP/s and MFU per log interval, as for every run (rank 0; a
+        failure here costs the figures, never the run). The FLOPs are the GPT step's over
+        every frame of the voice segments, also where the CPU step skips their silent tails."""
+        if self.dist.rank != 0:
+            return None
+        assert self.base is not None and self.sampler is not None
+        shapes = batch_shapes(self.sampler.plan, self.cfg)
+        config, samples = self.base.config, shapes[0].ref_frames
+        try:
+            eff = IntervalEfficiency(self.cfg, self.device, self.engine.dtype,
+                                     lambda: xtts_step_counter(config, samples))
+            if self.device.type == "cuda":  # count every bucket shape now, not at log steps
+                eff.count_ahead([(s.batch, s.text, s.frames) for s in set(shapes)])
+        except Exception as e:  # e.g. a model op the meta device lacks in some torch version
+            log.warning("GPU utilisation/MFU will not be logged: %s: %s", type(e).__name__, e)
+            return None
+        return eff
 
     # ------------------------------------------------------------------ the step
     def batches(self) -> Iterator[tuple[Batch, int]]:
@@ -279,6 +306,8 @@ class XttsRecipe(Recipe):
                                  f"--set data.batch_frames=auto") from e
             raise
         self.record.step += 1
+        if self.eff is not None:  # the shapes of the log interval (metadata: no sync)
+            self.eff.add([xtts_batch_key(b) for b in micro])
 
     def skipped_steps(self) -> int:
         return self.engine.nonfinite_counts()[0]
@@ -304,6 +333,8 @@ class XttsRecipe(Recipe):
         iv = self.timer.collect()
         values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
                       audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
+        if self.eff is not None:
+            values.update(self.eff.collect(iv.seconds))
         self.publish(step, values, self.feed.occupancy() if self.feed is not None else None)
 
     def validate(self, step: int) -> None:
