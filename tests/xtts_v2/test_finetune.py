@@ -211,3 +211,23 @@ def test_fine_tuning_logs_mfu_when_the_peak_is_known(store, reduced_folder, tmp_
     assert [r["step"] for r in logged] == [2]
     assert logged[0]["train/tflops"] > 0
     assert logged[0]["train/mfu"] == pytest.approx(logged[0]["train/tflops"] / 0.5)
+
+
+def test_cpu_batches_carry_the_segments_mels_the_step_would_make(store, reduced_folder):
+    """On the CPU the loader makes the voice segments' cloning mels: the ones the step
+    makes from the same segments' audio, which the batch then leaves out."""
+    from myxtts.data.xtts_store import XttsStore
+    from myxtts.model.xtts_v2.features import cloning_mel_spec, normalised_log
+    from myxtts.train.xtts.batches import XttsBatches, xtts_plan
+
+    cfg = _config(Path("unused"))
+    train = XttsStore.open(store, "train")
+    plan = xtts_plan(train, cfg, 400)
+    stats = torch.rand(80) + 2.0
+    audio = XttsBatches(train, plan, 5, cfg).batch(1, [0, 1, 2])
+    mels = XttsBatches(train, plan, 5, cfg, mel_stats=stats).batch(1, [0, 1, 2])
+    assert "cond_audio" not in mels and "cond_audio" in audio
+    want = normalised_log(cloning_mel_spec()(audio["cond_audio"]), stats)
+    assert torch.equal(mels["cond_mel"], want)
+    for key in ("text", "codes", "cond_lengths", "cond_idxs"):
+        assert torch.equal(mels[key], audio[key])

@@ -87,7 +87,7 @@ def test_silent_tails_skipped_give_the_reference_losses_and_gradients(ref, train
     weighted frames; the losses are still the reference's, and the gradients those of the
     step over every frame."""
     batch = _batch(ref, segment_s=4.0)
-    tail = silent_tail_weights(batch["cond_lengths"], batch["cond_audio"].shape[-1])
+    tail = silent_tail_weights(batch["cond_lengths"], 1 + batch["cond_audio"].shape[-1] // 256)
     assert tail is not None and tail[0] < 1 + batch["cond_audio"].shape[-1] // 256 - 100
     every_frame = {k: v for k, v in batch.items() if k != "cond_lengths"}
     with torch.no_grad():
@@ -116,7 +116,7 @@ def test_silent_tail_frames_are_identical_and_weighted_to_the_full_count():
     audio = torch.randn(4, samples) * 0.1
     audio[torch.arange(samples)[None] >= lengths[:, None]] = 0
     mel = cloning_mel(audio, torch.ones(80), cloning_mel_spec())
-    keep, weights = silent_tail_weights(lengths, samples)
+    keep, weights = silent_tail_weights(lengths, mel.shape[-1])
     total = mel.shape[-1]
     first = (weights == 1).sum(dim=1)
     for row in range(4):
@@ -125,7 +125,7 @@ def test_silent_tail_frames_are_identical_and_weighted_to_the_full_count():
     torch.testing.assert_close(weights.sum(dim=1), torch.full((4,), float(total)))
     assert keep == int(first.max()) + 1 and weights.shape == (4, keep)
     # a segment whose audio reaches the end (its reflected padding reads audio): no cut
-    assert silent_tail_weights(torch.tensor([22050, samples - 100]), samples) is None
+    assert silent_tail_weights(torch.tensor([22050, samples - 100]), mel.shape[-1]) is None
 
 
 def test_padding_width_changes_nothing(ref, trainee):

@@ -61,27 +61,27 @@ def dvae_mel(audio: Tensor, mel_stats: Tensor, spec: PowerMel | None = None) -> 
     return normalised_log(spec(audio), mel_stats)
 
 
-def silent_tail_weights(lengths: Tensor, samples: int) -> tuple[int, Tensor] | None:
+def silent_tail_weights(lengths: Tensor, frames: int) -> tuple[int, Tensor] | None:
     """Frame weights that let a batch of zero-padded voice segments skip their silent tails.
 
-    Row ``b`` of the segments ``[B, samples]`` is ``lengths[b]`` samples of audio, then
-    zeros. Its cloning-mel frames from ``r_b = ceil((lengths[b] + 512) / 256) + 1`` on read
-    only zeros (a frame's 1024-sample window spans 512 samples either side of its centre;
-    the one extra frame is a margin), so they are the same vector exactly. Returns ``(keep,
-    weights)``: the first ``keep`` frames of every row suffice, and ``weights [B, keep]``
-    (1 for a frame with audio; the rest of a row's silent frames shared among its kept
-    silent ones) make ``conditioning``'s weighted encoder give what all frames give. None
-    when nothing would be cut (some row's audio reaches the end, where the reflected
-    padding reads it back)."""
-    total = 1 + samples // HOP_LENGTH
+    The segments' cloning mels have ``frames`` frames (``1 + samples // 256``); row ``b`` is
+    ``lengths[b]`` samples of audio, then zeros. Its frames from ``r_b = ceil((lengths[b] +
+    512) / 256) + 1`` on read only zeros (a frame's 1024-sample window spans 512 samples
+    either side of its centre; the one extra frame is a margin), so they are the same vector
+    exactly. Returns ``(keep, weights)``: the first ``keep`` frames of every row suffice, and
+    ``weights [B, keep]`` (1 for a frame with audio; the rest of a row's silent frames shared
+    among its kept silent ones) make ``conditioning``'s weighted encoder give what all frames
+    give. None when nothing would be cut, or when some row's audio comes within 1024 samples
+    of the segment's end (where the STFT's reflected padding reads it back)."""
+    samples = (frames - 1) * HOP_LENGTH  # the shortest segment with this many frames
     first = (lengths.long() + 512 + HOP_LENGTH - 1) // HOP_LENGTH + 1
     if len(first) == 0 or bool((lengths > samples - 2 * 512).any()):
         return None
     keep = int(first.max()) + 1
-    if keep >= total:
+    if keep >= frames:
         return None
     cols = torch.arange(keep, device=lengths.device)[None]
-    share = (total - first).double() / (keep - first).double()
+    share = (frames - first).double() / (keep - first).double()
     weights = torch.where(cols < first[:, None], 1.0, share[:, None])
     return keep, weights.float()
 

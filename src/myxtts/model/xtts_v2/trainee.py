@@ -20,7 +20,8 @@ reference's evaluation does) and nothing is ignored there.
 
 What the batch holds (``myxtts.train.xtts.batches``): ``text [B, L]`` XTTS text ids (0 after
 ``text_lengths``), ``codes [B, T]`` DVAE codes, ``wav_lengths [B]`` the clip's samples at
-22.05 kHz, ``cond_audio [B, S]`` the voice segment zero-padded to S samples, optionally
+22.05 kHz, ``cond_audio [B, S]`` the voice segment zero-padded to S samples (or ``cond_mel
+[B, 80, 1 + S // 256]``, its cloning mel, :meth:`XttsGptTrainee.cond_mel`), optionally
 ``cond_lengths [B]`` its samples before the padding and ``cond_idxs [B, 2]`` its first and
 end sample in the clip.
 """
@@ -63,22 +64,24 @@ class XttsGptTrainee(nn.Module):
             return normalised_log(self.cond_spec(cond_audio.float()), self.mel_stats)
 
     def voice(self, batch: dict[str, Tensor]) -> Tensor:
-        """The conditioning latents of the batch's voice segments. Eager on the CPU, with
-        the segments' lengths (``cond_lengths``), each row runs alone with its silent zero
-        padding as one weighted frame (``features.silent_tail_weights``): the same latents
-        with neither the tail's frames nor the batch's padding to the longest segment (a
-        fine-tuning step ~15% faster on 2 CPU cores; the attention's cost grows with the
-        square of the frames). Elsewhere every frame runs in one batch, so that shapes never
-        depend on the values (the lengths would be a host read and a new shape per batch on
-        a GPU)."""
-        audio = batch["cond_audio"]
-        mel = self.cond_mel(audio)
+        """The conditioning latents of the batch's voice segments (their cloning mels
+        ``cond_mel`` where the loader made them, else made here from ``cond_audio``).
+
+        Eager on the CPU, with the segments' lengths (``cond_lengths``), each row runs alone
+        with its silent zero padding as one weighted frame (``features.silent_tail_weights``):
+        the same latents with neither the tail's frames nor the batch's padding to the
+        longest segment (the attention's cost grows with the square of the frames). Elsewhere
+        every frame runs in one batch, so that shapes never depend on the values (the
+        lengths would be a host read and a new shape per batch on a GPU)."""
+        mel = batch.get("cond_mel")
+        if mel is None:
+            mel = self.cond_mel(batch["cond_audio"])
         lengths = batch.get("cond_lengths")
-        if lengths is None or audio.device.type != "cpu" or torch.compiler.is_compiling():
+        if lengths is None or mel.device.type != "cpu" or torch.compiler.is_compiling():
             return self.gpt.conditioning_latents(mel)
         rows = []
-        for row in range(audio.shape[0]):
-            tail = silent_tail_weights(lengths[row:row + 1], audio.shape[-1])
+        for row in range(mel.shape[0]):
+            tail = silent_tail_weights(lengths[row:row + 1], mel.shape[-1])
             if tail is None:
                 rows.append(self.gpt.conditioning_latents(mel[row:row + 1]))
             else:

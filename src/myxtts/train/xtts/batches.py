@@ -2,8 +2,9 @@
 the voice segment cut again every epoch, built in loader workers.
 
 What a batch holds is ``model.xtts_v2.trainee``'s contract (``text``, ``text_lengths``,
-``codes``, ``wav_lengths``, ``cond_audio``, ``cond_lengths``, ``cond_idxs``) plus
-``code_lengths`` (the real codes, what the progress counts) and ``indices``. Everything is read from the store's memory
+``codes``, ``wav_lengths``, ``cond_audio`` or its cloning mel ``cond_mel``, ``cond_lengths``,
+``cond_idxs``) plus ``code_lengths`` (the real codes, what the progress counts) and
+``indices``. Everything is read from the store's memory
 maps: no audio is decoded and no DVAE runs while training.
 
 The voice segment follows the reference trainer: a length drawn uniformly from
@@ -34,6 +35,7 @@ from myxtts.data.feed.buckets import BucketPlan, plan_buckets
 from myxtts.data.feed.loader import choose_workers, worker_count, worker_init
 from myxtts.data.feed.sampler import BucketBatchSampler, capped_subset
 from myxtts.data.xtts_store import XttsStore
+from myxtts.model.xtts_v2.features import cloning_mel, cloning_mel_spec
 from myxtts.system import available_cpus
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,12 @@ class XttsBatches(Dataset):
     whose items are the sampler's batches: workers build whole batches)."""
 
     def __init__(self, store: XttsStore, plan: BucketPlan, seed: int, cfg: Config,
-                 evaluation: bool = False) -> None:
+                 evaluation: bool = False, mel_stats: torch.Tensor | None = None) -> None:
         self.store, self.plan, self.seed, self.evaluation = store, plan, int(seed), evaluation
+        # with the model's mel statistics, batches carry the segments' cloning mels instead
+        # of their audio (made here, in the loader's workers where it has them)
+        self.mel_stats = None if mel_stats is None else mel_stats.detach().float().cpu()
+        self.spec = None if mel_stats is None else cloning_mel_spec()
         self.shortest = int(round(cfg.xtts.cond_min_s * SAMPLE_RATE))
         self.longest = int(round(cfg.xtts.cond_max_s * SAMPLE_RATE))
         self.positions = gpt_code_lengths(store.audio_lengths)
@@ -101,7 +107,11 @@ class XttsBatches(Dataset):
                  "indices": np.asarray(indices, np.int64)}
         if not self.evaluation:
             batch["cond_idxs"] = idxs
-        return {k: torch.from_numpy(v) for k, v in batch.items()}
+        out = {k: torch.from_numpy(v) for k, v in batch.items()}
+        if self.mel_stats is not None:
+            with torch.no_grad():
+                out["cond_mel"] = cloning_mel(out.pop("cond_audio"), self.mel_stats, self.spec)
+        return out
 
 
 def real_codes(batch: dict[str, torch.Tensor]) -> int:

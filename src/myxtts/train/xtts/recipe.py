@@ -160,15 +160,20 @@ class XttsRecipe(Recipe):
         self.sampler = xtts_sampler(train_store, plan, seed, rank=dist.rank,
                                     world_size=dist.world_size)
         self._continue(self.sampler)
-        self.loader = XttsLoader(XttsBatches(train_store, plan, seed, cfg), self.sampler,
-                                 cfg.data.num_workers)
+        # On the CPU the loader makes the voice segments' mels (in its workers, beside the
+        # step); on a GPU the step makes them, where they cost little and no worker's mel
+        # can hold the GPU up.
+        stats = self.base.mel_stats if device.type == "cpu" else None
+        self.loader = XttsLoader(XttsBatches(train_store, plan, seed, cfg, mel_stats=stats),
+                                 self.sampler, cfg.data.num_workers)
         if val_plan is not None:
             self.val_sampler = xtts_sampler(val_store, val_plan, VAL_SEED, rank=dist.rank,
                                             world_size=dist.world_size, shuffle=False,
                                             max_utterances=cfg.data.max_val_utterances,
                                             split_seed=cfg.data.split_seed)
             self.val_loader = XttsLoader(XttsBatches(val_store, val_plan, VAL_SEED, cfg,
-                                                     evaluation=True), self.val_sampler, 0)
+                                                     evaluation=True, mel_stats=stats),
+                                         self.val_sampler, 0)
 
     def _check_settings(self) -> None:
         """Settings of the myxtts model's training that have no meaning (or no
