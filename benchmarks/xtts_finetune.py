@@ -1,7 +1,8 @@
 """XTTS-v2 GPT fine-tuning, myxtts against coqui-tts's GPTTrainer, on the CPU, in one run.
 
     python benchmarks/xtts_finetune.py --peer-python PY [--data DIR] [--size reduced|released]
-        [--batch-size B] [--steps N] [--warmup K] [--workers 0,2] [--threads T] [--json FILE]
+        [--batch-size B] [--steps N] [--warmup K] [--workers 0,2] [--threads T] [--rounds R]
+        [--json FILE]
 
 The peer environment (``PY``: coqui-tts 0.28 with torchaudio importable) writes an XTTS-v2
 folder with seeded random weights once (``_xtts_peer.py make``, the tests' reduced size by
@@ -13,7 +14,8 @@ fine-tune the same GPT from the same weights on the same utterances with the sam
 size. Per loader worker count, each side runs in a fresh process: coqui-tts's own
 dataset, collate and on-device DVAE codes (``_xtts_finetune_peer.py train``, whose
 docstring says what of its Trainer's step it reproduces), then ours (:func:`ours`). Each
-runs ``--warmup`` untimed optimizer steps, then times ``--steps`` more.
+runs ``--warmup`` untimed optimizer steps, then times ``--steps`` more. ``--rounds R`` runs all
+of it R times, the side that goes first alternating, and reports medians (:func:`combine`).
 
 Reported per worker count: utterances per second of the timed steps, the ratio ours over
 the peer's (above 1: myxtts is faster), and the peak resident memory of each side's process
@@ -123,11 +125,49 @@ def ratio(mine: dict | None, peer: dict) -> float | None:
     return mine["utterances_per_s"] / peer["utterances_per_s"]
 
 
+def run_ratio(r: dict) -> float | None:
+    """A worker count's ratio: the median of its rounds' (``combine``), else its one run's."""
+    return r["ratio"] if "ratio" in r else ratio(r.get("mine"), r["peer"])
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def combine(rounds: list[dict[int, dict]]) -> dict[int, dict]:
+    """Several rounds of ``{workers: {"peer": run, "mine": run}}`` as one: per worker count
+    each side's run of median speed, ``ratio`` the median of the rounds' own ratios (each
+    round's two sides ran back to back, so a machine that drifts between rounds moves both),
+    ``round_ratios`` every round's, the memory peaks the largest of any round."""
+    out: dict[int, dict] = {}
+    for w in rounds[0]:
+        entry: dict = {}
+        for side in ("peer", "mine"):
+            runs = [r[w][side] for r in rounds if r[w].get(side)]
+            if not runs:
+                entry[side] = None
+                continue
+            runs.sort(key=lambda run: run["utterances_per_s"])
+            chosen = dict(runs[(len(runs) - 1) // 2])
+            for key in ("peak_rss_mb", "peak_pss_mb"):
+                if all(key in run for run in runs):
+                    chosen[key] = max(run[key] for run in runs)
+            entry[side] = chosen
+        ratios = [ratio(r[w].get("mine"), r[w]["peer"]) for r in rounds]
+        if all(q is not None for q in ratios):
+            entry["ratio"], entry["round_ratios"] = _median(ratios), ratios
+        elif entry["mine"] is None:
+            entry["ratio"] = None
+        out[w] = entry
+    return out
+
+
 def figures(runs: dict[int, dict]) -> dict:
     """The JSON: every run, and ``ratio_<W>_workers`` per worker count ``W``."""
     out: dict = {"runs": {str(w): r for w, r in runs.items()}}
     for w, r in runs.items():
-        out[f"ratio_{w}_workers"] = ratio(r.get("mine"), r["peer"])
+        out[f"ratio_{w}_workers"] = run_ratio(r)
     return out
 
 
@@ -141,7 +181,7 @@ def render(runs: dict[int, dict], head: list[str]) -> str:
     rows = [*head, "", line([n for n, _ in cols]), "-" * sum(w for _, w in cols)]
     for w, r in runs.items():
         mine, peer = r.get("mine"), r["peer"]
-        q = ratio(mine, peer)
+        q = run_ratio(r)
         rows.append(line([str(w), f"{mine['utterances_per_s']:.2f}" if mine else "-",
                           f"{peer['utterances_per_s']:.2f}", f"{q:.2f}x" if q else "-",
                           *(f"{side[key]:.0f}" if side and key in side else "-"
@@ -220,6 +260,8 @@ def main() -> int:
     p.add_argument("--workers", default="0,2", help="loader worker counts, comma-separated")
     p.add_argument("--threads", type=int, default=1, help="torch threads on each side (coqui's "
                    "dataset module sets 1 when imported)")
+    p.add_argument("--rounds", type=int, default=1, help="run the comparison this many times "
+                   "(each side's order alternating) and report medians (default 1)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--ours", type=Path, help=argparse.SUPPRESS)  # the child running ours()
     args = p.parse_args()
@@ -234,7 +276,6 @@ def main() -> int:
               f"wavs/); pass --data DIR")
         return 0
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
-    runs: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="xtts-finetune-") as tmp:
         tmp = Path(tmp)
         folder = tmp / "xtts"
@@ -249,22 +290,40 @@ def main() -> int:
         (data / "wavs").symlink_to((source / "wavs").resolve(), target_is_directory=True)
         common.say(f"{len(accepted['ids'])} clips of {source} train; "
                    f"{len(accepted['dropped'])} left out (the reference trainer refuses them)")
-        for w in counts:
-            common.say(f"{w} workers: coqui-tts's GPTTrainer, {args.warmup} + {args.steps} steps ...")
-            peer = _peer(args, "_xtts_finetune_peer.py", "train", str(folder), str(data),
-                         "--batch-size", str(args.batch_size), "--workers", str(w),
-                         "--steps", str(args.steps), "--warmup", str(args.warmup),
-                         "--threads", str(args.threads))
-            common.say(f"{w} workers: myxtts, the same ...")
-            runs[w] = {"peer": peer, "mine": _run_ours(args, tmp, folder, data, w)}
+        rounds: list[dict[int, dict]] = []
+        for k in range(args.rounds):
+            this: dict[int, dict] = {}
+            for w in counts:
+                this[w] = {}
+                # alternate which side runs first, so that a drifting machine favours neither
+                for side in (("peer", "mine") if k % 2 == 0 else ("mine", "peer")):
+                    if side == "peer":
+                        common.say(f"round {k + 1}, {w} workers: coqui-tts's GPTTrainer, "
+                                   f"{args.warmup} + {args.steps} steps ...")
+                        this[w]["peer"] = _peer(
+                            args, "_xtts_finetune_peer.py", "train", str(folder), str(data),
+                            "--batch-size", str(args.batch_size), "--workers", str(w),
+                            "--steps", str(args.steps), "--warmup", str(args.warmup),
+                            "--threads", str(args.threads))
+                    else:
+                        common.say(f"round {k + 1}, {w} workers: myxtts, the same ...")
+                        this[w]["mine"] = _run_ours(args, tmp, folder, data, w)
+            rounds.append(this)
+        runs = rounds[0] if len(rounds) == 1 else combine(rounds)
     head = [f"XTTS-v2 GPT fine-tuning, {args.size} size, seeded random weights; "
             f"{len(accepted['ids'])} clips of {source}",
             f"batch {args.batch_size}, {args.warmup} warm-up + {args.steps} timed optimizer steps, "
             f"fp32, torch threads {args.threads}; {os.cpu_count()} CPUs, load average "
-            f"{os.getloadavg()[0]:.1f}",
+            f"{os.getloadavg()[0]:.1f}"
+            + (f"; medians of {args.rounds} rounds (ratio: the median of each round's)"
+               if args.rounds > 1 else ""),
             "RSS MB: process ru_maxrss + the loader workers' summed VmHWM (shared pages in each); "
             "PSS MB: the process tree's sampled PSS peak"]
     print(render(runs, head))
+    for w, r in runs.items():
+        if r.get("round_ratios"):
+            print(f"  {w} workers, each round's ratio: "
+                  + ", ".join(f"{q:.2f}x" for q in r["round_ratios"]))
     print("where the timed steps went:")
     for r in runs.values():
         for name in ("mine", "peer"):

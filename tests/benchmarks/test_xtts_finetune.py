@@ -64,3 +64,17 @@ def test_the_memory_helpers_read_this_process(bench):
     assert mem["main_rss_mb"] > 0
     pss = peer.PssPeak(every=0.01).start()
     assert pss.stop() > 0
+
+
+def test_rounds_combine_to_medians_with_the_median_of_each_rounds_ratio(bench):
+    rounds = [{0: {"peer": _run(0, 2.0, 1000), "mine": _run(0, 5.0, 800)}},
+              {0: {"peer": _run(0, 1.0, 1100), "mine": _run(0, 2.2, 900)}},
+              {0: {"peer": _run(0, 3.0, 900), "mine": _run(0, 6.3, 700)}}]
+    got = bench.combine(rounds)[0]
+    assert got["round_ratios"] == pytest.approx([2.5, 2.2, 2.1])
+    assert got["ratio"] == pytest.approx(2.2)  # not 5.0 / 2.0, the medians' ratio
+    assert got["mine"]["utterances_per_s"] == 5.0 and got["peer"]["utterances_per_s"] == 2.0
+    assert got["mine"]["peak_rss_mb"] == 900 and got["peer"]["peak_rss_mb"] == 1100
+    assert bench.figures(bench.combine(rounds))["ratio_0_workers"] == pytest.approx(2.2)
+    line = bench.render(bench.combine(rounds), ["h"]).splitlines()[4].split()
+    assert line[:4] == ["0", "5.00", "2.00", "2.20x"]
