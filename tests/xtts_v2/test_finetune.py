@@ -263,3 +263,28 @@ def test_torchrun_two_ranks_fine_tune_in_step(store, reduced_folder, tmp_path):
     key = "gpt.conditioning_encoder.init.weight"  # the trainee's names are the released ones
     assert state[ck.MODEL][key].shape == base[key].shape
     assert not torch.equal(state[ck.MODEL][key], base[key])
+
+
+def test_eager_batches_are_cut_to_their_longest_row(store):
+    """For an eager step a batch is padded to its own longest text and code row, not its
+    bucket's shape: the same rows, less padding (the losses do not depend on the widths:
+    test_trainee)."""
+    from myxtts.data.xtts_store import XttsStore
+    from myxtts.train.xtts.batches import XttsBatches, gpt_code_lengths, xtts_plan
+
+    cfg = _config(Path("unused"))
+    train = XttsStore.open(store, "train")
+    plan = xtts_plan(train, cfg, 400)
+    rows = [0, 2, 3]
+    bucket = XttsBatches(train, plan, 5, cfg).batch(1, rows)
+    cut = XttsBatches(train, plan, 5, cfg, trim=True).batch(1, rows)
+    width_t = int(train.text_lengths[rows].max())
+    width_c = int(gpt_code_lengths(train.audio_lengths[rows]).max())
+    assert cut["text"].shape == (3, width_t) and cut["codes"].shape == (3, width_c)
+    assert bucket["text"].shape[1] >= width_t and bucket["codes"].shape[1] >= width_c
+    assert bucket["text"].shape[1] + bucket["codes"].shape[1] > width_t + width_c  # cut
+    assert torch.equal(cut["text"], bucket["text"][:, :width_t])
+    assert torch.equal(cut["codes"], bucket["codes"][:, :width_c])
+    assert not bucket["text"][:, width_t:].any() and not bucket["codes"][:, width_c:].any()
+    for key in ("text_lengths", "code_lengths", "wav_lengths", "cond_audio", "cond_idxs"):
+        assert torch.equal(cut[key], bucket[key])

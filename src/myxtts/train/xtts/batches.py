@@ -1,5 +1,6 @@
-"""XTTS-v2 fine-tuning batches from an XTTS store: bucketed, padded to the bucket's shape,
-the voice segment cut again every epoch, built in loader workers.
+"""XTTS-v2 fine-tuning batches from an XTTS store: bucketed, padded to the bucket's shape
+(or, for an eager step, to the batch's longest row), the voice segment cut again every epoch,
+built in loader workers.
 
 What a batch holds is ``model.xtts_v2.trainee``'s contract (``text``, ``text_lengths``,
 ``codes``, ``wav_lengths``, ``cond_audio`` or its cloning mel ``cond_mel``, ``cond_lengths``,
@@ -65,8 +66,12 @@ class XttsBatches(Dataset):
     whose items are the sampler's batches: workers build whole batches)."""
 
     def __init__(self, store: XttsStore, plan: BucketPlan, seed: int, cfg: Config,
-                 evaluation: bool = False, mel_stats: torch.Tensor | None = None) -> None:
+                 evaluation: bool = False, mel_stats: torch.Tensor | None = None,
+                 trim: bool = False) -> None:
         self.store, self.plan, self.seed, self.evaluation = store, plan, int(seed), evaluation
+        # trim: rows padded to the batch's longest, not to its bucket's shape (for an eager
+        # step: nothing there caches per shape, and padding is work; the losses are the same)
+        self.trim = trim
         # with the model's mel statistics, batches carry the segments' cloning mels instead
         # of their audio (made here, in the loader's workers where it has them)
         self.mel_stats = None if mel_stats is None else mel_stats.detach().float().cpu()
@@ -84,7 +89,11 @@ class XttsBatches(Dataset):
 
     def batch(self, epoch: int, indices: list[int]) -> dict[str, torch.Tensor]:
         s, b = self.store, len(indices)
-        width_c, width_t = self.plan.shape_for(int(self.positions[indices].max()))
+        if self.trim:
+            width_c = int(self.positions[indices].max())
+            width_t = max(int(s.text_lengths[i]) for i in indices)
+        else:
+            width_c, width_t = self.plan.shape_for(int(self.positions[indices].max()))
         text = np.zeros((b, width_t), np.int64)
         codes = np.zeros((b, width_c), np.int64)
         cond = np.zeros((b, self.longest), np.float32)

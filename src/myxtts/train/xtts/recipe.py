@@ -36,7 +36,7 @@ from myxtts.observe.loggers import build_logger
 from myxtts.train import finetune
 from myxtts.train.distributed import init_distributed
 from myxtts.train.efficiency import IntervalEfficiency
-from myxtts.train.engine import TrainEngine, Workload
+from myxtts.train.engine import StepMode, TrainEngine, Workload
 from myxtts.train.errors import TrainError, is_out_of_memory
 from myxtts.train.hooks import EvaluationFactory, StepEvaluation
 from myxtts.train.memory import apply_caps, resolve_caps
@@ -164,15 +164,19 @@ class XttsRecipe(Recipe):
         # step); on a GPU the step makes them, where they cost little and no worker's mel
         # can hold the GPU up.
         stats = self.base.mel_stats if device.type == "cpu" else None
-        self.loader = XttsLoader(XttsBatches(train_store, plan, seed, cfg, mel_stats=stats),
-                                 self.sampler, cfg.data.num_workers)
+        # An eager step takes each batch at its own widths (a compiled or graphed one keeps
+        # one shape per bucket).
+        trim = self.engine.mode == StepMode.EAGER
+        self.loader = XttsLoader(XttsBatches(train_store, plan, seed, cfg, mel_stats=stats,
+                                             trim=trim), self.sampler, cfg.data.num_workers)
         if val_plan is not None:
             self.val_sampler = xtts_sampler(val_store, val_plan, VAL_SEED, rank=dist.rank,
                                             world_size=dist.world_size, shuffle=False,
                                             max_utterances=cfg.data.max_val_utterances,
                                             split_seed=cfg.data.split_seed)
             self.val_loader = XttsLoader(XttsBatches(val_store, val_plan, VAL_SEED, cfg,
-                                                     evaluation=True, mel_stats=stats),
+                                                     evaluation=True, mel_stats=stats,
+                                                     trim=trim),
                                          self.val_sampler, 0)
 
     def _check_settings(self) -> None:
