@@ -70,7 +70,7 @@ def check_xtts_store(path: Path, cfg: Config, speed: Check | None,
         checks.append(speed)
     if len(train) == 0:
         return checks + [Check("batches", "fail", "the train split is empty",
-                               f"prepare a dataset with more utterances ({rebuild})")], {}
+                               f"prepare a dataset with more utterances ({rebuild})")], DataPlan()
     try:
         plan = xtts_plan(train, cfg, plan_frames(cfg))
     except ConfigError as e:
