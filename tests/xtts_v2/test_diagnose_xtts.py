@@ -84,8 +84,8 @@ def test_profile_describes_the_xtts_model_and_its_batches(profiled, store, reduc
     assert setup["parameters"] == sum(t.numel() for t in gpt.parameters())
     assert setup["batch_frames"] == 300 and setup["step_mode"] == "eager"
     widths = {b["frames"] for b in setup["batch_sizes"]}
-    for s in p["shapes"]:  # the batches' padded code widths are the plan's buckets
-        assert s["frames"] in widths and s["batch"] <= 2
+    for s in p["shapes"]:  # an eager step's batches: cut to their longest row, in a bucket
+        assert s["frames"] <= max(widths) and s["batch"] <= 2
     assert p["frames"] == "code positions" and p["shape_axes"] == "B x L_text x T_codes"
     assert 0 < p["padding_efficiency"] < 1  # codes against padded code positions
     # FLOPs: at least 6 x the blocks' weights x the padded code positions the window ran

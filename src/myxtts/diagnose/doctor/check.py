@@ -39,6 +39,26 @@ class DataPlan:
     shm: tuple[int, int, str] | None = None  # known shared memory per worker (shm_per_worker)
 
 
+MAX_PROBLEMS_SHOWN = 3
+
+
+def integrity(name: str, path: Any, fix: str) -> Check | None:
+    """A ``fail`` naming the first problems ``verify_store`` finds in the store at ``path``
+    (``fix``: how to make it again), or None when it verifies."""
+    from myxtts.data.store import StoreError, verify_store  # deferred: numpy, as the checks
+
+    try:
+        problems = verify_store(path)
+    except StoreError as e:
+        problems = [str(e)]
+    if not problems:
+        return None
+    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    shown += f" (and {more} more)" if more > 0 else ""
+    return Check(name, "fail", f"{len(problems)} problem(s): {shown}", fix)
+
+
 def exit_code(checks: list[Check]) -> int:
     """1 when anything blocks training (a ``fail``), else 0."""
     return 1 if any(c.status == "fail" for c in checks) else 0

@@ -19,14 +19,13 @@ from pathlib import Path
 
 from myxtts.config import Config, ConfigError
 from myxtts.config.bounds import count
-from myxtts.diagnose.doctor.check import Check, DataPlan
+from myxtts.diagnose.doctor.check import Check, DataPlan, integrity
 
 MIN_READ_MBS = 50.0  # below this, reading a store can starve a GPU between page-cache hits
 READ_LIMIT = 2 << 30  # bytes of the mel file timed at most (keeps doctor in seconds)
 READ_CHUNK = 16 << 20
 MIN_TIMED_BYTES = 64 << 20  # a smaller file reads too fast to judge the disk by
 ONTHEFLY_IN_FLIGHT = 3  # on-the-fly loader: prefetch_factor 2 per worker + the batch being read
-MAX_PROBLEMS_SHOWN = 3
 
 
 def check_data(cfg: Config, path: str | Path | None, read_limit: int = READ_LIMIT,
@@ -70,22 +69,16 @@ def check_store(path: Path, cfg: Config, read_limit: int = READ_LIMIT
     """Integrity (``verify_store``), features matching ``cfg``, batching, read speed."""
     # deferred: the doctor runs without soundfile or soxr (module doc)
     from myxtts.data.feed.loader import bucket_plan
-    from myxtts.data.store import FeatureStore, StoreError, verify_store
+    from myxtts.data.store import FeatureStore, StoreError
     from myxtts.data.store.format import store_state
 
     rebuild = f"myxtts prepare DATA --out {path} --force"
     if store_state(path) == "partial":
         rebuild = f"re-run the same `myxtts prepare DATA --out {path}` to resume it"
     speed = check_read_speed(path, read_limit)  # first: verify's hashing fills the page cache
-    try:
-        problems = verify_store(path)
-    except StoreError as e:
-        problems = [str(e)]
-    if problems:
-        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
-        more = len(problems) - MAX_PROBLEMS_SHOWN
-        shown += f" (and {more} more)" if more > 0 else ""
-        return [Check("store", "fail", f"{len(problems)} problem(s): {shown}", rebuild)], DataPlan()
+    failed = integrity("store", path, rebuild)
+    if failed is not None:
+        return [failed], DataPlan()
     checks = []
     try:
         store = FeatureStore.open(path, "train", cfg)

@@ -18,9 +18,8 @@ from typing import Any
 
 from myxtts.config import Config, ConfigError
 from myxtts.config.bounds import count
-from myxtts.diagnose.doctor.check import Check, DataPlan
+from myxtts.diagnose.doctor.check import Check, DataPlan, integrity
 
-MAX_PROBLEMS_SHOWN = 3
 IN_FLIGHT = 2  # the XTTS loader's DataLoader: prefetch_factor 2 per worker
 HASH_SHOWN = 12  # leading hex digits of a sha256 shown
 
@@ -33,7 +32,7 @@ def check_xtts_store(path: Path, cfg: Config, speed: Check | None,
     memory (an empty plan when the store cannot be batched)."""
     # deferred: numpy and torch, which the doctor reports on rather than needs
     from myxtts.data.feed.loader import plan_frames
-    from myxtts.data.store import StoreError, verify_store
+    from myxtts.data.store import StoreError
     from myxtts.data.xtts_store import XttsStore
     from myxtts.train.xtts.batches import (
         XttsBatches,
@@ -44,15 +43,9 @@ def check_xtts_store(path: Path, cfg: Config, speed: Check | None,
     )
 
     rebuild = f"myxtts prepare DATA --out {path} --xtts XTTS_DIR --force"
-    try:
-        problems = verify_store(path)
-    except StoreError as e:
-        problems = [str(e)]
-    if problems:
-        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
-        more = len(problems) - MAX_PROBLEMS_SHOWN
-        shown += f" (and {more} more)" if more > 0 else ""
-        return [Check("XTTS store", "fail", f"{len(problems)} problem(s): {shown}", rebuild)], DataPlan()
+    failed = integrity("XTTS store", path, rebuild)
+    if failed is not None:
+        return [failed], DataPlan()
     try:
         train, val = XttsStore.open(path, "train"), XttsStore.open(path, "val")
     except StoreError as e:

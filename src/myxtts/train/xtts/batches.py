@@ -5,8 +5,8 @@ built in loader workers.
 What a batch holds is ``model.xtts_v2.trainee``'s contract (``text``, ``text_lengths``,
 ``codes``, ``wav_lengths``, ``cond_audio`` or its cloning mel ``cond_mel``, ``cond_lengths``,
 ``cond_idxs``) plus ``code_lengths`` (the real codes, what the progress counts) and
-``indices``. Everything is read from the store's memory
-maps: no audio is decoded and no DVAE runs while training.
+``indices``. Everything is read from the store's memory maps: no audio is decoded and no
+DVAE runs while training.
 
 The voice segment follows the reference trainer: a length drawn uniformly from
 [``xtts.cond_min_s``, ``xtts.cond_max_s``] seconds (half the clip when it is shorter), at a
