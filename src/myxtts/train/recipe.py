@@ -40,6 +40,7 @@ from myxtts.observe.loggers import MetricLogger
 from myxtts.observe.meters import StepTimer
 from myxtts.observe.progress import Progress
 from myxtts.train.distributed import DistInfo, gather
+from myxtts.train.errors import TrainError
 from myxtts.train.run import StopFlag, TrainResult, check_finite_weights, locked_run, next_micro
 
 # (the recipe's method, the train.* interval that schedules it; 0 turns an event off). A
@@ -83,6 +84,7 @@ class Recipe(ABC):
         self.logger: MetricLogger | None = None
         self.saver: BackgroundSaver | None = None
         self.timer: StepTimer | None = None
+        self.eff: Any = None  # train.efficiency.IntervalEfficiency of a training run (rank 0)
         self.bar: Progress | None = None
         self.stop: StopFlag | None = None
         self.saved_step = -1  # the step of the newest checkpoint
@@ -213,13 +215,31 @@ class Recipe(ABC):
         if self.saved_step != step:
             self.last = self.save_checkpoint()
 
-    def publish(self, step: int, values: dict[str, float], ready: float | None) -> None:
-        """``values`` with the engine's own figures added (steps that found no CUDA graph,
-        ``ready``: the feed's ready batches per request, peak GPU memory), logged under
-        ``train/`` and shown on the progress bar."""
-        assert self.logger is not None and self.bar is not None
+    def occupancy(self) -> float | None:
+        """The feed's ready batches per request since the last call (None: no figure)."""
+        return None
+
+    def log(self, step: int) -> None:
+        """The log event: the engine's figures (its one host read), a run of non-finite
+        steps stopped with a checkpoint, the interval's speeds and data-wait share, the
+        efficiency meter's (``eff``: GPU utilisation, TFLOP/s, MFU where known), the engine's
+        own (steps that found no CUDA graph, peak GPU memory) and the feed's ready batches,
+        logged under ``train/`` and shown on the progress bar."""
+        assert self.timer is not None and self.logger is not None and self.bar is not None
+        values = self.engine.read()
+        iv = self.timer.collect()
+        peak = values.get("nonfinite_run_peak", 0.0)
+        if peak >= self.cfg.train.max_nonfinite_in_row:
+            self.save_checkpoint()
+            raise TrainError(f"{int(peak)} consecutive steps had a non-finite loss (step "
+                             f"{step}); {self.weights_fix()}")
+        values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
+                      audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
+        if self.eff is not None:
+            values.update(self.eff.collect(iv.seconds))
         if self.engine.uncaptured_steps is not None:
             values["uncaptured_steps"] = float(self.engine.uncaptured_steps)
+        ready = self.occupancy()
         if ready is not None:
             values["data_ready_slots"] = ready
         if self.device.type == "cuda":

@@ -102,7 +102,6 @@ class TTSRecipe(Recipe):
         self.init_from, self.compile_model, self.copy_log = init_from, compile_model, copy_log
         self.make_evaluation = evaluation
         self.data: TrainData | None = None
-        self.eff: IntervalEfficiency | None = None
         self.evaluation: StepEvaluation | None = None
         self.batch_stream: BatchStream | None = None
 
@@ -250,22 +249,8 @@ class TTSRecipe(Recipe):
                 f"--set train.precision=fp32 to rule out overflow")
 
     # ------------------------------------------------------------------ events
-    def log(self, step: int) -> None:
-        assert self.timer is not None and self.logger is not None and self.bar is not None
-        values = self.engine.read()
-        iv = self.timer.collect()
-        peak = values.get("nonfinite_run_peak", 0.0)
-        if peak >= self.cfg.train.max_nonfinite_in_row:
-            self.save_checkpoint()
-            raise TrainError(
-                f"{int(peak)} consecutive steps had a non-finite loss (step {step}); lower "
-                f"train.lr (now {self.cfg.train.lr}), keep train.grad_clip > 0, or try "
-                f"--set train.precision=fp32 to rule out overflow")
-        values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
-                      audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
-        if self.eff is not None:
-            values.update(self.eff.collect(iv.seconds))
-        self.publish(step, values, self.batch_stream.occupancy() if self.batch_stream is not None else None)
+    def occupancy(self) -> float | None:
+        return self.batch_stream.occupancy() if self.batch_stream is not None else None
 
     def validate(self, step: int) -> None:
         val = validation_loss(self.engine, self.data, self.device, self.dist)

@@ -96,7 +96,6 @@ class XttsRecipe(Recipe):
         self.init_from, self.compile_model, self.copy_log = init_from, compile_model, copy_log
         self.make_evaluation = evaluation
         self.evaluation: StepEvaluation | None = None
-        self.eff: IntervalEfficiency | None = None
         self.base: XttsBase | None = None
         self.val_store: XttsStore | None = None
         self.loader: XttsLoader | None = None
@@ -331,20 +330,8 @@ class XttsRecipe(Recipe):
                 f"train.precision=fp32 to rule out overflow")
 
     # ------------------------------------------------------------------ events
-    def log(self, step: int) -> None:
-        assert self.timer is not None and self.logger is not None and self.bar is not None
-        values = self.engine.read()
-        peak = values.get("nonfinite_run_peak", 0.0)
-        if peak >= self.cfg.train.max_nonfinite_in_row:
-            self.save_checkpoint()
-            raise TrainError(f"{int(peak)} consecutive steps had a non-finite loss (step "
-                             f"{step}); {self.weights_fix()}")
-        iv = self.timer.collect()
-        values.update(steps_per_s=iv.steps_per_s, utterances_per_s=iv.utterances_per_s,
-                      audio_s_per_s=iv.audio_s_per_s, data_wait_share=iv.data_wait_share)
-        if self.eff is not None:
-            values.update(self.eff.collect(iv.seconds))
-        self.publish(step, values, self.feed.occupancy() if self.feed is not None else None)
+    def occupancy(self) -> float | None:
+        return self.feed.occupancy() if self.feed is not None else None
 
     def validate(self, step: int) -> None:
         val = validation_loss(self.engine, self, self.device, self.dist)
