@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from myxtts.cli.common import CLIError, add_config_args, config_from_args
+from myxtts.cli.train import xtts_config_name
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--init-from: only with a store of `myxtts prepare --xtts` (the XTTS-v2 "
                        f"folder it was made for); {args.data or 'no store'} is not one: leave "
                        f"--init-from out")
-    if xtts and args.config is None:
-        args.config = "xtts-finetune"  # the loader checks size what `myxtts train` fine-tunes
+    if xtts:  # the loader checks size what `myxtts train` fine-tunes with
+        args.config = xtts_config_name(args.config)
     cfg = config_from_args(args, base_overrides=[f"train.device={args.device}"] if args.device
                            else None, data=args.data)
     # deferred: the checks' modules, not for `myxtts --help`
