@@ -55,6 +55,13 @@ class Trainer:
         self.params_m = sum(p.numel() for p in self.engine.model.parameters()) / 1e6
         self.fps = cfg.audio.frames_per_second
 
+    @staticmethod
+    def key(batch: dict) -> tuple:
+        """A batch's shape key (the FLOP counter's and the staging's)."""
+        from myxtts.observe.flops import batch_key
+
+        return batch_key(batch)
+
     @property
     def batch_sizes(self) -> list[int]:
         """Each bucket's batch size, as the engine fitted them."""
@@ -78,7 +85,6 @@ class Trainer:
         (default: the store's)."""
         from myxtts.data.batch import to_model_dtypes
         from myxtts.data.feed.loader import build_loader
-        from myxtts.observe.flops import batch_key
 
         if loader is None:
             loader, sampler = build_loader(self.data.loader.batches.store, self.cfg,
@@ -88,7 +94,7 @@ class Trainer:
         for epoch in range(4):  # every bucket has batches in every epoch; guard anyway
             sampler.set_epoch(epoch)
             for batch in loader:
-                key = batch_key(batch)
+                key = self.key(batch)
                 if key in wanted and key not in staged:
                     staged[key] = (to_model_dtypes({k: v.to(self.device) for k, v in batch.items()}),
                                    int(batch["mel_lengths"].sum()))
@@ -125,7 +131,7 @@ class Trainer:
         from myxtts.observe.meters import StepTimer
 
         self.sync()  # the previous window's queued work is not this window's
-        shapes = ShapeCount()
+        shapes = ShapeCount(self.key)
         if gpu is not None:
             gpu.start()
         timer = StepTimer(self.device)
@@ -157,10 +163,11 @@ class Trainer:
 
 
 class ShapeCount:
-    """A window's view of its steps (``train.recipe.StepWatch``): every batch's shape key."""
+    """A window's view of its steps (``train.recipe.StepWatch``): every batch's shape key
+    (``key(batch)``)."""
 
-    def __init__(self) -> None:
-        self.keys: list[tuple] = []
+    def __init__(self, key: Any) -> None:
+        self.key, self.keys = key, []
 
     def fetching(self) -> None:
         pass  # (the window's timer times the fetch)
@@ -169,9 +176,7 @@ class ShapeCount:
         pass
 
     def stepped(self, micro: list[dict], frames: int) -> None:
-        from myxtts.observe.flops import batch_key
-
-        self.keys += [batch_key(b) for b in micro]
+        self.keys += [self.key(b) for b in micro]
 
 
 def staged_fetch(staged: Staged, keys: list[tuple]) -> Iterator[tuple[dict, int]]:
@@ -183,10 +188,14 @@ class Paired:
     """One run fed by its real input path (the recipe's stream: loader -> side-stream
     prefetch) and by pre-staged batches in the same shape order, window by window. ``lead``:
     untimed loader steps before each loader window; ``exact``: a batch matches the plan only
-    with its real frames too (else its shape alone)."""
+    with its real frames too (else its shape alone); ``gpu``: a ``GpuUtilSampler`` each
+    window runs (its mean utilisation in the window's figures); ``flops``: the step's FLOP
+    counter (``total(keys)``; the windows' TFLOP/s)."""
 
-    def __init__(self, t: Trainer, staged: Staged, lead: int = 0, exact: bool = True) -> None:
+    def __init__(self, t: Trainer, staged: Staged, lead: int = 0, exact: bool = True,
+                 gpu: Any = None, flops: Any = None) -> None:
         self.t, self.staged, self.lead, self.exact = t, staged, lead, exact
+        self.gpu, self.flops = gpu, flops
         self.accum = t.cfg.train.grad_accum_steps
         self.stream = t.run.stream()
         self.mismatches = 0
@@ -196,14 +205,12 @@ class Paired:
     def loader(self, n_steps: int) -> Iterator[tuple[dict, int]]:
         """The stream's batches of ``n_steps`` steps, each checked against the plan (read
         now, before any window times them)."""
-        from myxtts.observe.flops import batch_key
-
         plan = self.t.upcoming(n_steps * self.accum)
 
         def batches() -> Iterator[tuple[dict, int]]:
             for want in plan:
                 batch, frames = next(self.stream)
-                got = (batch_key(batch), frames)
+                got = (self.t.key(batch), frames)
                 self.mismatches += (got if self.exact else got[0]) != (want if self.exact else want[0])
                 yield batch, frames
 
@@ -217,7 +224,7 @@ class Paired:
             if kind == "loader" and self.lead:  # what was buffered meanwhile is no free batch
                 self.t.window(self.loader(self.lead), self.lead)
             batches = self.loader(steps) if kind == "loader" else staged_fetch(self.staged, self.plan)
-            self.windows[kind].append(self.t.window(batches, steps))
+            self.windows[kind].append(self.t.window(batches, steps, self.flops, self.gpu))
 
     def result(self) -> dict[str, Any]:
         """Per-round ratios of steps/s, medians per kind, shape-order mismatches."""
@@ -233,10 +240,11 @@ class Paired:
 
 
 def loader_ratio(t: Trainer, staged: Staged, steps: int, rounds: int, warmup: int,
-                 name: str) -> dict[str, Any]:
+                 name: str, gpu: Any = None, flops: Any = None) -> dict[str, Any]:
     """The run's real input path against the same engine fed pre-staged batches in the same
-    shape order, in interleaved windows after ``warmup`` untimed loader steps."""
-    pair = Paired(t, staged)
+    shape order, in interleaved windows after ``warmup`` untimed loader steps (``gpu``,
+    ``flops``: see :class:`Paired`)."""
+    pair = Paired(t, staged, gpu=gpu, flops=flops)
     t.window(pair.loader(warmup), warmup)
     for r in range(rounds):
         pair.round(r, steps)

@@ -33,6 +33,14 @@ rewritten then, so a run cut short keeps what it measured.
    then every other gpu-marked test: counts and the names of failures. It gets whatever
    the budget has left, never less than its deadline.
 
+One part runs only when named (``--parts xtts-finetune``, a device call of its own: it
+does not fit beside the others in one call of 10 minutes):
+
+9. xtts-finetune: ``benchmarks/xtts_finetune_gpu.py`` at the released size: XTTS-v2's GPT
+   fine-tuned on a store of the data, as ``myxtts train --init-from`` runs it (auto batch
+   sizes, compiled blocks, CUDA graphs, bf16): the run's warm-up, steps/s, NVML
+   utilisation and MFU, the loader against pre-staged batches.
+
 ``--dry-run`` prints the parts, their deadlines and commands, and runs nothing.
 
 On a machine without network (the wheels it lacks copied into an ignored ``.whl/``, the
@@ -66,7 +74,8 @@ BENCH = Path(__file__).resolve().parent
 FIRST_TESTS = ["tests/gpu/test_capture_safety.py", "tests/gpu/test_engine_gpu.py"]
 # seconds each part may take (the tests part: at least this, or what the budget has left)
 DEADLINES = {"store": 25, "train": 125, "restart": 50, "loader": 50, "save": 40, "demo": 70,
-             "xtts": 25, "tests": 95}
+             "xtts": 25, "tests": 95, "xtts-finetune": 480}
+ON_REQUEST = ("xtts-finetune",)  # run only when --parts names them
 STOP_GRACE_S = 25  # a stopped training run's time to write its checkpoint and exit
 
 
@@ -196,6 +205,8 @@ class Acceptance:
             "demo": [[*CLI, "demo", "--quiet"]],
             "xtts": [[py, str(BENCH / "xtts_decode.py"), "--size", "released", "--device", "cuda",
                       "--codes", "60"]],
+            "xtts-finetune": [[py, str(BENCH / "xtts_finetune_gpu.py"), "--data", str(self.data()),
+                               "--steps", "20", "--rounds", "2"]],
             "tests": [[py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
                        *FIRST_TESTS],
                       [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
@@ -210,7 +221,7 @@ class Acceptance:
     def part(self, name: str, log) -> dict:
         """Run one part; its figures."""
         cmds, deadline = self.commands()[name], DEADLINES[name]
-        if name == "store" and not self.data().is_dir():
+        if name in ("store", "xtts-finetune") and not self.data().is_dir():
             run([*CLI, "make-demo-data", str(self.data())], deadline, self.env, log)
         if name in ("train", "restart"):
             return self.training(cmds[0], deadline, log)
@@ -238,6 +249,14 @@ class Acceptance:
                 ("eager_bf16", "GPT step, eager, bfloat16 (ms per code)"),
                 ("graph_bf16", "GPT step, CUDA graph, bfloat16 (ms per code)"),
                 ("hifigan", "HiFi-GAN decoder (s per s of audio)"))})
+        elif name == "xtts-finetune":
+            out.update({key: row_of(ran, label) for key, label in (
+                ("ready_s", "run ready in s (warm-up included) / store prepared in s"),
+                ("batch_sizes", "batch size per bucket"),
+                ("steps_per_s", "steps/s: loader / pre-staged"),
+                ("gpu_util", "GPU utilisation (NVML) %: loader / pre-staged"),
+                ("mfu", "MFU: loader / pre-staged"),
+                ("ratio", "RATIO loader / pre-staged, median [min-max]"))})
         elif name == "demo":
             begin, end = ran.first(r"^\[3/4\]"), ran.first(r"^\[4/4\]")
             out["training_s"] = round(end[0] - begin[0], 1) if begin and end else None
@@ -323,6 +342,16 @@ class Acceptance:
             ("XTTS-v2 HiFi-GAN s per s of audio", "-", get("xtts", "hifigan")),
             ("pytest -m gpu (first files; the rest)", "all pass", tests()),
         ]
+        if "xtts-finetune" in parts:
+            rows += [
+                ("XTTS-v2 fine-tuning: ready s / store s", "-", get("xtts-finetune", "ready_s")),
+                ("XTTS-v2 fine-tuning steps/s: loader / staged", "-",
+                 get("xtts-finetune", "steps_per_s")),
+                ("XTTS-v2 fine-tuning NVML %: loader / staged", ">= 95",
+                 get("xtts-finetune", "gpu_util")),
+                ("XTTS-v2 fine-tuning MFU: loader / staged", "-", get("xtts-finetune", "mfu")),
+                ("XTTS-v2 fine-tuning loader / pre-staged", ">= 0.99",
+                 get("xtts-finetune", "ratio"))]
         head = f"{'figure':<48} {'target':>14}  measured"
         return "\n".join([head, "-" * 100] + [f"{a:<48} {b:>14}  {c}" for a, b, c in rows])
 
@@ -341,12 +370,13 @@ def main() -> None:
                    "$OUT/gpu_acceptance.json, else ./gpu_acceptance.json)")
     p.add_argument("--budget-s", type=float, default=480,
                    help="seconds for the whole run; the tests part gets what is left (default 480)")
-    p.add_argument("--parts", help=f"comma-separated, of {','.join(DEADLINES)} (default all)")
+    p.add_argument("--parts", help=f"comma-separated, of {','.join(DEADLINES)} (default all "
+                   f"but {', '.join(ON_REQUEST)})")
     p.add_argument("--work", type=Path, help="scratch folder (default: a new temporary one)")
     p.add_argument("--dry-run", action="store_true", help="print the parts, deadlines and "
                    "commands; run nothing")
     args = p.parse_args()
-    names = args.parts.split(",") if args.parts else list(DEADLINES)
+    names = args.parts.split(",") if args.parts else [n for n in DEADLINES if n not in ON_REQUEST]
     unknown = [n for n in names if n not in DEADLINES]
     if unknown:
         p.error(f"unknown part(s) {unknown}; the parts are {', '.join(DEADLINES)}")
