@@ -368,3 +368,22 @@ def test_writing_replaces_only_its_own_folder(release, tmp_path):
     (out / "notes.txt").write_text("mine")
     _error(lambda: write_xtts_v2(out, lean), "notes.txt", "did not write")
     _error(lambda: write_xtts_v2(release.source / "sub", release), "read from")
+
+
+def test_a_bundle_carries_an_evaluation_record_and_refuses_a_malformed_one(reduced_folder,
+                                                                          tmp_path):
+    import dataclasses
+
+    from myxtts.artifacts.bundle import CHECKSUM_KEY, read_sealed, seal
+    from myxtts.artifacts.xtts_v2 import read_xtts_v2_bundle, write_xtts_v2_bundle
+
+    record = {"step": 3, "utterances": 1, "metrics": {"mcd_db": 7.5}}
+    files = dataclasses.replace(read_xtts_v2(reduced_folder), dvae=None, evaluation=record)
+    path = tmp_path / "xtts.safetensors"
+    write_xtts_v2_bundle(path, files)
+    assert read_xtts_v2_bundle(path).evaluation == record
+    meta, tensors = read_sealed(path)
+    meta = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    (tmp_path / "bad.safetensors").write_bytes(seal(tensors, {**meta, "xtts.evaluation": "[1]"}))
+    with pytest.raises(ArtifactError, match="'xtts.evaluation' is not an evaluation record"):
+        read_xtts_v2_bundle(tmp_path / "bad.safetensors")

@@ -86,3 +86,24 @@ def test_eval_every_without_an_evaluation_is_refused_before_any_work(store, redu
     with pytest.raises(TrainError, match="train.eval_every=2 but no evaluation was given"):
         train_xtts(_config(out, *EVALUATED), store, init_from=reduced_folder, progress=False)
     assert not out.exists()
+
+
+def test_the_last_evaluation_travels_with_the_run_and_its_bundle(evaluated_run, tmp_path):
+    """`myxtts evaluate` of the run, or of the bundle `myxtts export` makes of it, reports the
+    run's last evaluation in training; a bundle re-exported keeps it; a folder as
+    downloaded has none."""
+    from myxtts.artifacts.xtts_v2 import read_xtts_v2_bundle
+    from myxtts.cli.main import main
+    from myxtts.evaluate.xtts_speaking import XttsV2SpeakingModel
+
+    record = read_evaluation(evaluated_run)
+    bundle, again = tmp_path / "run.safetensors", tmp_path / "again.safetensors"
+    assert main(["export", str(evaluated_run), "-o", str(bundle)]) == 0
+    assert read_xtts_v2_bundle(bundle).evaluation == record
+    assert main(["export", str(bundle), "-o", str(again)]) == 0
+    assert read_xtts_v2_bundle(again).evaluation == record
+    assert XttsV2SpeakingModel(evaluated_run, "cpu").training_record == record
+    assert XttsV2SpeakingModel(bundle, "cpu").training_record == record
+    folder = tmp_path / "coqui"
+    assert main(["export", str(evaluated_run), "--format", "xtts", "-o", str(folder)]) == 0
+    assert XttsV2SpeakingModel(folder, "cpu").training_record is None

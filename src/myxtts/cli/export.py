@@ -84,6 +84,10 @@ def _export_xtts(args: argparse.Namespace) -> int:
         raise CLIError(f"--raw-weights: {source} is a released XTTS-v2 model, which keeps no "
                        f"moving average; leave it out")
     files = read_xtts_v2_any(source, args.raw_weights)
+    if is_xtts_run(source):  # the bundle carries the run's last evaluation in training
+        from myxtts.evaluate.record import read_evaluation
+
+        files.evaluation = read_evaluation(source)
     mb = 1 / 2**20
     if args.format == "xtts":
         out = Path(args.out)

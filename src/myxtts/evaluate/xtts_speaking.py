@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from myxtts.artifacts.xtts_v2 import read_xtts_v2_any
+from myxtts.artifacts.xtts_v2.run import is_xtts_run
 from myxtts.config import Config, config_from_dict
+from myxtts.evaluate.record import read_evaluation
 from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
 from myxtts.inference.xtts_v2.voice import XttsVoice
 from myxtts.metrics import EvaluationError
@@ -28,13 +30,16 @@ ROMANISED = ("zh", "ja", "ko")  # the model reads these romanised; a transcript 
 
 
 class XttsV2SpeakingModel:
-    """An XTTS-v2 model to be spoken on ``device``; ``load`` builds the synthesizer."""
-
-    training_record = None  # no training run behind a downloaded model
+    """An XTTS-v2 model to be spoken on ``device``; ``load`` builds the synthesizer.
+    ``training_record``: the last evaluation in training of the fine-tuning run behind it
+    (a run's ``evaluation.json``, or what its bundle carries); None for a model as
+    downloaded."""
 
     def __init__(self, path: str | Path, device: str = "auto") -> None:
         self.path, self._device = Path(path), device
         self.files = read_xtts_v2_any(path)
+        self.training_record = (read_evaluation(path) if is_xtts_run(self.path)
+                                else self.files.evaluation)
         args = self.files.config.args
         self.sample_rate = args.output_sample_rate
         self.languages = list(self.files.config.languages)

@@ -5,8 +5,9 @@ of every bundle (``artifacts.bundle``): one file to copy, no pickle, a damaged c
 
 Tensors: ``model.NAME`` (the networks), ``voice.N.latent`` / ``voice.N.embedding`` (the
 stored voices, whose names are the metadata's ``xtts.voices`` list, in order),
-``dvae.NAME`` and ``mel_stats`` where the folder has them. Reading checks every field as
-reading the folder does (``model_file.check_model`` and the rest).
+``dvae.NAME`` and ``mel_stats`` where the folder has them; the metadata's ``xtts.evaluation``
+(JSON), where given, is the fine-tuning run's last evaluation in training. Reading checks
+every field as reading the folder does (``model_file.check_model`` and the rest).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from myxtts.artifacts.xtts_v2.torch_files import check_entries, check_mel_stats
 from myxtts.system import atomic_write
 
 FAMILY = "xtts-v2"
-CONFIG, VOCAB, VOICES = "xtts.config", "xtts.vocab", "xtts.voices"
+CONFIG, VOCAB, VOICES, EVALUATION = "xtts.config", "xtts.vocab", "xtts.voices", "xtts.evaluation"
 MODEL, DVAE, VOICE, MEL_STATS = "model.", "dvae.", "voice.", "mel_stats"
 
 
 def write_xtts_v2_bundle(out: str | Path, files: XttsV2Files) -> int:
-    """``files`` as one bundle at ``out``; returns its size in bytes."""
+    """``files`` as one bundle at ``out`` (``files.evaluation`` carried where set); returns
+    its size in bytes."""
     tensors = {MODEL + k: v for k, v in files.weights.items()}
     names = list(files.speakers or {})
     for i, name in enumerate(names):
@@ -43,6 +45,8 @@ def write_xtts_v2_bundle(out: str | Path, files: XttsV2Files) -> int:
         tensors[MEL_STATS] = files.mel_stats
     meta = {sealed.FAMILY_KEY: FAMILY, VOCAB: files.vocab, VOICES: json.dumps(names),
             CONFIG: json.dumps(files.config_json or {}, ensure_ascii=False)}
+    if files.evaluation is not None:
+        meta[EVALUATION] = json.dumps(files.evaluation, ensure_ascii=False)
     blob = sealed.seal(tensors, meta)
     atomic_write(Path(out), blob)
     return len(blob)
@@ -87,7 +91,14 @@ def read_xtts_v2_bundle(path: str | Path) -> XttsV2Files:
     stats = tensors.get(MEL_STATS)
     if stats is not None:
         stats = check_mel_stats(f"{where} ({MEL_STATS})", stats)
-    return XttsV2Files(config, parts[MODEL], vocab, raw, speakers or None, dvae, stats, path)
+    evaluation = meta.get(EVALUATION)
+    if evaluation is not None:
+        evaluation = json_field(where, EVALUATION, evaluation)
+        if not isinstance(evaluation, dict) or not isinstance(evaluation.get("metrics"), dict):
+            raise ArtifactError(f"{where}: field {EVALUATION!r} is not an evaluation record; "
+                                f"not written by myxtts")
+    return XttsV2Files(config, parts[MODEL], vocab, raw, speakers or None, dvae, stats, path,
+                       evaluation)
 
 
 def is_xtts_v2(path: str | Path) -> bool:

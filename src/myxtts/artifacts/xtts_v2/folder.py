@@ -49,7 +49,9 @@ class XttsV2Files:
     ``config_json`` the folder's own ``config.json`` (its other keys are kept when written
     back). ``speakers``: ``{name: {"gpt_cond_latent": [1, 32, D], "speaker_embedding":
     [1, 512, 1]}}``; ``dvae``: the DVAE's state dict; ``mel_stats``: ``[80]``; each None
-    where the folder has no such file. ``source``: the folder read, if any."""
+    where the folder has no such file. ``source``: the folder read, if any. ``evaluation``:
+    the last evaluation in training of the fine-tuning run behind the model, where a bundle
+    carries one (``myxtts.evaluate.record``'s record; a folder as downloaded has none)."""
 
     config: XttsV2Config
     weights: dict[str, torch.Tensor]
@@ -59,6 +61,7 @@ class XttsV2Files:
     dvae: dict[str, torch.Tensor] | None = None
     mel_stats: torch.Tensor | None = None
     source: Path | None = None
+    evaluation: dict[str, Any] | None = None
 
 
 def read_xtts_v2(folder: str | Path) -> XttsV2Files:
