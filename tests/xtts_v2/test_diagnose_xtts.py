@@ -121,6 +121,28 @@ def test_profile_refusals(store, reduced_folder, tmp_path, capsys):
                       "no XTTS-v2 fine-tuning run")
 
 
+def test_profile_run_profiles_a_fine_tuning_run_on_its_store(store, reduced_folder, tmp_path,
+                                                           capsys):
+    """`--run RUN` of an XTTS-v2 fine-tuning run profiles its model from its newest
+    checkpoint, on its XTTS store; on data that is no XTTS store it is refused in one line."""
+    run = tmp_path / "run"
+    assert main(["train", str(store), "--init-from", str(reduced_folder), "--output-dir",
+                 str(run), "--max-steps", "1", "--quiet", "--set", "train.ckpt_every=1",
+                 *SMALL]) == 0
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profile_run, "WARMUP_STEPS", 1)
+        rc = main(["profile", str(store), "--run", str(run), "--steps", "1", "--json",
+                   "--output-dir", str(tmp_path / "profiled"), *SMALL])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    p = json.loads(out)
+    assert p["setup"]["kind"] == "xtts_v2" and p["steps"] == 1
+    assert p["setup"]["model"] == f"XTTS-v2 GPT of {reduced_folder}"
+    _one_line_refusal(capsys, ["profile", str(tmp_path), "--run", str(run)],
+                      "fine-tunes XTTS-v2", "profile it on its XTTS store")
+
+
 @pytest.fixture
 def no_compile(monkeypatch):
     monkeypatch.setattr(env, "compile_probe", lambda device: 0.25)
@@ -171,3 +193,25 @@ def test_doctor_init_from_another_folder_blocks(store, tmp_path, capsys, no_comp
     assert rc == 1 and _line(lines, "--init-from").startswith("✗")
     _one_line_refusal(capsys, ["doctor", str(tmp_path), "--init-from", str(other)],
                       "only with a store of `myxtts prepare --xtts`")
+
+
+def test_doctor_costs_the_batch_the_loader_of_the_run_builds(store):
+    """On the CPU the loader makes the voice segments' cloning mels, so the doctor weighs
+    that batch (its bytes: the mels, not the audio), and its worker rule sees what the
+    loader's sees."""
+    from myxtts.data.feed.loader import plan_frames
+    from myxtts.data.xtts_store import XttsStore
+    from myxtts.diagnose.doctor.xtts import check_xtts_store
+    from myxtts.train.xtts.batches import XttsBatches, largest_batch_cost, xtts_plan, xtts_sampler
+
+    cfg = load_config(overrides=["train.device=cpu", "text.languages=[en,fa]"])
+    _, plan = check_xtts_store(store, cfg, None)
+    train = XttsStore.open(store, "train")
+    bplan = xtts_plan(train, cfg, plan_frames(cfg))
+    seed = cfg.data.shuffle_seed
+
+    def cost(stats):
+        batches = XttsBatches(train, bplan, seed, cfg, mel_stats=stats)
+        return largest_batch_cost(batches, xtts_sampler(train, bplan, seed))[1]
+
+    assert plan.batch_cost[1] == cost(torch.ones(80)) != cost(None)

@@ -31,9 +31,12 @@ def check_xtts_store(path: Path, cfg: Config, speed: Check | None,
     bytes of its largest batch, which each loader worker holds ``IN_FLIGHT`` of in shared
     memory (an empty plan when the store cannot be batched)."""
     # deferred: numpy and torch, which the doctor reports on rather than needs
+    import torch
+
     from myxtts.data.feed.loader import plan_frames
     from myxtts.data.store import StoreError
     from myxtts.data.xtts_store import XttsStore
+    from myxtts.model.xtts_v2.features import N_MELS
     from myxtts.train.xtts.batches import (
         XttsBatches,
         batch_shapes,
@@ -73,7 +76,11 @@ def check_xtts_store(path: Path, cfg: Config, speed: Check | None,
     checks.append(Check("batches", "ok", f"{count(len(shapes), 'bucket shape')} at data.batch_frames={plan_frames(cfg)} code "
                                          f"positions (T_codes:batch "
                                          + " ".join(f"{s.frames}:{s.batch}" for s in shapes) + ")"))
-    batches = XttsBatches(train, plan, cfg.data.shuffle_seed, cfg)
+    # A run on the CPU has its loader make the voice segments' cloning mels (on a GPU the
+    # step makes them): cost the batch as that loader builds it, so that the worker count
+    # said here is the one training picks. The mels' cost does not depend on the statistics.
+    stats = torch.ones(N_MELS) if _runs_on_cpu(cfg) else None
+    batches = XttsBatches(train, plan, cfg.data.shuffle_seed, cfg, mel_stats=stats)
     cost = largest_batch_cost(batches, xtts_sampler(train, plan, cfg.data.shuffle_seed))
     return checks, DataPlan(batch_cost=cost, shm=(cost[1], IN_FLIGHT, "this XTTS store"))
 
@@ -111,3 +118,14 @@ def check_folder(path: Path, folder: str | Path) -> Check:
 
 def _h(sha: str) -> str:
     return sha[:HASH_SHOWN]
+
+
+def _runs_on_cpu(cfg: Config) -> bool:
+    """Whether ``train.device`` puts the run on the CPU (an unusable setting counts as the
+    CPU here: the doctor's device check names it)."""
+    from myxtts.config import resolve_device
+
+    try:
+        return resolve_device(cfg.train.device, "train.device").type == "cpu"
+    except ConfigError:
+        return True
