@@ -74,6 +74,7 @@ def _export_xtts(args: argparse.Namespace) -> int:
     from myxtts.artifacts.bundle import BUNDLE_FILE
     from myxtts.artifacts.xtts_v2 import read_xtts_v2_any, write_xtts_v2, write_xtts_v2_bundle
     from myxtts.artifacts.xtts_v2.run import is_xtts_run
+    from myxtts.evaluate.record import read_evaluation
     from myxtts.system import folder_lock
 
     source = Path(args.run_path)
@@ -85,8 +86,6 @@ def _export_xtts(args: argparse.Namespace) -> int:
                        f"moving average; leave it out")
     files = read_xtts_v2_any(source, args.raw_weights)
     if is_xtts_run(source):  # the bundle carries the run's last evaluation in training
-        from myxtts.evaluate.record import read_evaluation
-
         files.evaluation = read_evaluation(source)
     mb = 1 / 2**20
     if args.format == "xtts":

@@ -123,7 +123,7 @@ def _h(sha: str) -> str:
 def _runs_on_cpu(cfg: Config) -> bool:
     """Whether ``train.device`` puts the run on the CPU (an unusable setting counts as the
     CPU here: the doctor's device check names it)."""
-    from myxtts.config import resolve_device
+    from myxtts.config import resolve_device  # deferred: torch (see the module docstring)
 
     try:
         return resolve_device(cfg.train.device, "train.device").type == "cpu"
