@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from myxtts.config import Config, ConfigError
+from myxtts.config import Config, ConfigError, resolve_device
 from myxtts.config.bounds import count
 from myxtts.diagnose.doctor.check import Check, DataPlan, integrity
 
@@ -123,8 +123,6 @@ def _h(sha: str) -> str:
 def _runs_on_cpu(cfg: Config) -> bool:
     """Whether ``train.device`` puts the run on the CPU (an unusable setting counts as the
     CPU here: the doctor's device check names it)."""
-    from myxtts.config import resolve_device  # deferred: torch (see the module docstring)
-
     try:
         return resolve_device(cfg.train.device, "train.device").type == "cpu"
     except ConfigError:
