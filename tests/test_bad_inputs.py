@@ -291,6 +291,7 @@ def _digest(path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.slow
 def test_bad_input(case: Case, paths: dict, capsys, caplog) -> None:
     if case.cuda_free_only and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -97,6 +97,7 @@ EDITS = {  # name: (edit of the tensors and metadata, words the error line must 
 
 
 @pytest.mark.parametrize("case", sorted(EDITS))
+@pytest.mark.slow
 def test_every_field_of_a_resealed_bundle_is_checked(case, micro_bundle, reference, tmp_path,
                                                      capsys):
     edit, needles = EDITS[case]

@@ -148,6 +148,7 @@ def test_rows_left_out_or_doubtful_are_each_said(tmp_path):
     assert "1 clip recorded below 16000 Hz" in said
 
 
+@pytest.mark.slow
 def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_cap(micro_store,
                                                                                tmp_path):
     """``train.eval_every`` over a validation split of 2 utterances asked for 8: 2 scored
@@ -164,6 +165,7 @@ def test_training_evaluation_scores_each_utterance_once_with_evaluates_length_ca
     assert done["metrics"]["duration_ratio"] <= MAX_LENGTH_RATIO + 0.05
 
 
+@pytest.mark.slow
 def test_a_short_reference_is_warned_about_once_per_utterance(micro_run, tmp_path, caplog):
     data = _lj(tmp_path / "data", {f"u{i}": ("anna", "en", 0.6) for i in range(2)})
     with caplog.at_level(logging.WARNING, logger="myxtts.inference.synthesizer"):

@@ -88,6 +88,7 @@ def test_ctrl_c_before_any_import_and_after_torch_is_quiet(tmp_path):
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143)])
+@pytest.mark.slow
 def test_a_training_run_stopped_by_a_signal_saves_and_exits_128_plus_the_signal(
         micro_store, tmp_path, signum, code):
     """What docs/protections.md promises: SIGTERM exits 143 (SIGHUP 129 and Ctrl-C 130 take

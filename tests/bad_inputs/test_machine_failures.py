@@ -24,6 +24,7 @@ from tests.helpers import MICRO_MODEL, REPO
 
 
 @pytest.mark.parametrize("argv", [["config", "show"], ["inspect-data", "{data}"]])
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_every_command_quietly(argv, micro_store):
     argv = [a.format(data=micro_store.parent / "data", store=micro_store) for a in argv]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"),
@@ -84,6 +85,7 @@ def test_a_worker_count_in_the_thousands_is_refused_before_any_worker_starts(sou
             "100000"], capsys, "data.num_workers=100000", "per CPU")
 
 
+@pytest.mark.slow
 def test_a_run_folder_removed_while_training_stops_the_run_in_one_line(micro_store, tmp_path,
                                                                        capsys, monkeypatch):
     """The run folder is deleted after the first checkpoint: the next save does not make a

@@ -175,6 +175,7 @@ STOPS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.slow
 def test_a_stopped_synthesis_leaves_no_half_written_file_and_says_so(stop, stream, run, reference,
                                                                     tmp_path, capsys,
                                                                     monkeypatch):
@@ -244,6 +245,7 @@ def test_a_read_only_folder_is_one_line(run, tmp_path, capsys):
               "cannot write", str(READ_ONLY))
 
 
+@pytest.mark.slow
 def test_past_ulimit_f_is_one_line_and_keeps_the_old_file(run, tmp_path):
     """A real file size limit, in a process of its own: SIGXFSZ must not kill it, the write
     fails with EFBIG and the old bundle stays."""

@@ -69,6 +69,7 @@ def test_a_reference_that_is_no_audio_gets_a_references_fix(micro_run, tmp_path,
     assert "dataset" not in line and not (tmp_path / "out.wav").exists()
 
 
+@pytest.mark.slow
 def test_steps_skipped_for_nan_are_counted_in_a_closing_line(micro_store, tmp_path, capsys,
                                                              monkeypatch):
     """A NaN in the data that the store's finite-check record missed makes some steps
@@ -123,6 +124,7 @@ def test_verify_recomputes_the_statistics_and_names_a_field_that_differs(micro_s
     assert verify_store(micro_store) == []
 
 
+@pytest.mark.slow
 def test_a_dataset_prepare_would_reject_whole_is_no_problem_free_inspection(tmp_path, capsys):
     """40 silent clips: their headers are fine, so inspect-data and doctor said "problems:
     none" and prepare then kept nothing. Decoded as prepare decodes them, every one is

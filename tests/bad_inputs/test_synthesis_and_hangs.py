@@ -62,6 +62,7 @@ def test_stream_is_the_whole_output_for_several_sentences_and_a_split_one(run, r
     assert whole.size >= 6 * 48 * hop
 
 
+@pytest.mark.slow
 def test_long_text_is_decoded_window_by_window_and_written_as_it_goes(run, ref, tmp_path,
                                                                         capsys):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
@@ -178,6 +179,7 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow
 def test_stream_into_a_closed_pipe_ends_quietly_and_a_full_disk_is_one_line(run, ref):
     pipe = subprocess.run(["bash", "-c", f"{_synth_cmd(run, ref)} 2>err.txt | head -c 100 "
                            f"> /dev/null; echo ${{PIPESTATUS[0]}}"], cwd=run.parent,

@@ -6,9 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
 
 
+@pytest.mark.slow
 def test_the_decode_benchmark_prints_the_rows_the_acceptance_script_reads():
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "xtts_decode.py"), "--size",
                           "reduced", "--device", "cpu", "--codes", "4", "--threads", "1"],

@@ -14,6 +14,7 @@ import pytest
 from tests.helpers import REPO
 
 
+@pytest.mark.slow
 def test_the_benchmark_plans_the_loaders_shapes_and_reports_both_arms(tmp_path):
     from myxtts.synthetic import make_demo_data
 

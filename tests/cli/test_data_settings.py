@@ -50,6 +50,7 @@ def small_run(micro_store, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_profile_measures_a_runs_own_model(micro_store, small_run, capsys, caplog):
     import json
     import logging

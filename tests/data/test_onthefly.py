@@ -218,6 +218,7 @@ def test_loader_workers_share_which_clips_failed(one_silent_clip):
     assert loader.loader.dataset.failed.tolist() == [int(i == victim) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_workers_stream_keeps_the_samplers_passes(demo):
     """With workers the batches flow on across epochs; every pass is still the sampler's:
     whole epochs, an abandoned pass restarting where it was, set_epoch, state_dict."""

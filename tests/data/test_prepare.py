@@ -124,6 +124,7 @@ def _kill_when(cmd: list[str], env: dict, ready, timeout_s: float = 60.0) -> Non
 
 
 @pytest.mark.parametrize("stage", ["extract", "pack", "extract-audio", "pack-audio"])
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_identical_store(data, request, tmp_path, stage):
     # With audio, the pack-stage kill lands after train/audio.i16 is written: the resumed
     # run must rewrite the audio files too, to the same bytes.

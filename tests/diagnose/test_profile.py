@@ -21,6 +21,7 @@ def profiled(micro_store, tmp_path_factory):
     return profile(cfg, micro_store, steps=4, trace_dir=out / "trace", echo=lambda s: None), out
 
 
+@pytest.mark.slow
 def test_phases_add_up_and_every_step_phase_is_there(profiled):
     p, _ = profiled
     phases = p["phases"]
@@ -61,6 +62,7 @@ def test_verdict_trace_and_report(profiled):
     json.dumps(p)  # all of it is machine-readable
 
 
+@pytest.mark.slow
 def test_cli_json_and_bad_input(micro_store, tmp_path, capsys):
     run = f"train.output_dir={tmp_path / 'run'}"
     base = ["--set", "model.d_model=32", "--set", "model.decoder_layers=1", "--set",

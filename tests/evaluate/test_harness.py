@@ -30,6 +30,7 @@ def cfg(evaluated_run):
     return config_from_dict(load_trained(evaluated_run).config)
 
 
+@pytest.mark.slow
 def test_cases_clone_another_clip_of_the_speaker_the_same_from_a_store_or_its_dataset(
         evaluated_run, cfg, dataset, audio_store):
     """A store prepared with --audio gives the dataset's validation utterances, their
@@ -56,6 +57,7 @@ def test_a_store_without_audio_or_a_language_the_model_lacks_is_said_in_one_line
         pick_cases(dataset, cfg, "val", ["fa"], 20, seed=0)
 
 
+@pytest.mark.slow
 def test_evaluate_a_bundle_beside_the_ground_truth(evaluated_run, dataset, tmp_path, capsys):
     """One utterance through the CLI: the table, the JSON and CSV, the kept audio, the run's
     last evaluation from the bundle; the truth row scores the ceiling against itself."""

@@ -37,6 +37,7 @@ def test_training_keeps_its_last_evaluation_and_logs_it(evaluated_run):
     assert {k: evaluated[-1][f"eval/{k}"] for k in metrics} == pytest.approx(metrics)
 
 
+@pytest.mark.slow
 def test_evaluating_in_training_does_not_change_what_trains(micro_store, tmp_path):
     """3 steps with an evaluation after steps 2 and 3 end with the weights of 3 steps without,
     bit for bit: evaluation draws on a forked RNG and leaves the data order alone."""

@@ -175,6 +175,7 @@ def test_a_long_sentence_is_still_split_by_a_model_that_stops(caplog):
     assert " ".join(p.text for p, _ in out) == sentence
 
 
+@pytest.mark.slow
 def test_a_run_that_never_stops_does_bounded_work(run, refs, caplog, monkeypatch):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
     synth.max_frames = 160  # 1.9 s: a word of up to six letters cannot need it

@@ -90,6 +90,7 @@ def test_a_text_with_nothing_to_speak_is_an_error_not_seconds_of_noise(run, refe
     assert unknown in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_unknown_characters_are_reported_once_as_a_list(run, reference, caplog):
     synth = Synthesizer.from_checkpoint(run, device="cpu")
     synth.max_frames = 12  # the micro model does not learn to stop: keep the decode short
@@ -121,6 +122,7 @@ def test_a_texts_language_comes_from_its_letters():
         pick("Привет")
 
 
+@pytest.mark.slow
 def test_each_sentence_is_spoken_in_its_own_language(bilingual, reference, monkeypatch):
     synth = bilingual
     pieces = longform.plan_pieces([MIXED], [synth.language_for(MIXED)], synth.sentence_language,

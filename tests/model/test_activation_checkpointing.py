@@ -143,6 +143,7 @@ def test_generation_is_identical_with_the_flag_on():
     assert torch.equal(mel0, mel1) and torch.equal(len0, len1)
 
 
+@pytest.mark.slow
 def test_compiled_blocks_checkpoint_too():
     """The trainer's regional compile (``train.compile``: ``compile_blocks``) traces the
     checkpoint into a block's graph, and the backward graph recomputes the block with the

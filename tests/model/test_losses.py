@@ -141,6 +141,7 @@ def test_unsupported_sigma_is_refused_by_the_config_and_the_loss():
         compute_losses(fake_outputs(batch, 5), batch, TrainConfig(guided_attn_sigma=0.05))
 
 
+@pytest.mark.slow
 def test_training_step_traces_to_one_graph():
     """torch.compile precondition: no host syncs or data-dependent branches (graph breaks)."""
     cfg = small_cfg()
@@ -155,6 +156,7 @@ def test_training_step_traces_to_one_graph():
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 def test_tiny_model_overfits_one_batch():
     cfg = small_cfg()
     torch.manual_seed(0)

@@ -203,6 +203,7 @@ def test_multi_resolution_stft_distance_orders_noise_levels():
     assert torch.isfinite(fake.grad).all() and fake.grad.abs().sum() > 0
 
 
+@pytest.mark.slow
 def test_tiny_generator_overfits_one_segment():
     """mel L1 + multi-resolution STFT loss, Adam, 150 steps on one 24-frame segment of a
     harmonic signal: the vocoded segment's mel must move well towards the target's.

@@ -150,6 +150,7 @@ def test_memory_other_processes_hold_is_not_planned_for(tmp_path, one_thread):
     assert all(b >= 1 for b in _probe(tmp_path, engine_for(cfg), FakeMemory())[0])
 
 
+@pytest.mark.slow
 def test_a_restart_reads_the_cache_and_another_gpu_measures_again(tmp_path, one_thread):
     cfg = micro_config(tmp_path, f"audio.n_mels={N_MELS}")
     step = engine_for(cfg)
@@ -310,6 +311,7 @@ def _ranks_probe(rank: int, world: int, init_file: str, out: str, budgets: list[
     os._exit(0)  # as cli.main ends a torchrun worker: no teardown racing gloo's threads
 
 
+@pytest.mark.slow
 def test_under_ddp_every_rank_takes_the_smallest_sizes_and_a_failure_stops_all(tmp_path):
     """Two gloo ranks whose GPUs fit 700 and 1400 frames both train at the 700-frame sizes;
     when one rank cannot fit a bucket at all, both stop with an error naming it (neither

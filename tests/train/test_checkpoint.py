@@ -19,6 +19,7 @@ from tests.helpers import micro_config
 from tests.train.test_graphs import N_TOKENS, _batches
 
 
+@pytest.mark.slow
 def test_checkpoint_contents_and_retention(micro_store, tmp_path):
     cfg = micro_config(tmp_path / "run", "train.max_steps=12", "train.keep_last=2")
     train(cfg, micro_store, progress=False)
@@ -54,6 +55,7 @@ def _damage(path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how, words", [("empty", "is empty (0 bytes"), ("truncated", "cannot be read (")])
+@pytest.mark.slow
 def test_damaged_checkpoints_are_skipped_by_auto_resume_and_named_when_explicit(
         micro_store, tmp_path, caplog, how, words):
     run = tmp_path / "run"

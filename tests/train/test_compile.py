@@ -22,6 +22,7 @@ from tests.helpers import micro_config
 from tests.train.test_graphs import N_MELS, _batches, engine_for
 
 
+@pytest.mark.slow
 def test_blocks_compile_once_per_type_not_once_per_shape(micro_store, tmp_path, one_thread):
     """Only transformer blocks are compiled, each block type once: its graph (batch and
     sequence axes dynamic) serves every instance and every bucket shape. A second epoch
@@ -95,6 +96,7 @@ def _engine_pair(tmp_path, backend):
     (_empty_assertion, "AssertionError: (no message)"),
     (_backward_fails(), "RuntimeError: boom in the backward compiler"),
 ])
+@pytest.mark.slow
 def test_a_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, one_thread, caplog,
                                                                 backend, cause):
     """Forward or backward (AOTAutograd compiles the backward at its first call): the step

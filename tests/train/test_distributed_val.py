@@ -67,6 +67,7 @@ def test_rank_shards_add_up_to_the_single_process_loss(val_store, tmp_path, worl
         assert totals[k] / count == pytest.approx(single[k], rel=1e-5, abs=1e-6), k
 
 
+@pytest.mark.slow
 def test_torchrun_validation_logs_the_global_loss(val_store, tmp_path):
     """Two gloo ranks train 2 steps and validate at step 2; rank 0's logged val loss equals a
     single process validating the step-2 checkpoint on the whole split."""

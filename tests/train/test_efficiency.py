@@ -20,6 +20,7 @@ from tests.helpers import micro_config
 
 
 @pytest.mark.parametrize("self_feed", [0.0, 0.5])
+@pytest.mark.slow
 def test_meta_count_equals_the_real_models(tmp_path, one_thread, self_feed):
     cfg = micro_config(tmp_path, f"train.self_feed={self_feed}")
     key = (3, 17, 48)
@@ -51,6 +52,7 @@ def test_interval_figures_on_a_cpu(tmp_path):
     assert eff.collect(1.0) == {}  # a new interval starts empty
 
 
+@pytest.mark.slow
 def test_training_logs_mfu_when_the_peak_is_known(micro_store, tmp_path, one_thread):
     cfg = micro_config(tmp_path, "train.max_steps=4", "train.peak_tflops=0.5")
     train(cfg, micro_store, progress=False)

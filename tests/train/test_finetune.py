@@ -64,6 +64,7 @@ def base(stores, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_finetuning_beats_training_from_scratch_on_the_new_language(stores, base, tmp_path,
                                                                    one_thread):
     tuned = train(_cfg(tmp_path / "tuned", STEPS, *FA), stores["fa"], progress=False,
@@ -188,6 +189,7 @@ def test_other_mel_definition_is_refused_naming_the_keys(stores, base, tmp_path)
     assert "audio.n_mels: store 64, model 80" in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_cli_fine_tunes_with_the_packaged_config(stores, base, tmp_path, capsys, one_thread):
     from myxtts.cli.main import main
 

@@ -54,6 +54,7 @@ def _batches(seed: int, accum: int) -> list[dict[str, torch.Tensor]]:
     ("train.ema_decay=0",),  # without the weight average (the default updates it inside
                              # the update graph)
 ])
+@pytest.mark.slow
 def test_replayed_graphs_equal_the_eager_step(tmp_path, one_thread, overrides):
     """Over 8 steps with a changing learning rate (warm-up), scheduled sampling ramping up
     and gradient accumulation: the same losses read back and the same weights. A poisoned

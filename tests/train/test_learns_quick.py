@@ -74,6 +74,7 @@ def _vocoder_quality(store: Path, out: Path, steps: int, lr: str) -> dict[str, f
                                cfg.audio, device)
 
 
+@pytest.mark.slow
 def test_vocoder_training_brings_resynthesis_closer_to_the_recording(audio_store, tmp_path):
     before = _vocoder_quality(audio_store, tmp_path / "untrained", 1, FROZEN_LR)
     after = _vocoder_quality(audio_store, tmp_path / "trained", STEPS, "3e-3")

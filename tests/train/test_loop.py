@@ -36,6 +36,7 @@ def _val(run: Path) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("self_feed, ema", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.9)])
+@pytest.mark.slow
 def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, self_feed, ema):
     # 10 steps cross an epoch boundary (the micro store has ~7 batches per epoch); with
     # scheduled sampling on, its random choices must resume exactly too; with a weight
@@ -69,6 +70,7 @@ def test_crashed_and_resumed_run_equals_uninterrupted(micro_store, tmp_path, sel
         assert va[10] == vb[10]
 
 
+@pytest.mark.slow
 def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tmp_path):
     # a checkpoint taken right after an epoch's last batch records position == batches/epoch;
     # resuming must start the next epoch (CI once saw SIGINT land exactly there)
@@ -92,6 +94,7 @@ def test_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next(micro_store, tm
         assert torch.equal(a[k], b[k]), f"{k} differs after resume"
 
 
+@pytest.mark.slow
 def test_store_workers_train_what_the_training_process_alone_trains(micro_store, tmp_path):
     # Two workers hand their batches over in shared slots (no copy on a CPU run, a slot back
     # to its worker once its batch is dropped), several to a task, on one stream across
@@ -112,6 +115,7 @@ def test_store_workers_train_what_the_training_process_alone_trains(micro_store,
     assert la == lb and len(la) >= 4
 
 
+@pytest.mark.slow
 def test_sigint_saves_a_checkpoint_and_the_same_command_continues(micro_store, tmp_path):
     run = tmp_path / "sig"
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
@@ -180,6 +184,7 @@ def _torchrun(store: Path, run: Path, steps: int, port: int) -> subprocess.Compl
     return r
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_train_in_step_and_resume_exactly(micro_store, tmp_path):
     """DDP on CPU (gloo): both ranks take the same steps, rank 0 checkpoints, and a run
     stopped at step 3 and resumed ends with the uninterrupted run's weights -- which needs

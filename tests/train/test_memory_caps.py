@@ -83,6 +83,7 @@ def test_the_auto_budget_plans_within_the_training_share(tmp_path, one_thread):
                          DistInfo(), memory=BigPeak(), echo=lambda s: None)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_cap_on_cpu_training_in_one_line(micro_store, tmp_path):
     cmd = [sys.executable, "-m", "myxtts.cli.main", "train", str(micro_store), "--quiet",
            "--output-dir", str(tmp_path / "run"), "--max-steps", "1"]

@@ -12,6 +12,7 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from torch.distributed import TCPStore
 
 from myxtts.artifacts import checkpoint as ck
@@ -68,6 +69,7 @@ def _two_nodes(port: int, run_id: str, args_a: list[str], args_b: list[str]
     return outs
 
 
+@pytest.mark.slow
 def test_two_nodes_train_checkpoint_once_and_resume(micro_store, tmp_path):
     run = tmp_path / "run"
     first = _two_nodes(29621, "mn-a", _train_args(micro_store, run, 4), _train_args(micro_store, run, 4))
@@ -94,6 +96,7 @@ def test_two_nodes_train_checkpoint_once_and_resume(micro_store, tmp_path):
         "world_size=2" in error and "same number of processes" in error, alone.stderr
 
 
+@pytest.mark.slow
 def test_a_store_missing_on_one_node_stops_every_node(micro_store, tmp_path):
     run = tmp_path / "run"
     outs = _two_nodes(29623, "mn-c", _train_args(micro_store, run, 2),
@@ -105,6 +108,7 @@ def test_a_store_missing_on_one_node_stops_every_node(micro_store, tmp_path):
     assert not (run / "checkpoints").exists() or not list((run / "checkpoints").glob("*.pt"))
 
 
+@pytest.mark.slow
 def test_a_node_alone_at_the_rendezvous_times_out_with_a_message(micro_store, tmp_path):
     r = subprocess.run([*_launcher(29624, "mn-d", join_timeout=3),
                         *_train_args(micro_store, tmp_path / "run", 2)],
@@ -113,6 +117,7 @@ def test_a_node_alone_at_the_rendezvous_times_out_with_a_message(micro_store, tm
     assert "RendezvousTimeoutError" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_one_data_gpu_for_every_rank_is_refused(micro_store, tmp_path):
     raw = micro_store.parent / "data"  # on-the-fly: the dataset the micro store came from
     # --monitor-interval 5: torchrun stops the second rank only after both have refused

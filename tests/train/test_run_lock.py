@@ -29,6 +29,7 @@ def _cmd(store, run, steps: int) -> list[str]:
     return cmd
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_killed_runs_lock_is_taken_over(micro_store, tmp_path):
     run = tmp_path / "run"
     first = subprocess.Popen(_cmd(micro_store, run, 100000), stdout=subprocess.DEVNULL,

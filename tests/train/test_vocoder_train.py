@@ -52,6 +52,7 @@ def test_a_segment_is_the_audio_its_mel_was_computed_from(audio_store):
     assert np.allclose(wav_seg, store.audio(i)[5 * 256: 21 * 256] / 32767)
 
 
+@pytest.mark.slow
 def test_training_resumes_exactly(audio_store, tmp_path, monkeypatch):
     full = train_vocoder(vocoder_config(tmp_path / "a", "train.max_steps=6"), audio_store,
                          progress=False)

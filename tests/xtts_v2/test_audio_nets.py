@@ -78,6 +78,7 @@ def _audio(seconds: float, rate: int, batch: int = 1, seed: int = 3) -> torch.Te
 
 # -- weight-norm folding and the released layout ---------------------------------------------
 
+@pytest.mark.slow
 def test_both_weight_norm_spellings_fold_alike(pair):
     ref, _ = pair
     full = ref.state_dict()
@@ -141,6 +142,7 @@ def test_speaker_embedding_equals_reference(pair):
 
 
 @pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.slow
 def test_waveform_equals_reference(pair, batch):
     ref, ours = pair
     g = torch.Generator().manual_seed(11)

@@ -146,6 +146,7 @@ def synth(reduced_folder):
     return s
 
 
+@pytest.mark.slow
 def test_speak_batches_the_pieces_and_batch_one_is_the_sequential_path(synth, monkeypatch):
     voice = synth.speaker("Ana Florence")
     pieces = synth.pieces(TEXT, "en")

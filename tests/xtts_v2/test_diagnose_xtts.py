@@ -59,6 +59,7 @@ def profiled(store, reduced_folder, tmp_path_factory):
     return json.loads(out.getvalue()), run
 
 
+@pytest.mark.slow
 def test_profile_times_the_xtts_finetuning_step(profiled):
     p, run = profiled
     phases = p["phases"]

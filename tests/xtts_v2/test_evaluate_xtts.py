@@ -35,6 +35,7 @@ def voices(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_an_xtts_folder_is_scored_without_the_vocoded_row(reduced_folder, voices, monkeypatch):
     if missing("resemblyzer"):
         pytest.skip('the eval extra is not installed (pip install "myxtts[eval]")')

@@ -102,6 +102,7 @@ def test_fold_is_torch_weight_norm_and_unfold_its_inverse():
 
 # ------------------------------------------------------------------ reading
 
+@pytest.mark.slow
 def test_release_reads_to_the_contract(release, released_sd, reference, folder):
     """Every key accepted; the dict is the reference's keys with weight-norm pairs folded and
     the speaker encoder's feature buffers dropped; folded weights are coqui's effective
@@ -128,6 +129,7 @@ def test_release_reads_to_the_contract(release, released_sd, reference, folder):
     _same_dict(release.dvae, torch.load(folder / "dvae.pth", weights_only=True))
 
 
+@pytest.mark.slow
 def test_every_form_of_model_pth_reads_the_same(release, released_sd, reference, folder,
                                                 tmp_path):
     from TTS.tts.layers.tortoise.arch_utils import TorchMelSpectrogram
@@ -270,6 +272,7 @@ def test_foreign_or_incomplete_config(folder, tmp_path):
     _error(lambda: read_xtts_v2(vocab), "vocab.json", "not a tokenizers vocabulary")
 
 
+@pytest.mark.slow
 def test_wrong_weights_are_named(folder, released_sd, tmp_path):
     def model_with(name: str, **changes) -> Path:
         sd = dict(released_sd)
@@ -324,6 +327,7 @@ def test_wrong_optional_files_are_named(folder, tmp_path):
 
 # ------------------------------------------------------------------ writing
 
+@pytest.mark.slow
 def test_written_folder_reads_in_coqui_and_back(release, reference, folder, tmp_path):
     out = write_xtts_v2(tmp_path / "export", release)
     assert {p.name for p in out.iterdir()} == {

@@ -54,6 +54,7 @@ def _newest(out: Path) -> dict:
     return ck.load(CheckpointManager(out / "checkpoints", 5).latest())
 
 
+@pytest.mark.slow
 def test_stopped_and_resumed_run_is_bit_exact(store, reduced_folder, tmp_path):
     straight = tmp_path / "straight"
     train_xtts(_config(straight), store, init_from=reduced_folder, progress=False)
@@ -90,6 +91,7 @@ def test_persian_grows_the_model_and_keeps_its_old_rows(store, reduced_folder, t
     recipe.cleanup()
 
 
+@pytest.mark.slow
 def test_exported_run_loads_in_coqui_and_speaks_as_synthesize(store, reduced_folder, tmp_path):
     run = tmp_path / "run"
     train_xtts(_config(run, "train.max_steps=2"), store, init_from=reduced_folder,
@@ -126,6 +128,7 @@ def _write_clip(path: Path) -> None:
 
 
 @pytest.mark.skipif(not LJSPEECH_MINI.is_dir(), reason="ljspeech-mini is not on this machine")
+@pytest.mark.slow
 def test_fine_tuning_lowers_the_held_out_code_loss_on_real_speech(reduced_folder, tmp_path):
     """20 LJSpeech clips (those the reduced model's small vocabulary can spell), 4 held out:
     their code loss falls after 12 steps."""
@@ -167,6 +170,7 @@ def test_settings_without_meaning_here_and_a_missing_model_are_one_line(store, r
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_the_command_line_fine_tunes_and_the_run_is_an_xtts_model(store, reduced_folder,
                                                                    tmp_path, capsys):
     from myxtts.artifacts.xtts_v2 import is_xtts_v2
@@ -198,6 +202,7 @@ def test_the_default_worker_count_is_chosen_and_trains(store, reduced_folder, tm
         recipe.cleanup()
 
 
+@pytest.mark.slow
 def test_fine_tuning_logs_mfu_when_the_peak_is_known(store, reduced_folder, tmp_path):
     """With a peak to divide by, each log step carries the interval's TFLOP/s and MFU (the
     GPT step's FLOPs, counted on the meta device)."""
@@ -233,6 +238,7 @@ def test_cpu_batches_carry_the_segments_mels_the_step_would_make(store, reduced_
         assert torch.equal(mels[key], audio[key])
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_fine_tune_in_step(store, reduced_folder, tmp_path):
     """DDP on the CPU (gloo): both ranks take the same steps over their own shares of the
     batches, rank 0 checkpoints once with both ranks' random streams, and the weights move."""

@@ -45,6 +45,7 @@ def evaluated_run(store, reduced_folder, tmp_path_factory):  # noqa: F811
     return out
 
 
+@pytest.mark.slow
 def test_fine_tuning_keeps_its_last_evaluation_and_logs_it(evaluated_run, store):  # noqa: F811
     record = read_evaluation(evaluated_run)
     assert record["step"] == 4 and record["utterances"] == 1
@@ -62,6 +63,7 @@ def test_fine_tuning_keeps_its_last_evaluation_and_logs_it(evaluated_run, store)
     assert CAPPED == [int(first / 1024)]  # the first validation clip, capped by its length
 
 
+@pytest.mark.slow
 def test_evaluating_does_not_change_what_trains(evaluated_run, store, reduced_folder,  # noqa: F811
                                                 tmp_path):
     """4 steps with evaluations after steps 2 and 4 end with the weights (and their average,
@@ -88,6 +90,7 @@ def test_eval_every_without_an_evaluation_is_refused_before_any_work(store, redu
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_last_evaluation_travels_with_the_run_and_its_bundle(evaluated_run, tmp_path):
     """`myxtts evaluate` of the run, or of the bundle `myxtts export` makes of it, reports the
     run's last evaluation in training; a bundle re-exported keeps it; a folder as

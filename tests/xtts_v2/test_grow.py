@@ -227,6 +227,7 @@ def test_a_gpt_of_the_grown_config_loads_the_grown_rows_strictly(release, grown_
     assert old_gpt.text_embedding.weight.requires_grad
 
 
+@pytest.mark.slow
 def test_grown_folder_reads_back_and_in_coqui(grown_files, folder_grown, tmp_path):
     out = write_xtts_v2(tmp_path / "XTTS-v2-fa", grown_files)
     again = read_xtts_v2(out)

@@ -77,6 +77,7 @@ def _reference_say(ref, latents, embedding, text=TEXT):
                              max_new_tokens=CODES)["wav"]
 
 
+@pytest.mark.slow
 def test_voice_from_a_file_equals_the_reference(ref, synth, clip):
     latents, embedding = _reference_voice(ref, clip)
     voice = synth.voice([clip])
@@ -87,6 +88,7 @@ def test_voice_from_a_file_equals_the_reference(ref, synth, clip):
     torch.testing.assert_close(other.speaker, voice.speaker, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_greedy_codes_and_waveform_equal_the_reference(ref, synth, clip):
     latents, embedding = _reference_voice(ref, clip)
     voice = synth.voice([clip])
@@ -110,6 +112,7 @@ def test_greedy_codes_and_waveform_equal_the_reference(ref, synth, clip):
     assert np.array_equal(wav, again)  # greedy: the same audio every time
 
 
+@pytest.mark.slow
 def test_streaming_equals_the_reference_chunk_arithmetic_on_full_decodes(synth, clip):
     """Ours decodes only a window per chunk; the reference decodes everything so far each
     time and cuts with its ``handle_chunks``. The same latents through both: equal."""
@@ -154,6 +157,7 @@ def test_long_text_is_split_within_the_language_limit(synth):
     assert " ".join(pieces).split() == text.split()
 
 
+@pytest.mark.slow
 def test_bundle_and_reexported_folder_speak_the_same(ref, synth, folder, clip, tmp_path):
     from myxtts.artifacts.xtts_v2 import read_xtts_v2, write_xtts_v2, write_xtts_v2_bundle
     from myxtts.inference.xtts_v2.synthesizer import XttsV2Synthesizer
@@ -173,6 +177,7 @@ def test_bundle_and_reexported_folder_speak_the_same(ref, synth, folder, clip, t
     assert np.abs(_reference_say(again, latents, embedding) - wav).max() < 1e-4
 
 
+@pytest.mark.slow
 def test_the_command_line_speaks_greedily_and_refuses_what_it_cannot(folder, clip, tmp_path, synth):
     out = tmp_path / "out.wav"
     cmd = [sys.executable, "-m", "myxtts.cli.main", "synthesize", "-c", str(folder), "-t", TEXT,
@@ -195,6 +200,7 @@ def test_the_command_line_speaks_greedily_and_refuses_what_it_cannot(folder, cli
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_bfloat16_gpt_speaks_with_the_float32_decoder_and_voice(folder, clip):
     """--dtype bfloat16: the GPT's weights and cache in bfloat16, the voice and the HiFi-GAN
     in float32; the audio is real audio of the same kind (codes may differ from float32's)."""

@@ -75,6 +75,7 @@ def _reference_clip(path: Path):
     return torchaudio.functional.resample(audio, rate, 22050).clip_(-1, 1)
 
 
+@pytest.mark.slow
 def test_codes_and_audio_equal_the_reference_trainers(built):
     import torch
 
@@ -146,6 +147,7 @@ def test_identity_and_manifest(built):
     assert main(["prepare", "--verify", str(store_path)]) == 0
 
 
+@pytest.mark.slow
 def test_another_model_is_refused_naming_both_hashes(built, tmp_path):
     import torch
 
@@ -197,6 +199,7 @@ def test_persian_grows_the_vocabulary(built):
     assert manifest["added_languages"] == {"fa": grown["[fa]"]}
 
 
+@pytest.mark.slow
 def test_resumed_and_parallel_prepares_write_the_same_bytes(built, tmp_path, monkeypatch):
     data, store_path, folder = built
     files = json.loads((store_path / "manifest.json").read_text(encoding="utf-8"))["files"]
