@@ -65,8 +65,11 @@ def run_overrides(args: argparse.Namespace, cuda: bool) -> list[str]:
 
 
 def measure(args: argparse.Namespace, tmp: Path, cuda: bool) -> dict:
+    """Steps 1-4 of the module docstring in ``tmp``; the figures of both arms and the run's
+    settings."""
     import torch
 
+    from _trainer import loader_ratio
     from _xtts_folder import write_random_xtts
     from _xtts_trainer import XttsTrainer
     from myxtts.config import load_config
@@ -95,7 +98,8 @@ def measure(args: argparse.Namespace, tmp: Path, cuda: bool) -> dict:
     samples = t.shapes()[0].ref_frames
     flops = StepFlops(xtts_step_counter(config, samples))
     gpu = GpuUtilSampler(t.device, period_s=0.1) if cuda else None
-    out = common_loader_ratio(t, staged, args, gpu, flops)
+    out = loader_ratio(t, staged, args.steps, args.rounds, args.warmup, f"xtts-{args.size}",
+                       gpu=gpu, flops=flops)
     peak = peak_tflops(torch.cuda.get_device_name(t.device), t.engine.dtype) if cuda else None
     out.update({"size": args.size, "params_m": t.params_m, "mode": str(t.engine.mode),
                 "device": str(t.device) + (f" ({torch.cuda.get_device_name(t.device)})" if cuda else ""),
@@ -107,13 +111,6 @@ def measure(args: argparse.Namespace, tmp: Path, cuda: bool) -> dict:
                 "peak_tflops": peak, "data": str(data), "clips": len(t.batches.store)})
     t.close()
     return out
-
-
-def common_loader_ratio(t, staged, args, gpu, flops) -> dict:
-    from _trainer import loader_ratio
-
-    return loader_ratio(t, staged, args.steps, args.rounds, args.warmup, f"xtts-{args.size}",
-                        gpu=gpu, flops=flops)
 
 
 def render(r: dict) -> str:
