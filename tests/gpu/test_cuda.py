@@ -18,6 +18,7 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.budget import auto_batch_sizes
 from myxtts.train.engine.graphs import CudaCapture
+from tests.gpu.replay import assert_steps_never_sync
 from tests.helpers import micro_config, train_crashing_at
 
 pytestmark = pytest.mark.gpu
@@ -118,18 +119,7 @@ def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
     (engine,) = _engines(tmp_path, 1, "train.self_feed=0.5", "train.precision=bf16",
                          "train.ema_decay=0.999")
     batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
-    if graphed:
-        engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
-        assert engine.mode == "graphed"
-    else:
-        engine.step([batches[0]])  # first step: lazy allocations
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for batch in batches[1:]:
-            engine.step([batch])
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert_steps_never_sync(engine, SHAPES, batches, graphed)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

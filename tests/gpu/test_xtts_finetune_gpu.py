@@ -19,6 +19,7 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.xtts.task import XttsTask
+from tests.gpu.replay import assert_steps_never_sync
 
 pytestmark = pytest.mark.gpu
 
@@ -109,16 +110,5 @@ def test_compiled_and_graphed_step_equals_eager(tmp_path):
 def test_the_step_never_syncs_with_the_host(tmp_path, graphed):
     (engine,) = _engines(tmp_path, 1, "train.precision=bf16", "train.ema_decay=0.999")
     batches = [_batch(i) for i in range(4)]  # made (copied to the GPU) before the check
-    if graphed:
-        engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
-        assert engine.mode == "graphed"
-    else:
-        engine.step([batches[0]])  # first step: lazy allocations
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for batch in batches[1:]:
-            engine.step([batch])
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert_steps_never_sync(engine, SHAPES, batches, graphed)
     assert all(torch.isfinite(torch.tensor(v)) for k, v in engine.read().items() if k in LOSSES)
