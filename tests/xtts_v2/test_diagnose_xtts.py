@@ -122,6 +122,7 @@ def test_profile_refusals(store, reduced_folder, tmp_path, capsys):
                       "no XTTS-v2 fine-tuning run")
 
 
+@pytest.mark.slow
 def test_profile_run_profiles_a_fine_tuning_run_on_its_store(store, reduced_folder, tmp_path,
                                                            capsys):
     """`--run RUN` of an XTTS-v2 fine-tuning run profiles its model from its newest

@@ -374,6 +374,7 @@ def test_writing_replaces_only_its_own_folder(release, tmp_path):
     _error(lambda: write_xtts_v2(release.source / "sub", release), "read from")
 
 
+@pytest.mark.slow
 def test_a_bundle_carries_an_evaluation_record_and_refuses_a_malformed_one(reduced_folder,
                                                                           tmp_path):
     import dataclasses
