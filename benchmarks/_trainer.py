@@ -43,17 +43,23 @@ class Trainer:
             torch.set_num_threads(threads)
         sets = ([f"data.batch_frames={batch_frames}"] if batch_frames else []) + list(overrides)
         cfg = load_config(preset=preset, overrides=[*sets, f"train.output_dir={run_dir}"])
+        self.set_up(TTSRecipe(cfg, data, show_progress=False), cfg.audio.frames_per_second)
+        self.data = self.run.data
+
+    def set_up(self, run: Any, fps: float) -> None:
+        """Set ``run`` (a recipe, not set up yet) up, timed, and take what the windows read
+        from it; ``fps``: the frames a second of audio has in its batches."""
         started = time.perf_counter()
-        self.run = TTSRecipe(cfg, data, show_progress=False)
-        self.run.setup()
+        self.run = run
+        run.setup()
         self.setup_s = time.perf_counter() - started
-        self.cfg, self.engine, self.data = self.run.cfg, self.run.engine, self.run.data
-        self.device, self.record = self.run.device, self.run.record
+        self.cfg, self.engine = run.cfg, run.engine
+        self.device, self.record = run.device, run.record
         self.cuda = self.device.type == "cuda"
         startup = self.engine.startup
         self.report = startup.report if startup is not None else None
         self.params_m = sum(p.numel() for p in self.engine.model.parameters()) / 1e6
-        self.fps = cfg.audio.frames_per_second
+        self.fps = fps
 
     @staticmethod
     def key(batch: dict) -> tuple:

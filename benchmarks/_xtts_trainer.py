@@ -10,7 +10,6 @@ frames the clips' real codes (what the run's progress counts).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,9 @@ class XttsTrainer(Trainer):
             torch.set_num_threads(threads)
         cfg = load_config(config_file("xtts-finetune"), None,
                           [*overrides, f"train.output_dir={run_dir}"])
-        started = time.perf_counter()
-        self.run = XttsRecipe(cfg, store, init_from=folder, show_progress=False)
-        self.run.setup()
-        self.setup_s = time.perf_counter() - started
-        self.cfg, self.engine, self.data = self.run.cfg, self.run.engine, None
-        self.device, self.record = self.run.device, self.run.record
-        self.cuda = self.device.type == "cuda"
-        startup = self.engine.startup
-        self.report = startup.report if startup is not None else None
-        self.params_m = sum(p.numel() for p in self.engine.model.parameters()) / 1e6
-        self.fps = CODES_PER_SECOND
+        self.set_up(XttsRecipe(cfg, store, init_from=folder, show_progress=False),
+                    CODES_PER_SECOND)
+        self.data = None
         self.batches = self.run.loader.batches  # the loader's batch builder (same plan, seed)
 
     @staticmethod
