@@ -1,12 +1,12 @@
 """coqui-tts's XTTS-v2 GPT fine-tuning timed as ``xtts_finetune.py`` measures it against ours.
 
 Run by the interpreter of the peer environment (``--peer-python``), never imported by
-myxtts; ``xtts_finetune.py`` imports only :func:`peak_rss_mb` and :class:`PssPeak` from
-it (standard library only), so that both sides count memory the same way:
+myxtts; ``xtts_finetune.py`` imports only :func:`peak_rss_mb`, :class:`PssPeak` and
+:func:`serve` from it (standard library only), so that both sides count memory and answer
+commands the same way:
 
     python _xtts_finetune_peer.py usable FOLDER DATA
-    python _xtts_finetune_peer.py train FOLDER DATA --batch-size B --workers W --steps N
-        [--warmup K] [--threads T]
+    python _xtts_finetune_peer.py serve FOLDER DATA --batch-size B --workers W [--threads T]
 
 ``usable`` lists the clips of DATA (an LJSpeech-style folder: metadata.csv, wavs/) that
 coqui's GPT trainer can learn from with FOLDER's vocabulary: no [UNK] token (its dataset
@@ -14,7 +14,7 @@ asserts on one and silently draws another clip instead), at most ``max_text_leng
 tokens, audio of at least 0.5 s and at most ``max_wav_length`` samples. The benchmark
 gives both sides only those, so both train on the same utterances.
 
-``train`` builds coqui's ``GPTTrainer`` on FOLDER's files the way its recipe
+``serve`` builds coqui's ``GPTTrainer`` on FOLDER's files the way its recipe
 (``recipes/ljspeech/xtts_v2/train_gpt_xtts.py``) does: ``GPTArgs`` with the folder's
 architecture, conditioning 66150-132300 samples, ``max_wav_length`` 255995,
 ``max_text_length`` 200, the folder's model.pth / dvae.pth / mel_stats.pth / vocab.json;
@@ -37,12 +37,13 @@ is reproduced exactly:
   optimizer steps; both sides step every batch). The scheduler steps after each epoch
   (the config's ``scheduler_after_epoch``), so never inside a timed window.
 
-``--warmup`` steps (loader start-up, first calls) run first, untimed. Prints one JSON line:
-utterances_per_s, steps, batch_size, workers, seconds, peak_rss_mb (see
-:func:`peak_rss_mb`), main_rss_mb, workers_rss_mb, loaded_rss_mb, peak_pss_mb (see
-:class:`PssPeak`, sampled from before the model's build), and ``phases``: the
-seconds the timed steps spent waiting for the loader, formatting on the device, in the
-forward, the backward and the optimizer.
+It then answers the benchmark's commands on stdin (:func:`serve`, which ours uses too):
+``steps N`` runs N optimizer steps and answers one JSON line with their seconds,
+utterances, ``phases`` (the seconds spent waiting for the loader, formatting on the device,
+in the forward, the backward and the optimizer) and the last loss; ``finish`` answers
+peak_rss_mb (see :func:`peak_rss_mb`), main_rss_mb, workers_rss_mb, loaded_rss_mb and
+peak_pss_mb (see :class:`PssPeak`, sampled from before the model's build). Kept alive
+between commands, the trainer can take turns with ours in short bursts.
 
 ``torchaudio.load`` cannot decode here (this environment's torchaudio has no working
 decoding backend), so coqui's ``load_audio`` is replaced, where its dataset module looks
@@ -252,73 +253,114 @@ def usable(folder: Path, data: Path) -> dict:
     return {"ids": keep, "dropped": dropped}
 
 
-def train(folder: Path, data: Path, batch_size: int, workers: int, steps: int, warmup: int,
-          threads: int) -> dict:
-    import torch
+class PeerTrainer:
+    """coqui's trainer on ``folder``'s files over ``data``, ready to step (see the module
+    docstring): :meth:`steps` runs optimizer steps, :meth:`finish` reads the memory peaks."""
 
-    pss = PssPeak().start()
-    _patch_load_audio()
-    torch.set_num_threads(threads)  # coqui's dataset module sets 1 when imported
-    model, config = build(folder, batch_size, workers)
-    loader = model.get_data_loader(config, is_eval=False, samples=samples(data, config),
-                                   verbose=False)
-    optimizer = model.get_optimizer()
-    model.get_scheduler([optimizer])  # stepped after epochs only: never inside the window
-    model.eval()  # GPTTrainer.on_train_epoch_start
-    model.xtts.gpt.train()
-    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    phases = dict.fromkeys(("loader", "on_device", "forward", "backward", "optimizer"), 0.0)
-    batches = iter(loader)
-    t0 = start = time.perf_counter()
-    for step in range(warmup + steps):
-        if step == warmup:
-            phases = dict.fromkeys(phases, 0.0)
-            t0 = start = time.perf_counter()
+    def __init__(self, folder: Path, data: Path, batch_size: int, workers: int, threads: int):
+        import torch
+
+        self.pss = PssPeak().start()
+        _patch_load_audio()
+        torch.set_num_threads(threads)  # coqui's dataset module sets 1 when imported
+        self.model, config = build(folder, batch_size, workers)
+        self.loader = self.model.get_data_loader(config, is_eval=False,
+                                                 samples=samples(data, config), verbose=False)
+        self.optimizer = self.model.get_optimizer()
+        self.model.get_scheduler([self.optimizer])  # stepped after epochs only: never here
+        self.model.eval()  # GPTTrainer.on_train_epoch_start
+        self.model.xtts.gpt.train()
+        self.batch_size, self.workers, self.threads = batch_size, workers, threads
+        self.loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.batches = iter(self.loader)
+
+    def _next(self):
         try:
-            batch = next(batches)
+            return next(self.batches)
         except StopIteration:  # the Trainer's next epoch: a new pass, new workers
-            batches = iter(loader)
-            batch = next(batches)
-        t1 = time.perf_counter()
-        batch = model.format_batch_on_device(model.format_batch(batch))
-        t2 = time.perf_counter()
-        _, losses = model.train_step(batch, None)
-        t3 = time.perf_counter()
-        losses["loss"].backward()
-        t4 = time.perf_counter()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        logged = {k: float(v.detach()) for k, v in losses.items()}  # the Trainer's detach for logging
-        t5 = time.perf_counter()
-        for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
-            phases[name] += b - a
-        t0 = t5
-    seconds = time.perf_counter() - start
-    memory = peak_rss_mb()  # the workers are still alive: ``batches`` holds them
-    memory["peak_pss_mb"] = pss.stop()
-    del batches
-    return {"utterances_per_s": steps * batch_size / seconds, "steps": steps,
-            "batch_size": batch_size, "workers": workers, "seconds": seconds, **memory,
-            "loaded_rss_mb": loaded, "phases": phases, "loss": logged["loss"],
-            "threads": torch.get_num_threads()}
+            self.batches = iter(self.loader)
+            return next(self.batches)
+
+    def steps(self, n: int) -> dict:
+        """Run ``n`` optimizer steps; their seconds, utterances and ``phases``."""
+        model, optimizer = self.model, self.optimizer
+        phases = dict.fromkeys(("loader", "on_device", "forward", "backward", "optimizer"), 0.0)
+        utterances, logged = 0, {}
+        t0 = start = time.perf_counter()
+        for _ in range(n):
+            batch = self._next()
+            t1 = time.perf_counter()
+            batch = model.format_batch_on_device(model.format_batch(batch))
+            t2 = time.perf_counter()
+            _, losses = model.train_step(batch, None)
+            t3 = time.perf_counter()
+            losses["loss"].backward()
+            t4 = time.perf_counter()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            logged = {k: float(v.detach()) for k, v in losses.items()}  # the Trainer's logging
+            t5 = time.perf_counter()
+            for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
+                phases[name] += b - a
+            t0 = t5
+            utterances += int(batch["text_lengths"].shape[0])
+        return {"seconds": time.perf_counter() - start, "steps": n, "utterances": utterances,
+                "phases": phases, "loss": logged.get("loss")}
+
+    def finish(self) -> dict:
+        """The memory peaks (:func:`peak_rss_mb` while the loader's workers are alive, the
+        sampled PSS peak), then the loader's workers are let go."""
+        import torch
+
+        memory = peak_rss_mb()
+        memory["peak_pss_mb"] = self.pss.stop()
+        self.batches = None
+        return {**memory, "loaded_rss_mb": self.loaded, "batch_size": self.batch_size,
+                "workers": self.workers, "threads": torch.get_num_threads()}
+
+
+def serve(make, commands=None) -> None:
+    """Build a trainer with ``make()`` and answer the benchmark's commands, one per line of
+    ``commands`` (stdin): ``steps N`` (runs N optimizer steps, answers what
+    :meth:`PeerTrainer.steps` returns) and ``finish`` (answers the memory peaks, then
+    returns). Answers are JSON lines on the process's original stdout, which is then
+    pointed at stderr: whatever else prints (a library's log) never mixes into them."""
+    import os
+
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    def answer(obj: dict) -> None:
+        answers.write(json.dumps(obj) + "\n")
+        answers.flush()
+
+    trainer = make()
+    answer({"ready": True})
+    for line in commands if commands is not None else sys.stdin:
+        command, *arg = line.split()
+        if command == "steps":
+            answer(trainer.steps(int(arg[0])))
+        elif command == "finish":
+            answer(trainer.finish())
+            return
+        else:
+            raise SystemExit(f"unknown command {line.strip()!r}: steps N or finish")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("usable", "train"))
+    p.add_argument("command", choices=("usable", "serve"))
     p.add_argument("folder", type=Path)
     p.add_argument("data", type=Path)
     p.add_argument("--batch-size", type=int, default=3)
     p.add_argument("--workers", type=int, default=0)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
     if a.command == "usable":
-        out = usable(a.folder, a.data)
+        print(json.dumps(usable(a.folder, a.data)))
     else:
-        out = train(a.folder, a.data, a.batch_size, a.workers, a.steps, a.warmup, a.threads)
-    print(json.dumps(out))
+        serve(lambda: PeerTrainer(a.folder, a.data, a.batch_size, a.workers, a.threads))
 
 
 if __name__ == "__main__":

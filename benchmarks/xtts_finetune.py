@@ -1,8 +1,8 @@
 """XTTS-v2 GPT fine-tuning, myxtts against coqui-tts's GPTTrainer, on the CPU, in one run.
 
     python benchmarks/xtts_finetune.py --peer-python PY [--data DIR] [--size reduced|released]
-        [--batch-size B] [--steps N] [--warmup K] [--workers 0,2] [--threads T] [--rounds R]
-        [--json FILE]
+        [--batch-size B] [--workers 0,2] [--threads T] [--warmup K] [--bursts N]
+        [--burst-steps S] [--memory-steps M] [--json FILE]
 
 The peer environment (``PY``: coqui-tts 0.28 with torchaudio importable) writes an XTTS-v2
 folder with seeded random weights once (``_xtts_peer.py make``, the tests' reduced size by
@@ -11,19 +11,32 @@ default), then lists the clips of ``--data`` (an LJSpeech-style folder; default
 that folder's vocabulary (``_xtts_finetune_peer.py usable``): the benchmark's dataset is
 those clips only (a metadata.csv of their rows beside a link to the wavs), so both sides
 fine-tune the same GPT from the same weights on the same utterances with the same batch
-size. Per loader worker count, each side runs in a fresh process: coqui-tts's own
-dataset, collate and on-device DVAE codes (``_xtts_finetune_peer.py train``, whose
-docstring says what of its Trainer's step it reproduces), then ours (:func:`ours`). Each
-runs ``--warmup`` untimed optimizer steps, then times ``--steps`` more. ``--rounds R`` runs all
-of it R times, the side that goes first alternating, and reports medians (:func:`combine`).
+size. Ours trains from a store prepared once from them (untimed).
 
-Reported per worker count: utterances per second of the timed steps, the ratio ours over
-the peer's (above 1: myxtts is faster), and the peak resident memory of each side's process
-plus its loader workers (``_xtts_finetune_peer.peak_rss_mb``: ``ru_maxrss`` of the process
-plus the summed ``VmHWM`` of its live workers; shared pages count in each, so forked
-workers look heavy), and the peak of the process tree's summed PSS (``PssPeak``: shared
-pages split among their sharers, sampled every 0.2 s: the real footprint). ``--json``
-writes every run and ``ratio_<W>_workers`` per worker count (null where ours did not run).
+Each side is a trainer kept alive in a process of its own, answering commands
+(``_xtts_finetune_peer.serve``): coqui-tts's own dataset, collate and on-device DVAE codes
+(``_xtts_finetune_peer.PeerTrainer``, whose docstring says what of its Trainer's step it
+reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
+
+1. memory: each side alone, one after the other, runs ``--warmup`` + ``--memory-steps``
+   optimizer steps; its peak resident memory is read (``_xtts_finetune_peer.peak_rss_mb``:
+   ``ru_maxrss`` of the process plus the summed ``VmHWM`` of its live workers; shared pages
+   count in each, so forked workers look heavy) beside the sampled peak of the process
+   tree's summed PSS (``PssPeak``: shared pages split among their sharers, the real
+   footprint). Alone, because two live sides would split the library pages both map;
+2. speed: both sides alive, each runs ``--warmup`` untimed steps, then they take turns,
+   ``--bursts`` times each, ``--burst-steps`` optimizer steps a turn, the side that goes
+   first alternating. A turn lasts seconds, so a machine whose speed drifts (a shared one
+   moves by a third over a day) slows both sides of a pair alike: each pair's ratio is
+   ours over the peer's utterances per second in its two turns, and the reported ratio
+   is the median of the pairs'. While one side runs, the other waits on its stdin with
+   its loader idle (a worker may have the next batches ready: what a loader does in
+   training too).
+
+Reported per worker count: utterances per second of all timed turns, the ratio (above 1:
+myxtts is faster) with the pairs' spread, and the memory peaks. ``--json`` writes every
+side's figures, each pair's ratio and ``ratio_<W>_workers`` per worker count (null where
+ours did not run).
 """
 
 from __future__ import annotations
@@ -43,70 +56,70 @@ HERE = Path(__file__).resolve().parent
 WARMUP = 2  # optimizer steps before the timed ones: loader start-up, first calls
 
 
-def ours(folder: Path, data: Path, batch_size: int, workers: int, steps: int, work_dir: Path,
-         warmup: int = WARMUP) -> dict:
-    """Fine-tune the GPT of the XTTS-v2 ``folder`` on ``data`` with myxtts and time it.
+class OurTrainer:
+    """myxtts fine-tuning the GPT of the XTTS-v2 ``folder`` on the XTTS ``store`` (prepared
+    from the benchmark's clips), ready to step, with the recipe's settings (AdamW betas
+    0.9/0.96, eps 1e-8, weight decay 1e-2 on weights, lr 5e-6, text CE x 0.01 + mel CE
+    x 1.0, conditioning 66150-132300 samples): ``batch_size`` utterances per optimizer step,
+    no gradient accumulation, fp32 on the CPU, ``workers`` loader worker processes (0: the
+    loader in this process). Its run folder goes under ``work_dir``. The caller has set
+    torch's thread count; it is not changed here. :meth:`steps` and :meth:`finish` answer
+    as ``_xtts_finetune_peer.PeerTrainer``'s do."""
 
-    ``data`` is the benchmark's LJSpeech-style folder (metadata.csv: ``id|text|normalized
-    text``, English, the third column trains; wavs/ at 22050 Hz), holding only the clips the
-    peer accepts. Anything prepared from it (a store) goes under ``work_dir`` (empty, a
-    temporary folder); preparing is not timed. Train from ``folder``'s weights with the
-    recipe's settings (AdamW betas 0.9/0.96, eps 1e-8, weight decay 1e-2 on weights, lr
-    5e-6, text CE x 0.01 + mel CE x 1.0, conditioning 66150-132300 samples), ``batch_size``
-    utterances per optimizer step, no gradient accumulation, fp32 on the CPU, ``workers``
-    loader worker processes (0: the loader in this process). Run ``warmup`` optimizer steps
-    untimed, then time ``steps`` more. The caller has set torch's thread count; do not
-    change it.
+    def __init__(self, folder: Path, store: Path, batch_size: int, workers: int,
+                 work_dir: Path) -> None:
+        from _xtts_finetune_peer import PssPeak
+        from myxtts.cli.common import config_file
+        from myxtts.config import load_config
+        from myxtts.train.xtts.recipe import XttsRecipe
 
-    Returns a dict with the peer's keys: ``utterances_per_s`` (``steps * batch_size``
-    over ``seconds``), ``steps``, ``batch_size``, ``workers``, ``seconds`` (of the timed
-    steps), and ``peak_rss_mb``, ``main_rss_mb``, ``workers_rss_mb`` from
-    ``_xtts_finetune_peer.peak_rss_mb()`` called after the timed steps while the loader's
-    workers are still alive (when the keys are missing the caller fills them in after
-    return, when the workers may be gone). ``peak_pss_mb`` is sampled by the caller around
-    this call (``PssPeak``); leave it out. Optional: ``phases`` ({name: seconds} of the
-    timed steps, the peer's names: loader, on_device, forward, backward, optimizer),
-    ``loss`` (the last step's).
-    """
-    from _xtts_finetune_peer import peak_rss_mb
-    from myxtts.cli.common import config_file
-    from myxtts.config import load_config
-    from myxtts.train.xtts.prepare import prepare_xtts
-    from myxtts.train.xtts.recipe import XttsRecipe
+        self.pss = PssPeak().start()
+        cfg = load_config(config_file("xtts-finetune"), None, [
+            f"train.output_dir={work_dir / 'run'}", "train.device=cpu", "train.compile=off",
+            "train.precision=fp32", "train.max_steps=1000000", "train.log_every=1000000",
+            "train.val_every=1000000", "train.ckpt_every=1000000",
+            "train.grad_accum_steps=1", f"data.num_workers={workers}",
+            f"data.max_batch_size={batch_size}",
+            # a budget every bucket fills to batch_size utterances: the batch is the peer's size
+            f"data.batch_frames={batch_size * 300}"])
+        self.recipe = XttsRecipe(cfg, store, init_from=folder, show_progress=False)
+        self.recipe.setup()
+        self.recipe.engine.model.train()
+        self.batch_size, self.workers = batch_size, workers
 
-    store = work_dir / "store"
-    # every clip trains (the peer's dataset holds them all); the store is made once, untimed
-    prepare_xtts(data, store, load_config(overrides=["data.val_fraction=0",
-                                                     "data.min_val_utterances=0"]),
-                 folder, workers=1, progress=False, echo=lambda *a: None)
-    cfg = load_config(config_file("xtts-finetune"), None, [
-        f"train.output_dir={work_dir / 'run'}", "train.device=cpu", "train.compile=off",
-        "train.precision=fp32", "train.max_steps=1000000", "train.log_every=1000000",
-        "train.val_every=1000000", "train.ckpt_every=1000000", "train.grad_accum_steps=1",
-        f"data.num_workers={workers}", f"data.max_batch_size={batch_size}",
-        # a budget every bucket fills to batch_size utterances: the batch is the peer's size
-        f"data.batch_frames={batch_size * 300}"])
-    recipe = XttsRecipe(cfg, store, init_from=folder, show_progress=False)
-    recipe.setup()
-    recipe.engine.model.train()
-    counted = []
+    def steps(self, n: int) -> dict:
+        """Run ``n`` optimizer steps; their seconds, utterances and ``phases`` (the loader's
+        wait, the rest of the step)."""
+        recipe, counted, waited = self.recipe, [], [0.0]
 
-    class Count:
-        def fetching(self) -> None: ...
-        def fetched(self) -> None: ...
-        def stepped(self, micro: list, frames: int) -> None:
-            counted.append(recipe.utterances(micro))
+        class Watch:
+            def fetching(self) -> None:
+                self.since = time.perf_counter()
 
-    recipe.run_steps(warmup)
-    started = time.perf_counter()
-    recipe.run_steps(steps, watch=Count())
-    seconds = time.perf_counter() - started
-    loss = recipe.engine.read().get("loss")
-    memory = peak_rss_mb()
-    recipe.cleanup()
-    return {"utterances_per_s": sum(counted) / seconds, "steps": steps,
-            "batch_size": batch_size, "workers": workers, "seconds": seconds, "loss": loss,
-            "utterances": sum(counted), **memory}
+            def fetched(self) -> None:
+                waited[0] += time.perf_counter() - self.since
+
+            def stepped(self, micro: list, frames: int) -> None:
+                counted.append(recipe.utterances(micro))
+
+        started = time.perf_counter()
+        recipe.run_steps(n, watch=Watch())
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "steps": n, "utterances": sum(counted),
+                "phases": {"loader": waited[0], "step": seconds - waited[0]},
+                "loss": recipe.engine.read().get("loss")}
+
+    def finish(self) -> dict:
+        """The memory peaks (read while the loader's workers are alive), then the run ends."""
+        import torch
+
+        from _xtts_finetune_peer import peak_rss_mb
+
+        memory = peak_rss_mb()
+        memory["peak_pss_mb"] = self.pss.stop()
+        self.recipe.cleanup()
+        return {**memory, "batch_size": self.batch_size, "workers": self.workers,
+                "threads": torch.get_num_threads()}
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -118,74 +131,58 @@ def keep_rows(metadata: str, ids: list[str]) -> str:
     return "".join(line + "\n" for line in kept)
 
 
-def ratio(mine: dict | None, peer: dict) -> float | None:
-    """Our utterances per second over the peer's (above 1: myxtts is faster), None without ours."""
-    if not mine:
-        return None
-    return mine["utterances_per_s"] / peer["utterances_per_s"]
+def totals(turns: list[dict]) -> dict:
+    """A side's timed turns as one: summed seconds, steps, utterances and phases, and
+    ``utterances_per_s`` over them all."""
+    seconds = sum(t["seconds"] for t in turns)
+    phases: dict[str, float] = {}
+    for t in turns:
+        for name, value in t.get("phases", {}).items():
+            phases[name] = phases.get(name, 0.0) + value
+    utterances = sum(t["utterances"] for t in turns)
+    return {"utterances_per_s": utterances / seconds, "seconds": seconds, "utterances": utterances,
+            "steps": sum(t["steps"] for t in turns), "phases": phases,
+            "loss": turns[-1].get("loss")}
 
 
-def run_ratio(r: dict) -> float | None:
-    """A worker count's ratio: the median of its rounds' (``combine``), else its one run's."""
-    return r["ratio"] if "ratio" in r else ratio(r.get("mine"), r["peer"])
+def pair_ratios(mine: list[dict], peer: list[dict]) -> list[float]:
+    """Per pair of turns (ours, the peer's, run back to back): our utterances per second over
+    the peer's (above 1: myxtts is faster)."""
+    return [(m["utterances"] / m["seconds"]) / (p["utterances"] / p["seconds"])
+            for m, p in zip(mine, peer, strict=True)]
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
-
-def combine(rounds: list[dict[int, dict]]) -> dict[int, dict]:
-    """Several rounds of ``{workers: {"peer": run, "mine": run}}`` as one: per worker count
-    each side's run of median speed, ``ratio`` the median of the rounds' own ratios (each
-    round's two sides ran back to back, so a machine that drifts between rounds moves both),
-    ``round_ratios`` every round's, the memory peaks the largest of any round."""
-    out: dict[int, dict] = {}
-    for w in rounds[0]:
-        entry: dict = {}
-        for side in ("peer", "mine"):
-            runs = [r[w][side] for r in rounds if r[w].get(side)]
-            if not runs:
-                entry[side] = None
-                continue
-            runs.sort(key=lambda run: run["utterances_per_s"])
-            chosen = dict(runs[(len(runs) - 1) // 2])
-            for key in ("peak_rss_mb", "peak_pss_mb"):
-                if all(key in run for run in runs):
-                    chosen[key] = max(run[key] for run in runs)
-            entry[side] = chosen
-        ratios = [ratio(r[w].get("mine"), r[w]["peer"]) for r in rounds]
-        if all(q is not None for q in ratios):
-            entry["ratio"], entry["round_ratios"] = _median(ratios), ratios
-        elif entry["mine"] is None:
-            entry["ratio"] = None
-        out[w] = entry
-    return out
+def entry(mine: list[dict], peer: list[dict], memory: dict[str, dict]) -> dict:
+    """One worker count's figures: each side's :func:`totals` with its memory peaks
+    (``memory["mine"]``, ``memory["peer"]``), every pair's ratio and their median."""
+    ratios = pair_ratios(mine, peer)
+    return {"mine": {**totals(mine), **memory["mine"]}, "peer": {**totals(peer), **memory["peer"]},
+            "pair_ratios": ratios, "ratio": common.median(ratios)}
 
 
 def figures(runs: dict[int, dict]) -> dict:
-    """The JSON: every run, and ``ratio_<W>_workers`` per worker count ``W``."""
+    """The JSON: every worker count's :func:`entry`, and ``ratio_<W>_workers`` per count."""
     out: dict = {"runs": {str(w): r for w, r in runs.items()}}
     for w, r in runs.items():
-        out[f"ratio_{w}_workers"] = run_ratio(r)
+        out[f"ratio_{w}_workers"] = r["ratio"]
     return out
 
 
 def render(runs: dict[int, dict], head: list[str]) -> str:
-    """The table: per worker count, both sides' utterances/s, the ratio, the peak memory
-    (summed RSS peaks, then the sampled PSS peak)."""
+    """The table: per worker count, both sides' utterances/s, the ratio (the pairs' median)
+    and their spread, the peak memory (summed RSS peaks, then the sampled PSS peak)."""
     cols = [("workers", 8), ("myxtts utt/s", 14), ("coqui utt/s", 13), ("ratio", 8),
-            ("myxtts RSS MB", 15), ("coqui RSS MB", 14), ("myxtts PSS MB", 15),
-            ("coqui PSS MB", 14)]
+            ("pairs min-max", 15), ("myxtts RSS MB", 15), ("coqui RSS MB", 14),
+            ("myxtts PSS MB", 15), ("coqui PSS MB", 14)]
     line = lambda cells: "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, cols))  # noqa: E731
     rows = [*head, "", line([n for n, _ in cols]), "-" * sum(w for _, w in cols)]
     for w, r in runs.items():
-        mine, peer = r.get("mine"), r["peer"]
-        q = run_ratio(r)
-        rows.append(line([str(w), f"{mine['utterances_per_s']:.2f}" if mine else "-",
-                          f"{peer['utterances_per_s']:.2f}", f"{q:.2f}x" if q else "-",
-                          *(f"{side[key]:.0f}" if side and key in side else "-"
-                            for key in ("peak_rss_mb", "peak_pss_mb") for side in (mine, peer))]))
+        mine, peer, pairs = r["mine"], r["peer"], r["pair_ratios"]
+        rows.append(line([str(w), f"{mine['utterances_per_s']:.2f}",
+                          f"{peer['utterances_per_s']:.2f}", f"{r['ratio']:.2f}x",
+                          f"{min(pairs):.2f}-{max(pairs):.2f}",
+                          *(f"{side[key]:.0f}" for key in ("peak_rss_mb", "peak_pss_mb")
+                            for side in (mine, peer))]))
     return "\n".join(rows)
 
 
@@ -198,6 +195,94 @@ def phase_line(name: str, run: dict) -> str:
 
 # ---------------------------------------------------------------- running the sides
 
+class Side:
+    """A side's trainer in a process of its own (``argv``), asked over its stdin/stdout
+    (``_xtts_finetune_peer.serve``); its stderr goes to ``log``."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None) -> None:
+        self.name, self.log = name, log
+        with log.open("w") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, text=True, env=env)
+
+    def answer(self) -> dict:
+        for line in self.proc.stdout:
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not an answer: something the side printed before serving
+        self.proc.wait()
+        tail = self.log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{self.name} stopped (exit {self.proc.returncode}); its log "
+                         f"{self.log} ends:\n{tail}")
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.answer()
+
+    def finish(self) -> dict:
+        got = self.ask("finish")
+        self.proc.wait()
+        return got
+
+
+def _ours_in_child(spec_file: Path) -> None:
+    """The ``--ours SPEC`` child: :class:`OurTrainer` serving the benchmark's commands."""
+    import torch
+
+    from _xtts_finetune_peer import serve
+
+    spec = json.loads(spec_file.read_text())
+    torch.set_num_threads(spec["threads"])
+    serve(lambda: OurTrainer(Path(spec["folder"]), Path(spec["store"]), spec["batch_size"],
+                             spec["workers"], Path(spec["work_dir"])))
+
+
+def start(side: str, args: argparse.Namespace, paths: dict[str, Path], workers: int) -> Side:
+    """A fresh process of ``side`` ("mine" or "peer") at ``workers`` loader workers, ready."""
+    work = Path(tempfile.mkdtemp(prefix=f"{side}-{workers}-", dir=paths["tmp"]))
+    if side == "peer":
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)  # the peer's own environment, not this tree's sources
+        argv = [str(args.peer_python), str(HERE / "_xtts_finetune_peer.py"), "serve",
+                str(paths["folder"]), str(paths["data"]), "--batch-size", str(args.batch_size),
+                "--workers", str(workers), "--threads", str(args.threads)]
+        s = Side("coqui-tts's side", argv, work / "log.txt", env)
+    else:
+        spec = {"folder": str(paths["folder"]), "store": str(paths["store"]),
+                "batch_size": args.batch_size, "workers": workers, "work_dir": str(work),
+                "threads": args.threads}
+        (work / "spec.json").write_text(json.dumps(spec))
+        s = Side("myxtts's side", [sys.executable, __file__, "--ours", str(work / "spec.json")],
+                 work / "log.txt")
+    s.answer()  # {"ready": true}
+    return s
+
+
+def measure(args: argparse.Namespace, paths: dict[str, Path], workers: int) -> dict:
+    """One worker count: the memory pass, then the interleaved turns (module docstring)."""
+    memory = {}
+    for side in ("mine", "peer"):
+        common.say(f"{workers} workers, memory: {side} alone, "
+                   f"{args.warmup} + {args.memory_steps} steps ...")
+        s = start(side, args, paths, workers)
+        s.ask(f"steps {args.warmup + args.memory_steps}")
+        memory[side] = s.finish()
+    common.say(f"{workers} workers, speed: {args.bursts} turns of {args.burst_steps} steps "
+               f"each side ...")
+    sides = {side: start(side, args, paths, workers) for side in ("mine", "peer")}
+    for s in sides.values():
+        s.ask(f"steps {args.warmup}")
+    turns: dict[str, list[dict]] = {"mine": [], "peer": []}
+    for k in range(args.bursts):
+        for side in (("mine", "peer") if k % 2 == 0 else ("peer", "mine")):
+            turns[side].append(sides[side].ask(f"steps {args.burst_steps}"))
+    for s in sides.values():
+        s.finish()
+    return entry(turns["mine"], turns["peer"], memory)
+
+
 def _peer(args: argparse.Namespace, script: str, *argv: str) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the peer's own environment, not this tree's sources
@@ -208,45 +293,6 @@ def _peer(args: argparse.Namespace, script: str, *argv: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def _ours_in_child(spec_file: Path) -> None:
-    """The ``--ours SPEC`` child: a fresh process per run, so that its peak memory is the
-    run's own."""
-    import torch
-
-    from _xtts_finetune_peer import PssPeak, peak_rss_mb
-
-    spec = json.loads(spec_file.read_text())
-    torch.set_num_threads(spec.pop("threads"))
-    spec = {k: Path(v) if k in ("folder", "data", "work_dir") else v for k, v in spec.items()}
-    pss = PssPeak().start()
-    try:
-        run = ours(**spec)
-    except NotImplementedError as e:
-        print(json.dumps({"not_implemented": str(e)}))
-        return
-    if "peak_rss_mb" not in run:
-        run.update(peak_rss_mb())
-    run.setdefault("peak_pss_mb", pss.stop())
-    print(json.dumps(run))
-
-
-def _run_ours(args: argparse.Namespace, tmp: Path, folder: Path, data: Path, workers: int) -> dict | None:
-    work = Path(tempfile.mkdtemp(prefix=f"ours-{workers}-", dir=tmp))
-    spec = {"folder": str(folder), "data": str(data), "batch_size": args.batch_size,
-            "workers": workers, "steps": args.steps, "work_dir": str(work), "warmup": args.warmup,
-            "threads": args.threads}
-    (work / "spec.json").write_text(json.dumps(spec))
-    r = subprocess.run([sys.executable, __file__, "--ours", str(work / "spec.json")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"myxtts's side failed ({workers} workers):\n{r.stderr[-3000:]}")
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    if "not_implemented" in got:
-        common.say(f"myxtts's side is not implemented yet ({got['not_implemented']}): peer only")
-        return None
-    return got
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--peer-python", type=Path, help="interpreter with coqui-tts")
@@ -255,18 +301,23 @@ def main() -> int:
     p.add_argument("--size", choices=("reduced", "released"), default="reduced")
     p.add_argument("--batch-size", type=int, default=3, help="utterances per optimizer step "
                    "(default 3, the recipe's)")
-    p.add_argument("--steps", type=int, default=8, help="timed optimizer steps per run")
-    p.add_argument("--warmup", type=int, default=WARMUP, help="untimed steps before them")
     p.add_argument("--workers", default="0,2", help="loader worker counts, comma-separated")
     p.add_argument("--threads", type=int, default=1, help="torch threads on each side (coqui's "
                    "dataset module sets 1 when imported)")
-    p.add_argument("--rounds", type=int, default=1, help="run the comparison this many times "
-                   "(each side's order alternating) and report medians (default 1)")
+    p.add_argument("--warmup", type=int, default=WARMUP, help="untimed steps before the timed ones")
+    p.add_argument("--bursts", type=int, default=12, help="timed turns per side (default 12)")
+    p.add_argument("--burst-steps", type=int, default=3, help="optimizer steps a turn (default 3)")
+    p.add_argument("--memory-steps", type=int, default=12, help="steps of the memory pass after "
+                   "the warm-up (default 12)")
     p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--ours", type=Path, help=argparse.SUPPRESS)  # the child running ours()
+    p.add_argument("--ours", type=Path, help=argparse.SUPPRESS)  # the child running ours
+    p.add_argument("--prepare", nargs=3, type=Path, help=argparse.SUPPRESS)  # DATA STORE FOLDER
     args = p.parse_args()
     if args.ours:
         _ours_in_child(args.ours)
+        return 0
+    if args.prepare:
+        prepare_store(*args.prepare)
         return 0
     if args.peer_python is None:
         p.error("--peer-python is required")
@@ -289,49 +340,42 @@ def main() -> int:
             encoding="utf-8")
         (data / "wavs").symlink_to((source / "wavs").resolve(), target_is_directory=True)
         common.say(f"{len(accepted['ids'])} clips of {source} train; "
-                   f"{len(accepted['dropped'])} left out (the reference trainer refuses them)")
-        rounds: list[dict[int, dict]] = []
-        for k in range(args.rounds):
-            this: dict[int, dict] = {}
-            for w in counts:
-                this[w] = {}
-                # alternate which side runs first, so that a drifting machine favours neither
-                for side in (("peer", "mine") if k % 2 == 0 else ("mine", "peer")):
-                    if side == "peer":
-                        common.say(f"round {k + 1}, {w} workers: coqui-tts's GPTTrainer, "
-                                   f"{args.warmup} + {args.steps} steps ...")
-                        this[w]["peer"] = _peer(
-                            args, "_xtts_finetune_peer.py", "train", str(folder), str(data),
-                            "--batch-size", str(args.batch_size), "--workers", str(w),
-                            "--steps", str(args.steps), "--warmup", str(args.warmup),
-                            "--threads", str(args.threads))
-                    else:
-                        common.say(f"round {k + 1}, {w} workers: myxtts, the same ...")
-                        this[w]["mine"] = _run_ours(args, tmp, folder, data, w)
-            rounds.append(this)
-        runs = rounds[0] if len(rounds) == 1 else combine(rounds)
+                   f"{len(accepted['dropped'])} left out (the reference trainer refuses them); "
+                   f"preparing our store (untimed) ...")
+        paths = {"tmp": tmp, "folder": folder, "data": data, "store": tmp / "store"}
+        # in a child: this process imports no torch, so it shares no library pages with
+        # the sides (which would lower their PSS)
+        subprocess.run([sys.executable, __file__, "--prepare", str(data), str(paths["store"]),
+                        str(folder)], check=True)
+        runs = {w: measure(args, paths, w) for w in counts}
     head = [f"XTTS-v2 GPT fine-tuning, {args.size} size, seeded random weights; "
             f"{len(accepted['ids'])} clips of {source}",
-            f"batch {args.batch_size}, {args.warmup} warm-up + {args.steps} timed optimizer steps, "
-            f"fp32, torch threads {args.threads}; {os.cpu_count()} CPUs, load average "
-            f"{os.getloadavg()[0]:.1f}"
-            + (f"; medians of {args.rounds} rounds (ratio: the median of each round's)"
-               if args.rounds > 1 else ""),
-            "RSS MB: process ru_maxrss + the loader workers' summed VmHWM (shared pages in each); "
-            "PSS MB: the process tree's sampled PSS peak"]
+            f"batch {args.batch_size}, fp32, torch threads {args.threads}; {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}",
+            f"speed: {args.warmup} warm-up steps, then {args.bursts} turns of {args.burst_steps} "
+            f"optimizer steps per side, taking turns; ratio: the median of the pairs' "
+            f"(pairs min-max: their spread)",
+            f"memory: each side alone, {args.warmup} + {args.memory_steps} steps; RSS MB: process "
+            f"ru_maxrss + the loader workers' summed VmHWM (shared pages in each); PSS MB: the "
+            f"process tree's sampled PSS peak"]
     print(render(runs, head))
-    for w, r in runs.items():
-        if r.get("round_ratios"):
-            print(f"  {w} workers, each round's ratio: "
-                  + ", ".join(f"{q:.2f}x" for q in r["round_ratios"]))
     print("where the timed steps went:")
     for r in runs.values():
         for name in ("mine", "peer"):
-            if r.get(name):
-                print(phase_line("myxtts" if name == "mine" else "coqui", r[name]))
+            print(phase_line("myxtts" if name == "mine" else "coqui", r[name]))
     if args.json:
         args.json.write_text(json.dumps(figures(runs), indent=1))
     return 0
+
+
+def prepare_store(data: Path, store: Path, folder: Path) -> None:
+    """Our XTTS store of ``data`` for ``folder`` (every clip trains: no validation split)."""
+    from myxtts.config import load_config
+    from myxtts.train.xtts.prepare import prepare_xtts
+
+    prepare_xtts(data, store, load_config(overrides=["data.val_fraction=0",
+                                                     "data.min_val_utterances=0"]),
+                 folder, workers=1, progress=False, echo=lambda *a: None)
 
 
 if __name__ == "__main__":

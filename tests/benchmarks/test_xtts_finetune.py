@@ -1,13 +1,14 @@
 """The XTTS fine-tuning benchmark's own helpers (no training, no coqui-tts): the dataset it
-hands both sides keeps exactly the accepted clips, the JSON carries a ratio per worker
-count, the table shows both sides or a dash where ours did not run, and the memory
-helpers read this process."""
+hands both sides keeps exactly the accepted clips, turns add up and pair into ratios, the
+JSON carries a ratio per worker count, the table shows both sides, a side process answers
+commands whatever else it prints, and the memory helpers read this process."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import sys
+import textwrap
 
 import pytest
 
@@ -25,10 +26,19 @@ def bench():
         sys.path.remove(folder)
 
 
-def _run(workers: int, utt: float, rss: float) -> dict:
-    return {"utterances_per_s": utt, "steps": 4, "batch_size": 3, "workers": workers,
-            "seconds": 12 / utt, "peak_rss_mb": rss, "peak_pss_mb": rss / 2,
-            "phases": {"loader": 1.0, "forward": 3.0}}
+def _turn(utterances: int, seconds: float, loader: float = 0.5) -> dict:
+    return {"seconds": seconds, "steps": 2, "utterances": utterances,
+            "phases": {"loader": loader, "forward": seconds - loader}, "loss": seconds}
+
+
+def _memory(workers: int, rss: float) -> dict:
+    return {"peak_rss_mb": rss, "peak_pss_mb": rss / 2, "workers": workers, "batch_size": 3}
+
+
+def _entry(bench, workers: int) -> dict:
+    mine = [_turn(6, 1.0), _turn(6, 2.0), _turn(5, 1.0)]
+    peer = [_turn(6, 3.0), _turn(6, 2.0), _turn(6, 3.0)]
+    return bench.entry(mine, peer, {"mine": _memory(workers, 800), "peer": _memory(workers, 1000)})
 
 
 def test_only_the_accepted_clips_are_kept_in_their_order(bench):
@@ -37,24 +47,70 @@ def test_only_the_accepted_clips_are_kept_in_their_order(bench):
     assert bench.keep_rows(metadata, []) == ""
 
 
-def test_the_json_has_a_ratio_per_worker_count_and_none_without_ours(bench):
-    runs = {0: {"peer": _run(0, 2.0, 1000), "mine": _run(0, 5.0, 800)},
-            2: {"peer": _run(2, 2.5, 2000), "mine": None}}
-    out = json.loads(json.dumps(bench.figures(runs)))
+def test_turns_add_up_and_each_pair_is_a_ratio_whose_median_is_reported(bench):
+    got = _entry(bench, 0)
+    # pairs: (6/1)/(6/3) = 3, (6/2)/(6/2) = 1, (5/1)/(6/3) = 2.5; median 2.5, not the totals' ratio
+    assert got["pair_ratios"] == pytest.approx([3.0, 1.0, 2.5])
+    assert got["ratio"] == pytest.approx(2.5)
+    mine = got["mine"]
+    assert mine["utterances"] == 17 and mine["steps"] == 6 and mine["seconds"] == 4.0
+    assert mine["utterances_per_s"] == pytest.approx(17 / 4)
+    assert mine["phases"] == pytest.approx({"loader": 1.5, "forward": 2.5})
+    assert mine["loss"] == 1.0 and mine["peak_rss_mb"] == 800
+    with pytest.raises(ValueError):  # a side with a turn fewer is an error, not a short list
+        bench.pair_ratios([_turn(6, 1.0)], [_turn(6, 1.0), _turn(6, 1.0)])
+
+
+def test_the_json_has_a_ratio_per_worker_count(bench):
+    out = json.loads(json.dumps(bench.figures({0: _entry(bench, 0), 2: _entry(bench, 2)})))
     assert out["ratio_0_workers"] == pytest.approx(2.5)
-    assert out["ratio_2_workers"] is None
-    assert out["runs"]["0"]["mine"]["utterances_per_s"] == 5.0
+    assert out["ratio_2_workers"] == pytest.approx(2.5)
+    assert out["runs"]["2"]["peer"]["utterances_per_s"] == pytest.approx(18 / 8)
+    assert out["runs"]["0"]["pair_ratios"] == pytest.approx([3.0, 1.0, 2.5])
 
 
-def test_the_table_shows_both_sides_and_a_dash_where_ours_did_not_run(bench):
-    runs = {0: {"peer": _run(0, 2.0, 1000), "mine": _run(0, 5.0, 800)},
-            2: {"peer": _run(2, 2.5, 2000), "mine": None}}
+def test_the_table_shows_both_sides_the_ratio_and_its_spread(bench):
+    runs = {0: _entry(bench, 0)}
     lines = bench.render(runs, ["head line"]).splitlines()
     assert lines[0] == "head line"
     assert lines[2].split()[:4] == ["workers", "myxtts", "utt/s", "coqui"]
-    assert lines[4].split() == ["0", "5.00", "2.00", "2.50x", "800", "1000", "400", "500"]
-    assert lines[5].split() == ["2", "-", "2.50", "-", "-", "2000", "-", "1000"]
-    assert bench.phase_line("coqui", runs[0]["peer"]) == "  coqui, 0 workers: loader 17%, forward 50%"
+    assert lines[4].split() == ["0", "4.25", "2.25", "2.50x", "1.00-3.00", "800", "1000", "400",
+                                "500"]
+    assert bench.phase_line("coqui", runs[0]["peer"]) == "  coqui, 0 workers: loader 19%, forward 81%"
+
+
+def test_a_side_answers_its_commands_whatever_else_it_prints(bench, tmp_path):
+    script = tmp_path / "side.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "benchmarks")!r})
+        from _xtts_finetune_peer import serve
+
+        class Fake:
+            def steps(self, n):
+                print("a library's log line")  # goes to stderr, never among the answers
+                return {{"seconds": 1.0, "steps": n, "utterances": 3 * n}}
+
+            def finish(self):
+                return {{"peak_rss_mb": 1.0}}
+
+        print("printed before serving")
+        serve(Fake)
+    """))
+    side = bench.Side("a fake side", [sys.executable, str(script)], tmp_path / "log.txt")
+    assert side.answer() == {"ready": True}
+    assert side.ask("steps 4") == {"seconds": 1.0, "steps": 4, "utterances": 12}
+    assert side.ask("steps 1")["utterances"] == 3
+    assert side.finish() == {"peak_rss_mb": 1.0}
+    assert side.proc.returncode == 0
+    assert "a library's log line" in (tmp_path / "log.txt").read_text()
+
+
+def test_a_side_that_dies_is_named_with_the_end_of_its_log(bench, tmp_path):
+    side = bench.Side("a broken side", [sys.executable, "-c", "import sys; sys.exit('no model')"],
+                      tmp_path / "log.txt")
+    with pytest.raises(SystemExit, match="(?s)a broken side stopped \\(exit 1\\).*no model"):
+        side.answer()
 
 
 def test_the_memory_helpers_read_this_process(bench):
@@ -64,17 +120,3 @@ def test_the_memory_helpers_read_this_process(bench):
     assert mem["main_rss_mb"] > 0
     pss = peer.PssPeak(every=0.01).start()
     assert pss.stop() > 0
-
-
-def test_rounds_combine_to_medians_with_the_median_of_each_rounds_ratio(bench):
-    rounds = [{0: {"peer": _run(0, 2.0, 1000), "mine": _run(0, 5.0, 800)}},
-              {0: {"peer": _run(0, 1.0, 1100), "mine": _run(0, 2.2, 900)}},
-              {0: {"peer": _run(0, 3.0, 900), "mine": _run(0, 6.3, 700)}}]
-    got = bench.combine(rounds)[0]
-    assert got["round_ratios"] == pytest.approx([2.5, 2.2, 2.1])
-    assert got["ratio"] == pytest.approx(2.2)  # not 5.0 / 2.0, the medians' ratio
-    assert got["mine"]["utterances_per_s"] == 5.0 and got["peer"]["utterances_per_s"] == 2.0
-    assert got["mine"]["peak_rss_mb"] == 900 and got["peer"]["peak_rss_mb"] == 1100
-    assert bench.figures(bench.combine(rounds))["ratio_0_workers"] == pytest.approx(2.2)
-    line = bench.render(bench.combine(rounds), ["h"]).splitlines()[4].split()
-    assert line[:4] == ["0", "5.00", "2.00", "2.20x"]
