@@ -40,10 +40,11 @@ is reproduced exactly:
 It then answers the benchmark's commands on stdin (:func:`serve`, which ours uses too):
 ``steps N`` runs N optimizer steps and answers one JSON line with their seconds,
 utterances, ``phases`` (the seconds spent waiting for the loader, formatting on the device,
-in the forward, the backward and the optimizer) and the last loss; ``finish`` answers
+in the forward, the backward and the optimizer) and the last loss; ``epoch`` does the same
+to the end of the loader's pass under way (a whole pass when none is); ``finish`` answers
 peak_rss_mb (see :func:`peak_rss_mb`), main_rss_mb, workers_rss_mb, loaded_rss_mb and
 peak_pss_mb (see :class:`PssPeak`, sampled from before the model's build). Kept alive
-between commands, the trainer can take turns with ours in short bursts.
+between commands, the trainer can take turns with ours.
 
 ``torchaudio.load`` cannot decode here (this environment's torchaudio has no working
 decoding backend), so coqui's ``load_audio`` is replaced, where its dataset module looks
@@ -272,17 +273,19 @@ class PeerTrainer:
         self.model.xtts.gpt.train()
         self.batch_size, self.workers, self.threads = batch_size, workers, threads
         self.loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        self.batches = iter(self.loader)
+        self.batches, self.consumed = iter(self.loader), 0
 
     def _next(self):
         try:
-            return next(self.batches)
+            batch = next(self.batches)
         except StopIteration:  # the Trainer's next epoch: a new pass, new workers
-            self.batches = iter(self.loader)
-            return next(self.batches)
+            self.batches, self.consumed = iter(self.loader), 0
+            batch = next(self.batches)
+        self.consumed += 1
+        return batch
 
     def steps(self, n: int) -> dict:
-        """Run ``n`` optimizer steps; their seconds, utterances and ``phases``."""
+        """Run ``n`` optimizer steps; their seconds, utterances, ``phases`` and last loss."""
         model, optimizer = self.model, self.optimizer
         phases = dict.fromkeys(("loader", "on_device", "forward", "backward", "optimizer"), 0.0)
         utterances, logged = 0, {}
@@ -307,6 +310,14 @@ class PeerTrainer:
         return {"seconds": time.perf_counter() - start, "steps": n, "utterances": utterances,
                 "phases": phases, "loss": logged.get("loss")}
 
+    def epoch(self) -> dict:
+        """:meth:`steps` to the end of the loader's pass under way (a whole new pass when
+        the last one ended: its workers start inside it, as in the Trainer's epoch)."""
+        left = len(self.loader) - self.consumed
+        if left == 0:
+            self.batches, self.consumed, left = iter(self.loader), 0, len(self.loader)
+        return self.steps(left)
+
     def finish(self) -> dict:
         """The memory peaks (:func:`peak_rss_mb` while the loader's workers are alive, the
         sampled PSS peak), then the loader's workers are let go."""
@@ -322,7 +333,8 @@ class PeerTrainer:
 def serve(make, commands=None) -> None:
     """Build a trainer with ``make()`` and answer the benchmark's commands, one per line of
     ``commands`` (stdin): ``steps N`` (runs N optimizer steps, answers what
-    :meth:`PeerTrainer.steps` returns) and ``finish`` (answers the memory peaks, then
+    :meth:`PeerTrainer.steps` returns), ``epoch`` (the same to the end of the data's pass
+    under way, :meth:`PeerTrainer.epoch`) and ``finish`` (answers the memory peaks, then
     returns). Answers are JSON lines on the process's original stdout, which is then
     pointed at stderr: whatever else prints (a library's log) never mixes into them."""
     import os
@@ -341,11 +353,13 @@ def serve(make, commands=None) -> None:
         command, *arg = line.split()
         if command == "steps":
             answer(trainer.steps(int(arg[0])))
+        elif command == "epoch":
+            answer(trainer.epoch())
         elif command == "finish":
             answer(trainer.finish())
             return
         else:
-            raise SystemExit(f"unknown command {line.strip()!r}: steps N or finish")
+            raise SystemExit(f"unknown command {line.strip()!r}: steps N, epoch or finish")
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """XTTS-v2 GPT fine-tuning, myxtts against coqui-tts's GPTTrainer, on the CPU, in one run.
 
     python benchmarks/xtts_finetune.py --peer-python PY [--data DIR] [--size reduced|released]
-        [--batch-size B] [--workers 0,2] [--threads T] [--warmup K] [--bursts N]
-        [--burst-steps S] [--memory-steps M] [--json FILE]
+        [--batch-size B] [--workers 0,2] [--threads T] [--warmup K] [--turns N]
+        [--memory-steps M] [--json FILE]
 
 The peer environment (``PY``: coqui-tts 0.28 with torchaudio importable) writes an XTTS-v2
 folder with seeded random weights once (``_xtts_peer.py make``, the tests' reduced size by
@@ -24,19 +24,19 @@ reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
    count in each, so forked workers look heavy) beside the sampled peak of the process
    tree's summed PSS (``PssPeak``: shared pages split among their sharers, the real
    footprint). Alone, because two live sides would split the library pages both map;
-2. speed: both sides alive, each runs ``--warmup`` untimed steps, then they take turns,
-   ``--bursts`` times each, ``--burst-steps`` optimizer steps a turn, the side that goes
-   first alternating. A turn lasts seconds, so a machine whose speed drifts (a shared one
-   moves by a third over a day) slows both sides of a pair alike: each pair's ratio is
-   ours over the peer's utterances per second in its two turns, and the reported ratio
-   is the median of the pairs'. While one side runs, the other waits on its stdin with
-   its loader idle (a worker may have the next batches ready: what a loader does in
-   training too).
+2. speed: both sides alive, each runs ``--warmup`` untimed steps and the rest of that
+   first pass over the data (untimed), then they take turns, ``--turns`` times each, a turn
+   one whole pass over the data (an epoch: every clip once, so both sides' turns hold the
+   same utterances; the peer's loader starts its workers inside it, as its Trainer's every
+   epoch does), the side that goes first alternating. A pair of turns lasts a minute or two,
+   so a machine whose speed drifts (a shared one moves by a third over a day) slows both
+   of its sides alike: each pair's ratio is ours over the peer's utterances per second in
+   its two turns, and the reported ratio is the median of the pairs'. While one side runs,
+   the other waits on its stdin, its loader idle.
 
 Reported per worker count: utterances per second of all timed turns, the ratio (above 1:
 myxtts is faster) with the pairs' spread, and the memory peaks. ``--json`` writes every
-side's figures, each pair's ratio and ``ratio_<W>_workers`` per worker count (null where
-ours did not run).
+side's figures and turns, each pair's ratio and ``ratio_<W>_workers`` per worker count.
 """
 
 from __future__ import annotations
@@ -109,6 +109,13 @@ class OurTrainer:
                 "phases": {"loader": waited[0], "step": seconds - waited[0]},
                 "loss": recipe.engine.read().get("loss")}
 
+    def epoch(self) -> dict:
+        """:meth:`steps` to the end of the data's pass under way (a whole one when the last
+        pass ended)."""
+        total = len(self.recipe.loader)
+        left = total - self.recipe.record.batches_consumed
+        return self.steps(left if left > 0 else total)
+
     def finish(self) -> dict:
         """The memory peaks (read while the loader's workers are alive), then the run ends."""
         import torch
@@ -157,7 +164,8 @@ def entry(mine: list[dict], peer: list[dict], memory: dict[str, dict]) -> dict:
     (``memory["mine"]``, ``memory["peer"]``), every pair's ratio and their median."""
     ratios = pair_ratios(mine, peer)
     return {"mine": {**totals(mine), **memory["mine"]}, "peer": {**totals(peer), **memory["peer"]},
-            "pair_ratios": ratios, "ratio": common.median(ratios)}
+            "pair_ratios": ratios, "ratio": common.median(ratios),
+            "turns": {"mine": mine, "peer": peer}}
 
 
 def figures(runs: dict[int, dict]) -> dict:
@@ -269,15 +277,16 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], workers: int) -> d
         s = start(side, args, paths, workers)
         s.ask(f"steps {args.warmup + args.memory_steps}")
         memory[side] = s.finish()
-    common.say(f"{workers} workers, speed: {args.bursts} turns of {args.burst_steps} steps "
-               f"each side ...")
+    common.say(f"{workers} workers, speed: both sides warm up, then {args.turns} epochs each, "
+               f"taking turns ...")
     sides = {side: start(side, args, paths, workers) for side in ("mine", "peer")}
     for s in sides.values():
         s.ask(f"steps {args.warmup}")
+        s.ask("epoch")  # the rest of the first pass: every timed turn is a whole one
     turns: dict[str, list[dict]] = {"mine": [], "peer": []}
-    for k in range(args.bursts):
+    for k in range(args.turns):
         for side in (("mine", "peer") if k % 2 == 0 else ("peer", "mine")):
-            turns[side].append(sides[side].ask(f"steps {args.burst_steps}"))
+            turns[side].append(sides[side].ask("epoch"))
     for s in sides.values():
         s.finish()
     return entry(turns["mine"], turns["peer"], memory)
@@ -305,8 +314,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads on each side (coqui's "
                    "dataset module sets 1 when imported)")
     p.add_argument("--warmup", type=int, default=WARMUP, help="untimed steps before the timed ones")
-    p.add_argument("--bursts", type=int, default=12, help="timed turns per side (default 12)")
-    p.add_argument("--burst-steps", type=int, default=3, help="optimizer steps a turn (default 3)")
+    p.add_argument("--turns", type=int, default=3, help="timed epochs per side, taking turns "
+                   "(default 3)")
     p.add_argument("--memory-steps", type=int, default=12, help="steps of the memory pass after "
                    "the warm-up (default 12)")
     p.add_argument("--json", type=Path, help="also write the figures here")
@@ -352,9 +361,9 @@ def main() -> int:
             f"{len(accepted['ids'])} clips of {source}",
             f"batch {args.batch_size}, fp32, torch threads {args.threads}; {os.cpu_count()} CPUs, "
             f"load average {os.getloadavg()[0]:.1f}",
-            f"speed: {args.warmup} warm-up steps, then {args.bursts} turns of {args.burst_steps} "
-            f"optimizer steps per side, taking turns; ratio: the median of the pairs' "
-            f"(pairs min-max: their spread)",
+            f"speed: {args.warmup} warm-up steps and the rest of that epoch, then {args.turns} "
+            f"epochs per side, taking turns; ratio: the median of the pairs' (pairs min-max: "
+            f"their spread)",
             f"memory: each side alone, {args.warmup} + {args.memory_steps} steps; RSS MB: process "
             f"ru_maxrss + the loader workers' summed VmHWM (shared pages in each); PSS MB: the "
             f"process tree's sampled PSS peak"]

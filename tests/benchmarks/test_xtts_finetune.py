@@ -57,6 +57,7 @@ def test_turns_add_up_and_each_pair_is_a_ratio_whose_median_is_reported(bench):
     assert mine["utterances_per_s"] == pytest.approx(17 / 4)
     assert mine["phases"] == pytest.approx({"loader": 1.5, "forward": 2.5})
     assert mine["loss"] == 1.0 and mine["peak_rss_mb"] == 800
+    assert [t["seconds"] for t in got["turns"]["peer"]] == [3.0, 2.0, 3.0]
     with pytest.raises(ValueError):  # a side with a turn fewer is an error, not a short list
         bench.pair_ratios([_turn(6, 1.0)], [_turn(6, 1.0), _turn(6, 1.0)])
 
@@ -91,6 +92,9 @@ def test_a_side_answers_its_commands_whatever_else_it_prints(bench, tmp_path):
                 print("a library's log line")  # goes to stderr, never among the answers
                 return {{"seconds": 1.0, "steps": n, "utterances": 3 * n}}
 
+            def epoch(self):
+                return self.steps(7)
+
             def finish(self):
                 return {{"peak_rss_mb": 1.0}}
 
@@ -100,7 +104,7 @@ def test_a_side_answers_its_commands_whatever_else_it_prints(bench, tmp_path):
     side = bench.Side("a fake side", [sys.executable, str(script)], tmp_path / "log.txt")
     assert side.answer() == {"ready": True}
     assert side.ask("steps 4") == {"seconds": 1.0, "steps": 4, "utterances": 12}
-    assert side.ask("steps 1")["utterances"] == 3
+    assert side.ask("epoch")["utterances"] == 21
     assert side.finish() == {"peak_rss_mb": 1.0}
     assert side.proc.returncode == 0
     assert "a library's log line" in (tmp_path / "log.txt").read_text()
