@@ -39,7 +39,8 @@ is reproduced exactly:
 
 It then answers the benchmark's commands on stdin (:func:`serve`, which ours uses too):
 ``steps N`` runs N optimizer steps and answers one JSON line with their seconds,
-utterances, ``phases`` (the seconds spent waiting for the loader, formatting on the device,
+utterances, ``cpu_seconds`` (this process's CPU time, its loader workers' not counted),
+``phases`` (the seconds spent waiting for the loader, formatting on the device,
 in the forward, the backward and the optimizer) and the last loss; ``epoch`` does the same
 to the end of the loader's pass under way (a whole pass when none is); ``finish`` answers
 peak_rss_mb (see :func:`peak_rss_mb`), main_rss_mb, workers_rss_mb, loaded_rss_mb and
@@ -289,6 +290,7 @@ class PeerTrainer:
         model, optimizer = self.model, self.optimizer
         phases = dict.fromkeys(("loader", "on_device", "forward", "backward", "optimizer"), 0.0)
         utterances, logged = 0, {}
+        cpu = time.process_time()
         t0 = start = time.perf_counter()
         for _ in range(n):
             batch = self._next()
@@ -308,7 +310,8 @@ class PeerTrainer:
             t0 = t5
             utterances += int(batch["text_lengths"].shape[0])
         return {"seconds": time.perf_counter() - start, "steps": n, "utterances": utterances,
-                "phases": phases, "loss": logged.get("loss")}
+                "cpu_seconds": time.process_time() - cpu, "phases": phases,
+                "loss": logged.get("loss")}
 
     def epoch(self) -> dict:
         """:meth:`steps` to the end of the loader's pass under way (a whole new pass when

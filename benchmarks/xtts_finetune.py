@@ -35,7 +35,10 @@ reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
    the other waits on its stdin, its loader idle.
 
 Reported per worker count: utterances per second of all timed turns, the ratio (above 1:
-myxtts is faster) with the pairs' spread, and the memory peaks. ``--json`` writes every
+myxtts is faster) with the pairs' spread, and the memory peaks; then each pair's ratio,
+and the same by each training process's CPU time (``time.process_time``: what a virtual
+machine's host takes away, steal, is not in it; loader workers are not counted, so it is
+a cross-check of the step alone, not the figure). ``--json`` writes every
 side's figures and turns, each pair's ratio and ``ratio_<W>_workers`` per worker count.
 """
 
@@ -102,10 +105,11 @@ class OurTrainer:
             def stepped(self, micro: list, frames: int) -> None:
                 counted.append(recipe.utterances(micro))
 
-        started = time.perf_counter()
+        cpu, started = time.process_time(), time.perf_counter()
         recipe.run_steps(n, watch=Watch())
         seconds = time.perf_counter() - started
         return {"seconds": seconds, "steps": n, "utterances": sum(counted),
+                "cpu_seconds": time.process_time() - cpu,
                 "phases": {"loader": waited[0], "step": seconds - waited[0]},
                 "loss": recipe.engine.read().get("loss")}
 
@@ -152,10 +156,11 @@ def totals(turns: list[dict]) -> dict:
             "loss": turns[-1].get("loss")}
 
 
-def pair_ratios(mine: list[dict], peer: list[dict]) -> list[float]:
+def pair_ratios(mine: list[dict], peer: list[dict], clock: str = "seconds") -> list[float]:
     """Per pair of turns (ours, the peer's, run back to back): our utterances per second over
-    the peer's (above 1: myxtts is faster)."""
-    return [(m["utterances"] / m["seconds"]) / (p["utterances"] / p["seconds"])
+    the peer's (above 1: myxtts is faster), by the wall clock or, ``clock="cpu_seconds"``,
+    by each training process's CPU time."""
+    return [(m["utterances"] / m[clock]) / (p["utterances"] / p[clock])
             for m, p in zip(mine, peer, strict=True)]
 
 
@@ -165,6 +170,7 @@ def entry(mine: list[dict], peer: list[dict], memory: dict[str, dict]) -> dict:
     ratios = pair_ratios(mine, peer)
     return {"mine": {**totals(mine), **memory["mine"]}, "peer": {**totals(peer), **memory["peer"]},
             "pair_ratios": ratios, "ratio": common.median(ratios),
+            "cpu_pair_ratios": pair_ratios(mine, peer, "cpu_seconds"),
             "turns": {"mine": mine, "peer": peer}}
 
 
@@ -368,6 +374,12 @@ def main() -> int:
             f"ru_maxrss + the loader workers' summed VmHWM (shared pages in each); PSS MB: the "
             f"process tree's sampled PSS peak"]
     print(render(runs, head))
+    for w, r in runs.items():
+        print(f"  {w} workers, each pair's ratio: "
+              + ", ".join(f"{q:.2f}x" for q in r["pair_ratios"])
+              + "; by the training processes' CPU time (no time the machine took away; "
+              + "loader workers not counted): "
+              + ", ".join(f"{q:.2f}x" for q in r["cpu_pair_ratios"]))
     print("where the timed steps went:")
     for r in runs.values():
         for name in ("mine", "peer"):

@@ -27,7 +27,7 @@ def bench():
 
 
 def _turn(utterances: int, seconds: float, loader: float = 0.5) -> dict:
-    return {"seconds": seconds, "steps": 2, "utterances": utterances,
+    return {"seconds": seconds, "steps": 2, "utterances": utterances, "cpu_seconds": 1.0,
             "phases": {"loader": loader, "forward": seconds - loader}, "loss": seconds}
 
 
@@ -52,6 +52,7 @@ def test_turns_add_up_and_each_pair_is_a_ratio_whose_median_is_reported(bench):
     # pairs: (6/1)/(6/3) = 3, (6/2)/(6/2) = 1, (5/1)/(6/3) = 2.5; median 2.5, not the totals' ratio
     assert got["pair_ratios"] == pytest.approx([3.0, 1.0, 2.5])
     assert got["ratio"] == pytest.approx(2.5)
+    assert got["cpu_pair_ratios"] == pytest.approx([1.0, 1.0, 5 / 6])  # by CPU time: 1 s each
     mine = got["mine"]
     assert mine["utterances"] == 17 and mine["steps"] == 6 and mine["seconds"] == 4.0
     assert mine["utterances_per_s"] == pytest.approx(17 / 4)
