@@ -183,10 +183,12 @@ def figures(runs: dict[int, dict]) -> dict:
 
 
 def render(runs: dict[int, dict], head: list[str]) -> str:
-    """The table: per worker count, both sides' utterances/s, the ratio (the pairs' median)
-    and their spread, the peak memory (summed RSS peaks, then the sampled PSS peak)."""
+    """The table: per worker count, both sides' utterances/s over all their turns, the ratio
+    (the pairs' median), the pairs' spread and the ratio of the two totals (another estimate
+    of the same; the two differ by how the machine's slow spells fell), the peak memory
+    (summed RSS peaks, then the sampled PSS peak)."""
     cols = [("workers", 8), ("myxtts utt/s", 14), ("coqui utt/s", 13), ("ratio", 8),
-            ("pairs min-max", 15), ("myxtts RSS MB", 15), ("coqui RSS MB", 14),
+            ("pairs min-max", 15), ("totals", 8), ("myxtts RSS MB", 15), ("coqui RSS MB", 14),
             ("myxtts PSS MB", 15), ("coqui PSS MB", 14)]
     line = lambda cells: "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, cols))  # noqa: E731
     rows = [*head, "", line([n for n, _ in cols]), "-" * sum(w for _, w in cols)]
@@ -195,6 +197,7 @@ def render(runs: dict[int, dict], head: list[str]) -> str:
         rows.append(line([str(w), f"{mine['utterances_per_s']:.2f}",
                           f"{peer['utterances_per_s']:.2f}", f"{r['ratio']:.2f}x",
                           f"{min(pairs):.2f}-{max(pairs):.2f}",
+                          f"{mine['utterances_per_s'] / peer['utterances_per_s']:.2f}x",
                           *(f"{side[key]:.0f}" for key in ("peak_rss_mb", "peak_pss_mb")
                             for side in (mine, peer))]))
     return "\n".join(rows)

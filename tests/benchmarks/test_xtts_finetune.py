@@ -76,8 +76,8 @@ def test_the_table_shows_both_sides_the_ratio_and_its_spread(bench):
     lines = bench.render(runs, ["head line"]).splitlines()
     assert lines[0] == "head line"
     assert lines[2].split()[:4] == ["workers", "myxtts", "utt/s", "coqui"]
-    assert lines[4].split() == ["0", "4.25", "2.25", "2.50x", "1.00-3.00", "800", "1000", "400",
-                                "500"]
+    assert lines[4].split() == ["0", "4.25", "2.25", "2.50x", "1.00-3.00", "1.89x", "800", "1000",
+                                "400", "500"]
     assert bench.phase_line("coqui", runs[0]["peer"]) == "  coqui, 0 workers: loader 19%, forward 81%"
 
 
