@@ -28,14 +28,16 @@ reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
    first pass over the data (untimed), then they take turns, ``--turns`` times each, a turn
    one whole pass over the data (an epoch: every clip once, so both sides' turns hold the
    same utterances; the peer's loader starts its workers inside it, as its Trainer's every
-   epoch does), the side that goes first alternating. A pair of turns lasts a minute or two,
-   so a machine whose speed drifts (a shared one moves by a third over a day) slows both
-   of its sides alike: each pair's ratio is ours over the peer's utterances per second in
-   its two turns, and the reported ratio is the median of the pairs'. While one side runs,
-   the other waits on its stdin, its loader idle.
+   epoch does), the side that goes first alternating. A pair of turns lasts a minute or two:
+   a drift of the machine's speed slower than that (a shared one moves by a third over a
+   day) moves both of its sides alike, faster swings (its host taking time away in spells
+   of seconds) show in the pairs' spread: each pair's ratio is ours over the peer's
+   utterances per second in its two turns. While one side runs, the other waits on its
+   stdin, its loader idle.
 
-Reported per worker count: utterances per second of all timed turns, the ratio (above 1:
-myxtts is faster) with the pairs' spread, and the memory peaks; then each pair's ratio,
+Reported per worker count: each side's utterances per second over all its timed turns,
+the ratio of the two (above 1: myxtts is faster; what ``ratio_<W>_workers`` holds), the
+pairs' median and spread, and the memory peaks; then each pair's ratio,
 and the same by each training process's CPU time (``time.process_time``: what a virtual
 machine's host takes away, steal, is not in it; loader workers are not counted, so it is
 a cross-check of the step alone, not the figure). ``--json`` writes every
@@ -166,10 +168,13 @@ def pair_ratios(mine: list[dict], peer: list[dict], clock: str = "seconds") -> l
 
 def entry(mine: list[dict], peer: list[dict], memory: dict[str, dict]) -> dict:
     """One worker count's figures: each side's :func:`totals` with its memory peaks
-    (``memory["mine"]``, ``memory["peer"]``), every pair's ratio and their median."""
+    (``memory["mine"]``, ``memory["peer"]``), ``ratio`` (ours over the peer's utterances
+    per second, all turns), every pair's ratio and their median."""
     ratios = pair_ratios(mine, peer)
-    return {"mine": {**totals(mine), **memory["mine"]}, "peer": {**totals(peer), **memory["peer"]},
-            "pair_ratios": ratios, "ratio": common.median(ratios),
+    ours, theirs = totals(mine), totals(peer)
+    return {"mine": {**ours, **memory["mine"]}, "peer": {**theirs, **memory["peer"]},
+            "ratio": ours["utterances_per_s"] / theirs["utterances_per_s"],
+            "pair_ratios": ratios, "pairs_median": common.median(ratios),
             "cpu_pair_ratios": pair_ratios(mine, peer, "cpu_seconds"),
             "turns": {"mine": mine, "peer": peer}}
 
@@ -183,21 +188,19 @@ def figures(runs: dict[int, dict]) -> dict:
 
 
 def render(runs: dict[int, dict], head: list[str]) -> str:
-    """The table: per worker count, both sides' utterances/s over all their turns, the ratio
-    (the pairs' median), the pairs' spread and the ratio of the two totals (another estimate
-    of the same; the two differ by how the machine's slow spells fell), the peak memory
+    """The table: per worker count, both sides' utterances/s over all their turns, their
+    ratio, the pairs' median and spread (how far the machine moved a pair), the peak memory
     (summed RSS peaks, then the sampled PSS peak)."""
     cols = [("workers", 8), ("myxtts utt/s", 14), ("coqui utt/s", 13), ("ratio", 8),
-            ("pairs min-max", 15), ("totals", 8), ("myxtts RSS MB", 15), ("coqui RSS MB", 14),
-            ("myxtts PSS MB", 15), ("coqui PSS MB", 14)]
+            ("pairs median", 14), ("pairs min-max", 15), ("myxtts RSS MB", 15),
+            ("coqui RSS MB", 14), ("myxtts PSS MB", 15), ("coqui PSS MB", 14)]
     line = lambda cells: "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, cols))  # noqa: E731
     rows = [*head, "", line([n for n, _ in cols]), "-" * sum(w for _, w in cols)]
     for w, r in runs.items():
         mine, peer, pairs = r["mine"], r["peer"], r["pair_ratios"]
         rows.append(line([str(w), f"{mine['utterances_per_s']:.2f}",
                           f"{peer['utterances_per_s']:.2f}", f"{r['ratio']:.2f}x",
-                          f"{min(pairs):.2f}-{max(pairs):.2f}",
-                          f"{mine['utterances_per_s'] / peer['utterances_per_s']:.2f}x",
+                          f"{r['pairs_median']:.2f}x", f"{min(pairs):.2f}-{max(pairs):.2f}",
                           *(f"{side[key]:.0f}" for key in ("peak_rss_mb", "peak_pss_mb")
                             for side in (mine, peer))]))
     return "\n".join(rows)
@@ -371,8 +374,8 @@ def main() -> int:
             f"batch {args.batch_size}, fp32, torch threads {args.threads}; {os.cpu_count()} CPUs, "
             f"load average {os.getloadavg()[0]:.1f}",
             f"speed: {args.warmup} warm-up steps and the rest of that epoch, then {args.turns} "
-            f"epochs per side, taking turns; ratio: the median of the pairs' (pairs min-max: "
-            f"their spread)",
+            f"epochs per side, taking turns; ratio: of the utterances/s over all turns; "
+            f"pairs: each pair of turns' ratio",
             f"memory: each side alone, {args.warmup} + {args.memory_steps} steps; RSS MB: process "
             f"ru_maxrss + the loader workers' summed VmHWM (shared pages in each); PSS MB: the "
             f"process tree's sampled PSS peak"]

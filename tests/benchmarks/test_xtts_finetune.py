@@ -47,11 +47,12 @@ def test_only_the_accepted_clips_are_kept_in_their_order(bench):
     assert bench.keep_rows(metadata, []) == ""
 
 
-def test_turns_add_up_and_each_pair_is_a_ratio_whose_median_is_reported(bench):
+def test_turns_add_up_to_the_ratio_and_each_pair_is_a_ratio_of_its_own(bench):
     got = _entry(bench, 0)
-    # pairs: (6/1)/(6/3) = 3, (6/2)/(6/2) = 1, (5/1)/(6/3) = 2.5; median 2.5, not the totals' ratio
+    assert got["ratio"] == pytest.approx((17 / 4) / (18 / 8))  # all turns: 4.25 / 2.25 utt/s
+    # pairs: (6/1)/(6/3) = 3, (6/2)/(6/2) = 1, (5/1)/(6/3) = 2.5
     assert got["pair_ratios"] == pytest.approx([3.0, 1.0, 2.5])
-    assert got["ratio"] == pytest.approx(2.5)
+    assert got["pairs_median"] == pytest.approx(2.5)
     assert got["cpu_pair_ratios"] == pytest.approx([1.0, 1.0, 5 / 6])  # by CPU time: 1 s each
     mine = got["mine"]
     assert mine["utterances"] == 17 and mine["steps"] == 6 and mine["seconds"] == 4.0
@@ -65,18 +66,18 @@ def test_turns_add_up_and_each_pair_is_a_ratio_whose_median_is_reported(bench):
 
 def test_the_json_has_a_ratio_per_worker_count(bench):
     out = json.loads(json.dumps(bench.figures({0: _entry(bench, 0), 2: _entry(bench, 2)})))
-    assert out["ratio_0_workers"] == pytest.approx(2.5)
-    assert out["ratio_2_workers"] == pytest.approx(2.5)
+    assert out["ratio_0_workers"] == pytest.approx(4.25 / 2.25)
+    assert out["ratio_2_workers"] == pytest.approx(4.25 / 2.25)
     assert out["runs"]["2"]["peer"]["utterances_per_s"] == pytest.approx(18 / 8)
     assert out["runs"]["0"]["pair_ratios"] == pytest.approx([3.0, 1.0, 2.5])
 
 
-def test_the_table_shows_both_sides_the_ratio_and_its_spread(bench):
+def test_the_table_shows_both_sides_their_ratio_and_the_pairs(bench):
     runs = {0: _entry(bench, 0)}
     lines = bench.render(runs, ["head line"]).splitlines()
     assert lines[0] == "head line"
     assert lines[2].split()[:4] == ["workers", "myxtts", "utt/s", "coqui"]
-    assert lines[4].split() == ["0", "4.25", "2.25", "2.50x", "1.00-3.00", "1.89x", "800", "1000",
+    assert lines[4].split() == ["0", "4.25", "2.25", "1.89x", "2.50x", "1.00-3.00", "800", "1000",
                                 "400", "500"]
     assert bench.phase_line("coqui", runs[0]["peer"]) == "  coqui, 0 workers: loader 19%, forward 81%"
 
