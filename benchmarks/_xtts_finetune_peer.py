@@ -257,7 +257,8 @@ def usable(folder: Path, data: Path) -> dict:
 
 class PeerTrainer:
     """coqui's trainer on ``folder``'s files over ``data``, ready to step (see the module
-    docstring): :meth:`steps` runs optimizer steps, :meth:`finish` reads the memory peaks."""
+    docstring): :meth:`steps` runs optimizer steps, :meth:`epoch` the rest of a pass over
+    the data, :meth:`finish` reads the memory peaks."""
 
     def __init__(self, folder: Path, data: Path, batch_size: int, workers: int, threads: int):
         import torch
@@ -272,7 +273,7 @@ class PeerTrainer:
         self.model.get_scheduler([self.optimizer])  # stepped after epochs only: never here
         self.model.eval()  # GPTTrainer.on_train_epoch_start
         self.model.xtts.gpt.train()
-        self.batch_size, self.workers, self.threads = batch_size, workers, threads
+        self.batch_size, self.workers = batch_size, workers
         self.loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.batches, self.consumed = iter(self.loader), 0
 

@@ -68,8 +68,8 @@ class OurTrainer:
     x 1.0, conditioning 66150-132300 samples): ``batch_size`` utterances per optimizer step,
     no gradient accumulation, fp32 on the CPU, ``workers`` loader worker processes (0: the
     loader in this process). Its run folder goes under ``work_dir``. The caller has set
-    torch's thread count; it is not changed here. :meth:`steps` and :meth:`finish` answer
-    as ``_xtts_finetune_peer.PeerTrainer``'s do."""
+    torch's thread count; it is not changed here. :meth:`steps`, :meth:`epoch` and
+    :meth:`finish` answer as ``_xtts_finetune_peer.PeerTrainer``'s do."""
 
     def __init__(self, folder: Path, store: Path, batch_size: int, workers: int,
                  work_dir: Path) -> None:
@@ -228,9 +228,11 @@ class Side:
     def answer(self) -> dict:
         for line in self.proc.stdout:
             try:
-                return json.loads(line)
+                got = json.loads(line)
             except json.JSONDecodeError:
                 continue  # not an answer: something the side printed before serving
+            if isinstance(got, dict):
+                return got
         self.proc.wait()
         tail = self.log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{self.name} stopped (exit {self.proc.returncode}); its log "
@@ -342,6 +344,8 @@ def main() -> int:
         return 0
     if args.peer_python is None:
         p.error("--peer-python is required")
+    if args.turns < 1 or args.memory_steps < 0 or args.warmup < 0:
+        p.error("--turns must be at least 1, --memory-steps and --warmup at least 0")
     source = args.data or common.DEFAULT_DATA
     if not (source / "metadata.csv").exists():
         print(f"skipped: no dataset at {source} (an LJSpeech-style folder with metadata.csv and "

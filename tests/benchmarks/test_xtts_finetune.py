@@ -101,6 +101,7 @@ def test_a_side_answers_its_commands_whatever_else_it_prints(bench, tmp_path):
                 return {{"peak_rss_mb": 1.0}}
 
         print("printed before serving")
+        print(1)  # JSON, but no answer: answers are objects
         serve(Fake)
     """))
     side = bench.Side("a fake side", [sys.executable, str(script)], tmp_path / "log.txt")
