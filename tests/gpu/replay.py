@@ -22,6 +22,15 @@ def assert_replays_like_eager(eager, graphed, batches: list[dict]) -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"{name} differs")
 
 
+def step_side_by_side(eager, graphed, batches) -> None:
+    """Step ``eager`` and ``graphed`` (warmed up, its graphs captured) on each of ``batches``,
+    checking first that ``graphed`` replays a graph for it rather than running it uncaptured."""
+    for batch in batches:
+        assert graphed._graphs.ready([batch])  # replayed, not run uncaptured
+        eager.step([batch])
+        graphed.step([batch])
+
+
 def assert_steps_never_sync(engine, shapes: list, batches: list[dict], graphed: bool) -> None:
     """Ready ``engine`` (graphed: warmed up with its graphs captured for ``shapes``; else one
     eager step on ``batches[0]``, whose first call allocates lazily), then step on the other

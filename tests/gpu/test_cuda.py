@@ -18,7 +18,7 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.budget import auto_batch_sizes
 from myxtts.train.engine.graphs import CudaCapture
-from tests.gpu.replay import assert_steps_never_sync
+from tests.gpu.replay import assert_steps_never_sync, step_side_by_side
 from tests.helpers import micro_config, train_crashing_at
 
 pytestmark = pytest.mark.gpu
@@ -62,11 +62,7 @@ def test_graphed_step_equals_eager_over_several_steps(tmp_path, ema):
     eager, graphed = _engines(tmp_path, 2, f"train.ema_decay={ema}")
     report = graphed.warm_up(SHAPES, graphed.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == 2
-    for i in range(6):
-        batch = _batch(i)
-        assert graphed._graphs.ready([batch])  # replayed, not run uncaptured
-        eager.step([batch])
-        graphed.step([batch])
+    step_side_by_side(eager, graphed, (_batch(i) for i in range(6)))
     _close(eager, graphed, rtol=1e-4, atol=1e-5)
     if ema:  # the weight average is updated inside the captured update graph
         assert graphed._ema.updates.item() == eager._ema.updates.item() == 6.0

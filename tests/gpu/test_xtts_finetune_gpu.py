@@ -19,7 +19,7 @@ from myxtts.train.distributed import DistInfo
 from myxtts.train.engine import TrainEngine
 from myxtts.train.engine.graphs import CudaCapture
 from myxtts.train.xtts.task import XttsTask
-from tests.gpu.replay import assert_steps_never_sync
+from tests.gpu.replay import assert_steps_never_sync, step_side_by_side
 
 pytestmark = pytest.mark.gpu
 
@@ -83,11 +83,7 @@ def test_graphed_step_equals_eager_over_several_steps(tmp_path):
     eager, graphed = _engines(tmp_path, 2)
     report = graphed.warm_up(SHAPES, graphed.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == len(SHAPES)
-    for i in range(6):
-        batch = _batch(i)
-        assert graphed._graphs.ready([batch])  # replayed, not run uncaptured
-        eager.step([batch])
-        graphed.step([batch])
+    step_side_by_side(eager, graphed, (_batch(i) for i in range(6)))
     _close(eager, graphed, rtol=1e-4, atol=1e-5)
 
 
@@ -98,11 +94,7 @@ def test_compiled_and_graphed_step_equals_eager(tmp_path):
     report = engine.warm_up(SHAPES, engine.task.worst_case, capture=CudaCapture(CUDA), echo=print)
     assert report.capture_error is None and report.shapes_captured == len(SHAPES)
     assert engine.mode == "graphed" and engine.compiled
-    for i in range(6):
-        batch = _batch(i)
-        assert engine._graphs.ready([batch])
-        eager.step([batch])
-        engine.step([batch])
+    step_side_by_side(eager, engine, (_batch(i) for i in range(6)))
     _close(eager, engine, rtol=2e-3, atol=2e-4)  # fused kernels reassociate sums
 
 
