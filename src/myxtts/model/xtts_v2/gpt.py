@@ -28,9 +28,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 
 from myxtts.model.xtts_v2.blocks import GptStack, StaticKVCache
-from myxtts.model.xtts_v2.conditioning import MelStyleEncoder, PerceiverResampler
+from myxtts.model.xtts_v2.conditioning import MelStyleEncoder, PackedRows, PerceiverResampler
 from myxtts.model.xtts_v2.config import XttsV2Config
 
 # Training's conditioning-segment indices (audio samples) are divided by this (the
@@ -91,14 +92,19 @@ class XttsGpt(nn.Module):
 
     # -- conditioning ---------------------------------------------------------------------
 
-    def conditioning_latents(self, mel: Tensor, weights: Tensor | None = None) -> Tensor:
+    def conditioning_latents(self, mel: Tensor, packed: PackedRows | None = None) -> Tensor:
         """The voice prefix from a cloning mel: ``[B, 80, S]`` (or ``[B, 1, 80, S]``) ->
-        ``[B, 32, D]`` (the reference's ``get_style_emb(mel).transpose(1, 2)``). ``weights``
-        ``[B, S]``: how many identical frames each frame stands for (``conditioning``)."""
+        ``[B, 32, D]`` (the reference's ``get_style_emb(mel).transpose(1, 2)``). With
+        ``packed``, ``mel`` is ``[N, 80]``: the frames of the rows of ``packed`` end to end,
+        weighted (``conditioning``'s module docstring)."""
         if mel.ndim == 4:
             mel = mel.squeeze(1)
-        frames = self.conditioning_encoder(mel, weights)  # [B, D, S]
-        return self.conditioning_perceiver(frames.transpose(1, 2), weights)
+        frames = self.conditioning_encoder(mel, packed)  # [B, D, S] (or [N, D])
+        if packed is None:
+            return self.conditioning_perceiver(frames.transpose(1, 2))
+        rows = frames.split(packed.lengths)
+        weights = pad_sequence(packed.weights.split(packed.lengths), batch_first=True)
+        return self.conditioning_perceiver(pad_sequence(rows, batch_first=True), weights)
 
     # -- teacher forcing ------------------------------------------------------------------
 

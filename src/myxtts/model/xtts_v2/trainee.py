@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from myxtts.model.xtts_v2.conditioning import PackedRows
 from myxtts.model.xtts_v2.features import cloning_mel_spec, normalised_log, silent_tail_weights
 from myxtts.model.xtts_v2.gpt import XttsGpt
 
@@ -67,27 +68,27 @@ class XttsGptTrainee(nn.Module):
         """The conditioning latents of the batch's voice segments (their cloning mels
         ``cond_mel`` where the loader made them, else made here from ``cond_audio``).
 
-        Eager on the CPU, with the segments' lengths (``cond_lengths``), each row runs alone
-        with its silent zero padding as one weighted frame (``features.silent_tail_weights``):
-        the same latents with neither the tail's frames nor the batch's padding to the
-        longest segment (the attention's cost grows with the square of the frames). Elsewhere
-        every frame runs in one batch, so that shapes never depend on the values (the
-        lengths would be a host read and a new shape per batch on a GPU)."""
+        Eager on the CPU, with the segments' lengths (``cond_lengths``), each row is cut to
+        its own frames, its silent zero padding kept as one weighted frame
+        (``features.silent_tail_weights``), and the rows run packed end to end
+        (``conditioning.PackedRows``): the same latents with neither the tail's frames nor
+        the batch's padding to the longest segment (the attention's cost grows with the
+        square of the frames). Elsewhere every frame runs in one batch, so that shapes never
+        depend on the values (the lengths would be a host read and a new shape per batch on
+        a GPU)."""
         mel = batch.get("cond_mel")
         if mel is None:
             mel = self.cond_mel(batch["cond_audio"])
         lengths = batch.get("cond_lengths")
         if lengths is None or mel.device.type != "cpu" or torch.compiler.is_compiling():
             return self.gpt.conditioning_latents(mel)
-        rows = []
+        frames, weights = mel.shape[-1], []
         for row in range(mel.shape[0]):
-            tail = silent_tail_weights(lengths[row:row + 1], mel.shape[-1])
-            if tail is None:
-                rows.append(self.gpt.conditioning_latents(mel[row:row + 1]))
-            else:
-                keep, weights = tail
-                rows.append(self.gpt.conditioning_latents(mel[row:row + 1, :, :keep], weights))
-        return torch.cat(rows)
+            tail = silent_tail_weights(lengths[row:row + 1], frames)
+            weights.append(mel.new_ones(frames, dtype=torch.float32) if tail is None
+                           else tail[1][0])
+        rows = [mel[row, :, :len(w)] for row, w in enumerate(weights)]
+        return self.gpt.conditioning_latents(torch.cat(rows, dim=1).t(), PackedRows.of(weights))
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.gpt
