@@ -7,6 +7,7 @@ commands the same way:
 
     python _xtts_finetune_peer.py usable FOLDER DATA
     python _xtts_finetune_peer.py serve FOLDER DATA --batch-size B --workers W [--threads T]
+        [--sample-pss]
 
 ``usable`` lists the clips of DATA (an LJSpeech-style folder: metadata.csv, wavs/) that
 coqui's GPT trainer can learn from with FOLDER's vocabulary: no [UNK] token (its dataset
@@ -260,10 +261,13 @@ class PeerTrainer:
     docstring): :meth:`steps` runs optimizer steps, :meth:`epoch` the rest of a pass over
     the data, :meth:`finish` reads the memory peaks."""
 
-    def __init__(self, folder: Path, data: Path, batch_size: int, workers: int, threads: int):
+    def __init__(self, folder: Path, data: Path, batch_size: int, workers: int, threads: int,
+                 sample_pss: bool = True):
         import torch
 
-        self.pss = PssPeak().start()
+        # the sampler walks the page tables of the whole process tree (~8 ms a time, ~5% of
+        # a core): only the memory pass runs it, never a timed turn
+        self.pss = PssPeak().start() if sample_pss else None
         _patch_load_audio()
         torch.set_num_threads(threads)  # coqui's dataset module sets 1 when imported
         self.model, config = build(folder, batch_size, workers)
@@ -328,7 +332,7 @@ class PeerTrainer:
         import torch
 
         memory = peak_rss_mb()
-        memory["peak_pss_mb"] = self.pss.stop()
+        memory["peak_pss_mb"] = None if self.pss is None else self.pss.stop()
         self.batches = None
         return {**memory, "loaded_rss_mb": self.loaded, "batch_size": self.batch_size,
                 "workers": self.workers, "threads": torch.get_num_threads()}
@@ -374,11 +378,14 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=3)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--sample-pss", action="store_true", help="sample the process tree's PSS "
+                   "(the memory pass; it costs CPU time)")
     a = p.parse_args()
     if a.command == "usable":
         print(json.dumps(usable(a.folder, a.data)))
     else:
-        serve(lambda: PeerTrainer(a.folder, a.data, a.batch_size, a.workers, a.threads))
+        serve(lambda: PeerTrainer(a.folder, a.data, a.batch_size, a.workers, a.threads,
+                                  a.sample_pss))
 
 
 if __name__ == "__main__":

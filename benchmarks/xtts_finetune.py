@@ -24,6 +24,8 @@ reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
    count in each, so forked workers look heavy) beside the sampled peak of the process
    tree's summed PSS (``PssPeak``: shared pages split among their sharers, the real
    footprint). Alone, because two live sides would split the library pages both map;
+   the PSS sampler (a thread walking the tree's page tables five times a second, ~5% of
+   a core) runs in this pass only;
 2. speed: both sides alive, each runs ``--warmup`` untimed steps and the rest of that
    first pass over the data (untimed), then they take turns, ``--turns`` times each, a turn
    one whole pass over the data (an epoch: every clip once, so both sides' turns hold the
@@ -72,13 +74,13 @@ class OurTrainer:
     :meth:`finish` answer as ``_xtts_finetune_peer.PeerTrainer``'s do."""
 
     def __init__(self, folder: Path, store: Path, batch_size: int, workers: int,
-                 work_dir: Path) -> None:
+                 work_dir: Path, sample_pss: bool = True) -> None:
         from _xtts_finetune_peer import PssPeak
         from myxtts.cli.common import config_file
         from myxtts.config import load_config
         from myxtts.train.xtts.recipe import XttsRecipe
 
-        self.pss = PssPeak().start()
+        self.pss = PssPeak().start() if sample_pss else None  # the memory pass only
         cfg = load_config(config_file("xtts-finetune"), None, [
             f"train.output_dir={work_dir / 'run'}", "train.device=cpu", "train.compile=off",
             "train.precision=fp32", "train.max_steps=1000000", "train.log_every=1000000",
@@ -129,7 +131,7 @@ class OurTrainer:
         from _xtts_finetune_peer import peak_rss_mb
 
         memory = peak_rss_mb()
-        memory["peak_pss_mb"] = self.pss.stop()
+        memory["peak_pss_mb"] = None if self.pss is None else self.pss.stop()
         self.recipe.cleanup()
         return {**memory, "batch_size": self.batch_size, "workers": self.workers,
                 "threads": torch.get_num_threads()}
@@ -258,11 +260,13 @@ def _ours_in_child(spec_file: Path) -> None:
     spec = json.loads(spec_file.read_text())
     torch.set_num_threads(spec["threads"])
     serve(lambda: OurTrainer(Path(spec["folder"]), Path(spec["store"]), spec["batch_size"],
-                             spec["workers"], Path(spec["work_dir"])))
+                             spec["workers"], Path(spec["work_dir"]), spec["sample_pss"]))
 
 
-def start(side: str, args: argparse.Namespace, paths: dict[str, Path], workers: int) -> Side:
-    """A fresh process of ``side`` ("mine" or "peer") at ``workers`` loader workers, ready."""
+def start(side: str, args: argparse.Namespace, paths: dict[str, Path], workers: int,
+          sample_pss: bool) -> Side:
+    """A fresh process of ``side`` ("mine" or "peer") at ``workers`` loader workers, ready;
+    ``sample_pss``: its PSS sampled (the memory pass; the sampling costs CPU time)."""
     work = Path(tempfile.mkdtemp(prefix=f"{side}-{workers}-", dir=paths["tmp"]))
     if side == "peer":
         env = dict(os.environ)
@@ -270,11 +274,12 @@ def start(side: str, args: argparse.Namespace, paths: dict[str, Path], workers: 
         argv = [str(args.peer_python), str(HERE / "_xtts_finetune_peer.py"), "serve",
                 str(paths["folder"]), str(paths["data"]), "--batch-size", str(args.batch_size),
                 "--workers", str(workers), "--threads", str(args.threads)]
+        argv += ["--sample-pss"] if sample_pss else []
         s = Side("coqui-tts's side", argv, work / "log.txt", env)
     else:
         spec = {"folder": str(paths["folder"]), "store": str(paths["store"]),
                 "batch_size": args.batch_size, "workers": workers, "work_dir": str(work),
-                "threads": args.threads}
+                "threads": args.threads, "sample_pss": sample_pss}
         (work / "spec.json").write_text(json.dumps(spec))
         s = Side("myxtts's side", [sys.executable, __file__, "--ours", str(work / "spec.json")],
                  work / "log.txt")
@@ -288,12 +293,13 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], workers: int) -> d
     for side in ("mine", "peer"):
         common.say(f"{workers} workers, memory: {side} alone, "
                    f"{args.warmup} + {args.memory_steps} steps ...")
-        s = start(side, args, paths, workers)
+        s = start(side, args, paths, workers, sample_pss=True)
         s.ask(f"steps {args.warmup + args.memory_steps}")
         memory[side] = s.finish()
     common.say(f"{workers} workers, speed: both sides warm up, then {args.turns} epochs each, "
                f"taking turns ...")
-    sides = {side: start(side, args, paths, workers) for side in ("mine", "peer")}
+    sides = {side: start(side, args, paths, workers, sample_pss=False)
+             for side in ("mine", "peer")}
     for s in sides.values():
         s.ask(f"steps {args.warmup}")
         s.ask("epoch")  # the rest of the first pass: every timed turn is a whole one
