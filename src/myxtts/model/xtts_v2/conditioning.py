@@ -56,11 +56,11 @@ class PackedRows(NamedTuple):
     (``[N, C]`` features, ``N = sum(lengths)``), each frame weighted (module docstring).
 
     ``weights [N]``: how many identical frames each frame stands for; ``columns [B, N]``:
-    each frame's weight in its row's row (the weighted sums per row as one matrix
-    product); ``spread [N, B]``: 1 where a frame belongs to a row (a value per row to its
-    frames as one matrix product, a cheaper backward than indexing); ``lengths``: frames
-    per row (host ints); ``biases``: per row, the attention's ``log(weight)`` bias on its
-    keys ``[1, 1, 1, L]``, or None where every weight is 1."""
+    row ``b`` holds the weights of row ``b``'s frames, 0 elsewhere (the weighted sums per
+    row as one matrix product); ``spread [N, B]``: 1 where a frame belongs to a row (a
+    value per row to its frames as one matrix product, a cheaper backward than indexing);
+    ``lengths``: frames per row (host ints); ``biases``: per row, the attention's
+    ``log(weight)`` bias on its keys ``[1, 1, 1, L]``, or None where every weight is 1."""
 
     weights: Tensor
     columns: Tensor
