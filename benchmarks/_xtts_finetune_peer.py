@@ -124,8 +124,9 @@ class PssPeak:
     sharing it) of this process and its descendants together, sampled every ``every``
     seconds by a thread between ``start()`` and ``stop()`` (which returns it, in MiB). The
     tree's real footprint, unlike summed RSS peaks; a peak shorter than the period can be
-    missed. One read of ``smaps_rollup`` walks a process's page tables: about a millisecond
-    per GiB, so the default period costs well under 1% of a core."""
+    missed. One read of ``smaps_rollup`` walks a process's page tables: about 8 ms for a
+    training process here, so the default period costs 4-8% of a core (the benchmark
+    samples in its memory pass only)."""
 
     def __init__(self, every: float = 0.2) -> None:
         import threading
@@ -265,8 +266,8 @@ class PeerTrainer:
                  sample_pss: bool = True):
         import torch
 
-        # the sampler walks the page tables of the whole process tree (~8 ms a time, ~5% of
-        # a core): only the memory pass runs it, never a timed turn
+        # the sampler walks the page tables of the whole process tree (~8 ms a time, 4-8%
+        # of a core): only the memory pass runs it, never a timed turn
         self.pss = PssPeak().start() if sample_pss else None
         _patch_load_audio()
         torch.set_num_threads(threads)  # coqui's dataset module sets 1 when imported

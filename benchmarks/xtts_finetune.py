@@ -24,7 +24,7 @@ reproduces), and ours (:class:`OurTrainer`). Per loader worker count:
    count in each, so forked workers look heavy) beside the sampled peak of the process
    tree's summed PSS (``PssPeak``: shared pages split among their sharers, the real
    footprint). Alone, because two live sides would split the library pages both map;
-   the PSS sampler (a thread walking the tree's page tables five times a second, ~5% of
+   the PSS sampler (a thread walking the tree's page tables five times a second, 4-8% of
    a core) runs in this pass only;
 2. speed: both sides alive, each runs ``--warmup`` untimed steps and the rest of that
    first pass over the data (untimed), then they take turns, ``--turns`` times each, a turn
