@@ -9,7 +9,9 @@ tokenizer: the text is random token ids), so this runs wherever torch does, the 
 GPU machine included (``gpu_acceptance.py``'s xtts part). Greedy decoding of ``--codes``
 codes after a prefill of 32 voice latents and 60 text tokens; the stop logit is lowered so
 every run decodes exactly ``--codes`` codes. Rows: ms per code and the codes' equality
-(graphed against eager), then the HiFi-GAN's seconds per second of 24 kHz audio. The graph
+(graphed against eager); the blocks' projections alone on one row, the weights read once,
+which bounds a step where memory bandwidth does (a CPU's); then the HiFi-GAN's seconds per
+second of 24 kHz audio. The graph
 row exists on CUDA only (on a CPU the step always runs eagerly). Ratios are against eager
 float32, measured in the same run.
 """
@@ -23,6 +25,32 @@ import common
 
 SIZES = {"released": (30, 1024, 16), "reduced": (2, 256, 4)}
 TEXT_TOKENS = 60
+
+
+def projections_ms(gpt, device, repeats: int = 5) -> float:
+    """The median time of every projection of the GPT's blocks (``c_attn``, ``c_proj``,
+    ``c_fc``, the MLP's ``c_proj``) on one row, as a decode step runs them: the step's floor
+    where reading the weights bounds it (a CPU's decode), measured on the same weights."""
+    import statistics
+
+    import torch
+
+    linears = [m for block in gpt.gpt.h for m in (block.attn.c_attn, block.attn.c_proj,
+                                                   block.mlp.c_fc, block.mlp.c_proj)]
+    inputs = {n: torch.randn(1, 1, n, device=device) for n in {m.weight.shape[0] for m in linears}}
+    times = []
+    with torch.inference_mode():
+        for r in range(repeats + 1):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            for m in linears:
+                m(inputs[m.weight.shape[0]])
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if r:  # the first pass warms up
+                times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
 
 
 def main() -> None:
@@ -90,6 +118,10 @@ def main() -> None:
             same = "codes = eager's" if torch.equal(codes, last[dtype]) else "CODES DIFFER"
         last.setdefault(dtype, codes)
         rows.append((f"GPT step, {label} (ms per code)", [f"{ms:.2f}", f"{base_ms / ms:.2f}x", same]))
+        if len(rows) == 1:  # right after the eager float32 step, so that both see one machine
+            floor = projections_ms(model.gpt, device)
+            rows.append(("  its projections alone, one row (ms per code)",
+                         [f"{floor:.2f}", f"{base_ms / floor:.2f}x", "floor"]))
     model.set_gpt_dtype(torch.float32)
     latents = torch.randn(1, args.codes, dim, generator=g).to(device)
     speaker = torch.nn.functional.normalize(torch.randn(1, 512, 1, generator=g), dim=1).to(device)

@@ -7,6 +7,12 @@ upsampling x8 x8 x2 x2 (256 samples per input frame), multi-receptive-field bloc
 kernels 3/7/11 and dilations 1/3/5, the speaker embedding added through a 1x1 conv after
 the input conv and after every upsampling layer, no bias on the output conv.
 
+On the CPU the generator runs on ``[B, C, 1, T]`` tensors in the channels-last layout (each
+1-D conv as the 2-D conv it is computed as anyway): oneDNN's convolutions over few channels
+and long time axes run up to 3x faster in that layout (measured on 2 cores at the released
+size: the 32- and 64-channel stages), about 20% off the whole decoder, with the same results
+to float rounding (~1e-7). Elsewhere the tensors keep the usual layout.
+
 Weight norm is folded: each conv holds the one ``weight`` it computes with, so inference
 never recomputes ``g * v / ||v||`` per call (the reference keeps the parametrisation live
 in eval). The released file's pairs become plain weights when it is read, and are split
@@ -36,9 +42,21 @@ FINAL_SLOPE = 0.01  # before the output conv the reference uses torch's default 
 
 
 
+def conv(layer: nn.Conv1d | nn.ConvTranspose1d, x: Tensor) -> Tensor:
+    """``layer`` applied to ``x [B, C, 1, T]`` as the 2-D conv of kernel ``(1, k)`` it is
+    (its weight viewed, not copied); the output keeps ``x``'s memory layout."""
+    w = layer.weight.unsqueeze(2)
+    stride, padding, dilation = (1, layer.stride[0]), (0, layer.padding[0]), (1, layer.dilation[0])
+    if isinstance(layer, nn.ConvTranspose1d):
+        return F.conv_transpose2d(x, w, layer.bias, stride, padding, (0, layer.output_padding[0]),
+                                  layer.groups, dilation)
+    return F.conv2d(x, w, layer.bias, stride, padding, dilation, layer.groups)
+
+
 class XttsResBlock(nn.Module):
     """HiFi-GAN's type-1 residual block: three steps of (leaky ReLU, dilated conv, leaky
-    ReLU, conv) each added back to the input. ``[B, C, T] -> [B, C, T]``."""
+    ReLU, conv) each added back to the input. ``[B, C, 1, T] -> [B, C, 1, T]`` (see
+    :func:`conv`)."""
 
     def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...] = RESBLOCK_DILATIONS):
         super().__init__()
@@ -53,7 +71,7 @@ class XttsResBlock(nn.Module):
         # read (a conv saves its input, not its output): each saves an allocation and a
         # memory pass over tensors of up to 32 x 256 values per input frame
         for dilated, plain in zip(self.convs1, self.convs2, strict=True):
-            y = plain(F.leaky_relu(dilated(F.leaky_relu(x, SLOPE)), SLOPE, inplace=True))
+            y = conv(plain, F.leaky_relu(conv(dilated, F.leaky_relu(x, SLOPE)), SLOPE, inplace=True))
             x = y.add_(x)
         return x
 
@@ -84,18 +102,21 @@ class XttsHifiGan(nn.Module):
         return math.prod(UPSAMPLE_RATES)
 
     def forward(self, x: Tensor, g: Tensor) -> Tensor:
-        o = self.conv_pre(x).add_(self.cond_layer(g))
+        layout = torch.channels_last if x.device.type == "cpu" else torch.contiguous_format
+        x = x.unsqueeze(2).contiguous(memory_format=layout)  # [B, C, 1, T], see the module doc
+        o = conv(self.conv_pre, x).add_(self.cond_layer(g).unsqueeze(-1))
         n_kernels = len(RESBLOCK_KERNELS)
         for i, up in enumerate(self.ups):
-            o = up(F.leaky_relu(o, SLOPE, inplace=True))
+            o = conv(up, F.leaky_relu(o, SLOPE, inplace=True))
             if self.conds is not None:
-                o.add_(self.conds[i](g))
+                o.add_(self.conds[i](g).unsqueeze(-1))
             blocks = self.resblocks[i * n_kernels:(i + 1) * n_kernels]
             total = blocks[0](o)
             for block in blocks[1:]:
                 total.add_(block(o))
             o = total.div_(n_kernels)
-        return torch.tanh(self.conv_post(F.leaky_relu(o, FINAL_SLOPE, inplace=True)))
+        out = conv(self.conv_post, F.leaky_relu(o, FINAL_SLOPE, inplace=True))  # [B, 1, 1, S]
+        return torch.tanh(out.squeeze(2)).contiguous()
 
 
 class XttsLatentDecoder(nn.Module):
