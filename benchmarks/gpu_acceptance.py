@@ -27,7 +27,8 @@ rewritten then, so a run cut short keeps what it measured.
    command, and the tiny model's NVML utilisation from its metrics.
 7. xtts: ``benchmarks/xtts_decode.py --size released --device cuda``: XTTS-v2's GPT step
    in ms per code, eager against replayed as a CUDA graph (codes checked equal), float32
-   and bfloat16, and its HiFi-GAN decoder's seconds per second of audio; seeded random
+   and bfloat16, the blocks' projections alone on one row (the weights read once), and
+   its HiFi-GAN decoder's seconds per second of audio; seeded random
    weights, no files (nothing to carry but the code).
 8. tests: ``pytest -m gpu``, tests/gpu/test_capture_safety.py and test_engine_gpu.py first,
    then every other gpu-marked test: counts and the names of failures. It gets whatever
@@ -248,6 +249,7 @@ class Acceptance:
                 ("graph_fp32", "GPT step, CUDA graph, float32 (ms per code)"),
                 ("eager_bf16", "GPT step, eager, bfloat16 (ms per code)"),
                 ("graph_bf16", "GPT step, CUDA graph, bfloat16 (ms per code)"),
+                ("floor_fp32", "  its projections alone, one row (ms per code)"),
                 ("hifigan", "HiFi-GAN decoder (s per s of audio)"))})
         elif name == "xtts-finetune":
             out.update({key: row_of(ran, label) for key, label in (
@@ -339,6 +341,7 @@ class Acceptance:
              f"{get('xtts', 'eager_fp32')} / {get('xtts', 'graph_fp32')}"),
             ("XTTS-v2 ms/code: eager / graph (bf16)", "-",
              f"{get('xtts', 'eager_bf16')} / {get('xtts', 'graph_bf16')}"),
+            ("XTTS-v2 ms/code: projections alone (fp32)", "-", get("xtts", "floor_fp32")),
             ("XTTS-v2 HiFi-GAN s per s of audio", "-", get("xtts", "hifigan")),
             ("pytest -m gpu (first files; the rest)", "all pass", tests()),
         ]

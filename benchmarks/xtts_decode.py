@@ -8,10 +8,12 @@ The networks are built at ``--size`` with seeded random weights (no download, no
 tokenizer: the text is random token ids), so this runs wherever torch does, the offline
 GPU machine included (``gpu_acceptance.py``'s xtts part). Greedy decoding of ``--codes``
 codes after a prefill of 32 voice latents and 60 text tokens; the stop logit is lowered so
-every run decodes exactly ``--codes`` codes. Rows: ms per code and the codes' equality
+every run decodes exactly ``--codes`` codes. Rows: ms per code (the prefill left out; on a
+GPU the graph's capture, once per decode, included) and the codes' equality
 (graphed against eager); the blocks' projections alone on one row, the weights read once,
-which bounds a step where memory bandwidth does (a CPU's); then the HiFi-GAN's seconds per
-second of 24 kHz audio. The graph
+which bounds a step where memory bandwidth does (a CPU's), with the step's time over
+theirs when the two are timed alternately, code by code (``check``: the figure least moved
+by a shared machine); then the HiFi-GAN's seconds per second of 24 kHz audio. The graph
 row exists on CUDA only (on a CPU the step always runs eagerly). Ratios are against eager
 float32, measured in the same run.
 """
@@ -27,30 +29,49 @@ SIZES = {"released": (30, 1024, 16), "reduced": (2, 256, 4)}
 TEXT_TOKENS = 60
 
 
-def projections_ms(gpt, device, repeats: int = 5) -> float:
-    """The median time of every projection of the GPT's blocks (``c_attn``, ``c_proj``,
-    ``c_fc``, the MLP's ``c_proj``) on one row, as a decode step runs them: the step's floor
-    where reading the weights bounds it (a CPU's decode), measured on the same weights."""
+def step_and_projections(gpt, voice, tokens, device, codes: int = 30) -> tuple[float, float, float]:
+    """Decode steps and the GPT blocks' projections alone (``c_attn``, ``c_proj``, ``c_fc``,
+    the MLP's ``c_proj``, on one row, as a step runs them), timed alternately, code by
+    code, so that both see the same machine: median ms of each and the median of the
+    step's time over the projections'. Where reading the weights bounds a step (a CPU's
+    decode), the projections are its floor."""
     import statistics
 
     import torch
 
+    def timed(fn) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
     linears = [m for block in gpt.gpt.h for m in (block.attn.c_attn, block.attn.c_proj,
                                                    block.mlp.c_fc, block.mlp.c_proj)]
     inputs = {n: torch.randn(1, 1, n, device=device) for n in {m.weight.shape[0] for m in linears}}
-    times = []
+    steps, floors = [], []
     with torch.inference_mode():
-        for r in range(repeats + 1):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
+        cache = gpt.gpt.new_cache(1, gpt.prefix_length(tokens.shape[1]) + codes + 1)
+        logits, _ = gpt.prefill(voice, tokens, cache)
+        code = [logits.argmax(-1)]
+
+        def step() -> None:
+            out, _ = gpt.step(code[0], cache)
+            code[0] = out.argmax(-1)
+
+        def projections() -> None:
             for m in linears:
                 m(inputs[m.weight.shape[0]])
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if r:  # the first pass warms up
-                times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
+
+        for i in range(codes + 1):
+            s, f = timed(step), timed(projections)
+            if i:  # the first of each warms up
+                steps.append(s)
+                floors.append(f)
+    ratio = statistics.median(a / b for a, b in zip(steps, floors))
+    return statistics.median(steps) * 1000, statistics.median(floors) * 1000, ratio
 
 
 def main() -> None:
@@ -60,6 +81,8 @@ def main() -> None:
     p.add_argument("--codes", type=int, default=200, help="codes decoded per run (~46 ms each)")
     p.add_argument("--threads", type=int, default=0, help="torch threads on a CPU (0: torch's)")
     args = p.parse_args()
+    if args.codes < 2:
+        p.error("--codes: give 2 or more (a step's time is the decode's less its first code's)")
 
     import torch
 
@@ -86,17 +109,26 @@ def main() -> None:
     real_graph = decode.graphed_step
 
     def decode_run(graphed: bool) -> tuple[float, torch.Tensor]:
+        """ms per code of a decode of ``--codes`` codes, its prefill left out: the time of
+        the whole decode less that of a decode of one code (the prefill and one choice;
+        the faster of two), over the codes after the first."""
         decode.graphed_step = real_graph if graphed else (lambda *a: None)
-        try:
-            decode.generate_codes(model.gpt, voice, tokens, sampling, greedy=True, max_codes=8)
+
+        def timed(n: int) -> tuple[float, torch.Tensor]:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
             codes = decode.generate_codes(model.gpt, voice, tokens, sampling, greedy=True,
-                                          max_codes=args.codes)
+                                          max_codes=n)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            return (time.perf_counter() - t0) * 1000 / args.codes, codes
+            return time.perf_counter() - t0, codes
+
+        try:
+            timed(8)  # the warm-up
+            prefill = min(timed(1)[0], timed(1)[0])
+            took, codes = timed(args.codes)
+            return (took - prefill) * 1000 / (args.codes - 1), codes
         finally:
             decode.graphed_step = real_graph
 
@@ -119,9 +151,9 @@ def main() -> None:
         last.setdefault(dtype, codes)
         rows.append((f"GPT step, {label} (ms per code)", [f"{ms:.2f}", f"{base_ms / ms:.2f}x", same]))
         if len(rows) == 1:  # right after the eager float32 step, so that both see one machine
-            floor = projections_ms(model.gpt, device)
+            _, floor, over = step_and_projections(model.gpt, voice, tokens, device)
             rows.append(("  its projections alone, one row (ms per code)",
-                         [f"{floor:.2f}", f"{base_ms / floor:.2f}x", "floor"]))
+                         [f"{floor:.2f}", f"{base_ms / floor:.2f}x", f"step {over:.2f}x"]))
     model.set_gpt_dtype(torch.float32)
     latents = torch.randn(1, args.codes, dim, generator=g).to(device)
     speaker = torch.nn.functional.normalize(torch.randn(1, 512, 1, generator=g), dim=1).to(device)
