@@ -22,7 +22,7 @@ from myxtts.audio.io import AudioError
 from myxtts.model.xtts_v2 import features
 from myxtts.model.xtts_v2.config import XttsV2Args
 from myxtts.model.xtts_v2.dvae import NUM_TOKENS, XttsDvae
-from myxtts.model.xtts_v2.hifigan import XttsLatentDecoder
+from myxtts.model.xtts_v2.hifigan import XttsLatentDecoder, conv
 from tests.xtts_v2.reference import (
     RELEASED,
     coqui,
@@ -139,6 +139,25 @@ def test_speaker_embedding_equals_reference(pair):
         got = ours.speaker_embedding(torchaudio.functional.resample(clip, 22050, 16000))
     assert got.shape == want.shape == (1, 512, 1)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_generator_convs_equal_their_1d_layers_in_either_layout(layout):
+    """The generator runs each Conv1d / ConvTranspose1d as the 2-D conv over ``[B, C, 1, T]``
+    (channels-last on the CPU, the usual layout elsewhere): the same as the layer itself,
+    dilation, stride and padding included, and the output keeps the input's layout."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv1d(8, 8, 11, dilation=5, padding=25),
+              torch.nn.Conv1d(8, 4, 7, padding=3, bias=False),
+              torch.nn.ConvTranspose1d(8, 4, 16, 8, padding=4)]
+    x = torch.randn(2, 8, 50)
+    with torch.no_grad():
+        for layer in layers:
+            got = conv(layer, x.unsqueeze(2).contiguous(memory_format=layout))
+            assert got.is_contiguous(memory_format=layout)
+            want = layer(x)
+            assert got.shape == (*want.shape[:2], 1, want.shape[-1])
+            torch.testing.assert_close(got.squeeze(2), want, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("batch", [1, 2])
