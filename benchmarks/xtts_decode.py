@@ -29,24 +29,28 @@ SIZES = {"released": (30, 1024, 16), "reduced": (2, 256, 4)}
 TEXT_TOKENS = 60
 
 
-def step_and_projections(gpt, voice, tokens, device, codes: int = 30) -> tuple[float, float, float]:
-    """Decode steps and the GPT blocks' projections alone (``c_attn``, ``c_proj``, ``c_fc``,
-    the MLP's ``c_proj``, on one row, as a step runs them), timed alternately, code by
-    code, so that both see the same machine: median ms of each and the median of the
-    step's time over the projections'. Where reading the weights bounds a step (a CPU's
+def timed(device, fn):
+    """``(seconds, fn())``, the device's queue drained before and after."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0, out
+
+
+def projections_against_step(gpt, voice, tokens, device, codes: int = 30) -> tuple[float, float]:
+    """The GPT blocks' projections alone (``c_attn``, ``c_proj``, ``c_fc``, the MLP's
+    ``c_proj``, on one row, as a step runs them) and decode steps, timed alternately, code
+    by code, so that both see the same machine: the projections' median ms and the median
+    of the step's time over theirs. Where reading the weights bounds a step (a CPU's
     decode), the projections are its floor."""
     import statistics
 
     import torch
-
-    def timed(fn) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - t0
 
     linears = [m for block in gpt.gpt.h for m in (block.attn.c_attn, block.attn.c_proj,
                                                    block.mlp.c_fc, block.mlp.c_proj)]
@@ -55,23 +59,16 @@ def step_and_projections(gpt, voice, tokens, device, codes: int = 30) -> tuple[f
     with torch.inference_mode():
         cache = gpt.gpt.new_cache(1, gpt.prefix_length(tokens.shape[1]) + codes + 1)
         logits, _ = gpt.prefill(voice, tokens, cache)
-        code = [logits.argmax(-1)]
-
-        def step() -> None:
-            out, _ = gpt.step(code[0], cache)
-            code[0] = out.argmax(-1)
-
-        def projections() -> None:
-            for m in linears:
-                m(inputs[m.weight.shape[0]])
-
+        code = logits.argmax(-1)
         for i in range(codes + 1):
-            s, f = timed(step), timed(projections)
+            took, (logits, _) = timed(device, lambda c=code: gpt.step(c, cache))
+            code = logits.argmax(-1)
+            floor, _ = timed(device, lambda: [m(inputs[m.weight.shape[0]]) for m in linears])
             if i:  # the first of each warms up
-                steps.append(s)
-                floors.append(f)
-    ratio = statistics.median(a / b for a, b in zip(steps, floors))
-    return statistics.median(steps) * 1000, statistics.median(floors) * 1000, ratio
+                steps.append(took)
+                floors.append(floor)
+    return (statistics.median(floors) * 1000,
+            statistics.median(a / b for a, b in zip(steps, floors)))
 
 
 def main() -> None:
@@ -114,20 +111,14 @@ def main() -> None:
         the faster of two), over the codes after the first."""
         decode.graphed_step = real_graph if graphed else (lambda *a: None)
 
-        def timed(n: int) -> tuple[float, torch.Tensor]:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            codes = decode.generate_codes(model.gpt, voice, tokens, sampling, greedy=True,
-                                          max_codes=n)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            return time.perf_counter() - t0, codes
+        def run(n: int):
+            return decode.generate_codes(model.gpt, voice, tokens, sampling, greedy=True,
+                                         max_codes=n)
 
         try:
-            timed(8)  # the warm-up
-            prefill = min(timed(1)[0], timed(1)[0])
-            took, codes = timed(args.codes)
+            run(8)  # the warm-up
+            prefill = min(timed(device, lambda: run(1))[0], timed(device, lambda: run(1))[0])
+            took, codes = timed(device, lambda: run(args.codes))
             return (took - prefill) * 1000 / (args.codes - 1), codes
         finally:
             decode.graphed_step = real_graph
@@ -151,7 +142,7 @@ def main() -> None:
         last.setdefault(dtype, codes)
         rows.append((f"GPT step, {label} (ms per code)", [f"{ms:.2f}", f"{base_ms / ms:.2f}x", same]))
         if len(rows) == 1:  # right after the eager float32 step, so that both see one machine
-            _, floor, over = step_and_projections(model.gpt, voice, tokens, device)
+            floor, over = projections_against_step(model.gpt, voice, tokens, device)
             rows.append(("  its projections alone, one row (ms per code)",
                          [f"{floor:.2f}", f"{base_ms / floor:.2f}x", f"step {over:.2f}x"]))
     model.set_gpt_dtype(torch.float32)
@@ -159,13 +150,7 @@ def main() -> None:
     speaker = torch.nn.functional.normalize(torch.randn(1, 512, 1, generator=g), dim=1).to(device)
     with torch.inference_mode():
         model.waveform(latents[:, :8], speaker)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        wav = model.waveform(latents, speaker)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        took = time.perf_counter() - t0
+        took, wav = timed(device, lambda: model.waveform(latents, speaker))
     audio_s = wav.shape[-1] / model.sample_rate
     rows.append(("HiFi-GAN decoder (s per s of audio)", [f"{took / audio_s:.4f}", "", ""]))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
